@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Create the project virtualenv (.venv, the one Pulumi.yaml names) and install gpucloud into it.
+#   scripts/setup.sh          runtime + training extras (what `gpucloud demo` needs)
+#   scripts/setup.sh --test   the same plus the test tools (pytest, moto server)
+# Only python3 is required. torch is pinned to the CPU build so no CUDA packages are pulled.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="train"
+if [[ "${1:-}" == "--test" ]]; then extras="train,test"; fi
+if [[ ! -x .venv/bin/python ]]; then
+  python3 -m venv .venv
+fi
+# This workplace's pip config lists mirror folders that may be absent; hide those warnings only.
+pip_install() { .venv/bin/python -m pip install --quiet "$@" 2> >(grep -v "^WARNING: Location" >&2); }
+pip_install "torch==2.13.0" -e ".[${extras}]"
+echo "gpucloud installed in .venv ($(.venv/bin/python -c 'import gpucloud; print(gpucloud.__version__)'))" >&2

@@ -1,0 +1,3 @@
+from gpucloud.cli import main
+
+main()

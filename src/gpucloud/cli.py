@@ -1,0 +1,91 @@
+"""The ``gpucloud`` command line.
+
+Thin by design: this module only knows the command names and where each lives. Commands are
+imported lazily (``gpucloud --help`` must not import pulumi, boto3 or torch), and every
+``UserError`` becomes a one-line message with a non-zero exit code instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from gpucloud import __version__
+from gpucloud.errors import UserError
+
+# command name -> ("module", "attribute", "one-line help shown by `gpucloud --help`")
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "plan": ("gpucloud.commands.plan", "plan", "Preview a stack offline: resources, EFA layout, hourly cost."),
+    "catalog": ("gpucloud.commands.catalog", "catalog", "Show or refresh the GPU instance catalog."),
+    "spot-train": ("gpucloud.commands.spot_train", "spot_train", "Run a training command that survives spot interruptions."),
+    "submit": ("gpucloud.commands.jobs", "submit", "Queue a training job."),
+    "jobs": ("gpucloud.commands.jobs", "jobs", "List jobs in the queue."),
+    "job": ("gpucloud.commands.jobs", "job", "Inspect one job: attempts, timeline, steps and GPU-hours lost."),
+    "worker": ("gpucloud.commands.worker", "worker", "Take queued jobs and run them under spot-train."),
+    "demo": ("gpucloud.commands.demo", "demo", "Offline end-to-end demo: spot notice, checkpoint, requeue, resume."),
+    "imds-emulator": ("gpucloud.commands.imds_emulator", "imds_emulator", "Serve an EC2 metadata emulator that can inject spot notices."),
+    "image": ("gpucloud.commands.image", "image", "Check the pinned GPU image version matrix."),
+    "doctor": ("gpucloud.commands.doctor", "doctor", "Check this node: GPUs, EFA, drivers, mounts, IMDS, agent."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported only when they are run (or their help shown)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(name for name, (mod, _, _) in COMMANDS.items() if _module_exists(mod))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None or not _module_exists(entry[0]):
+            return None
+        module = importlib.import_module(entry[0])
+        return getattr(module, entry[1])
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def _module_exists(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="gpucloud")
+def cli() -> None:
+    """gpucloud: GPU training clusters on AWS as code, and training that survives spot interruptions.
+
+    \b
+    Platform teams:  gpucloud plan --stack p5-capacity-block     (offline preview, no credentials)
+    Researchers:     gpucloud spot-train -- torchrun ... train.py
+                     gpucloud demo                              (offline end-to-end demo)
+    """
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        rv = cli.main(args=argv, prog_name="gpucloud", standalone_mode=False)
+        if isinstance(rv, int) and not isinstance(rv, bool):
+            sys.exit(rv)  # ctx.exit(n) in standalone_mode=False comes back as a return value
+    except UserError as err:
+        click.echo(f"gpucloud: error: {err}", err=True)
+        sys.exit(err.exit_code)
+    except click.exceptions.Abort:
+        click.echo("gpucloud: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as err:
+        err.show()
+        sys.exit(err.exit_code)
+    except click.exceptions.Exit as err:
+        sys.exit(err.exit_code)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,40 @@
+"""Printing helpers shared by CLI commands: JSON for machines, rich tables for humans."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Iterable, Sequence
+
+import click
+
+OUTPUT_OPTION_HELP = "Output format: a human-readable table, or JSON for scripts."
+
+
+def output_option(default: str = "table"):
+    """The ``--output table|json`` option every listing command takes."""
+    return click.option(
+        "--output",
+        "-o",
+        type=click.Choice(["table", "json"]),
+        default=default,
+        show_default=True,
+        help=OUTPUT_OPTION_HELP,
+    )
+
+
+def print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, sort_keys=False, default=str)
+    sys.stdout.write("\n")
+
+
+def print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, show_lines=False)
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*("" if v is None else str(v) for v in row))
+    Console().print(table)

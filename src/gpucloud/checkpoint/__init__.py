@@ -1,0 +1,23 @@
+"""Checkpointing for spot-safe training.
+
+``TrainingSession`` (needs torch) is the training-side API; ``store.latest_committed`` and the
+layout/manifest modules work without torch (the supervisor uses them).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpucloud.checkpoint.session import TrainingSession
+
+__all__ = ["TrainingSession"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy so that `import gpucloud.checkpoint.store` does not import torch.
+    if name == "TrainingSession":
+        from gpucloud.checkpoint.session import TrainingSession
+
+        return TrainingSession
+    raise AttributeError(f"module 'gpucloud.checkpoint' has no attribute {name!r}")

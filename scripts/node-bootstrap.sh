@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# gpucloud node bootstrap (EC2 user data). gpucloud.infra.userdata prepends the node settings,
+# written to /etc/gpucloud/node.env, then runs this script as root on first boot.
+#
+# 1. Local scratch: reuse the DLAMI's striped instance store (/opt/dlami/nvme) when the dlami-nvme
+#    service made one; otherwise stripe the instance-store NVMe disks (RAID 0, XFS) ourselves.
+# 2. FSx for Lustre: install the client if missing and mount it (systemd automount, _netdev).
+# 3. EFA: log whether the expected number of EFA devices came up (p5en initialises late: retry).
+# 4. Node agent: install gpucloud and start gpucloud-agent.service. Until `gpucloud worker` exists
+#    in the installed package, the service runs a PLACEHOLDER that logs this and idles, so the
+#    unit is healthy and starts the real agent after `pip install -U` + `systemctl restart`.
+set -euo pipefail
+
+ENV_FILE=/etc/gpucloud/node.env
+LOG_TAG=gpucloud-bootstrap
+
+log() { logger -t "$LOG_TAG" -- "$*"; echo "$LOG_TAG: $*" >&2; }
+
+# shellcheck source=/dev/null
+source "$ENV_FILE"
+: "${GPUCLOUD_CLUSTER:?missing in $ENV_FILE}"
+: "${GPUCLOUD_SCRATCH_PATH:=/scratch}"
+: "${GPUCLOUD_NVME_SCRATCH:=1}"
+: "${GPUCLOUD_EFA_INTERFACES:=0}"
+: "${GPUCLOUD_FSX_DNS:=}"
+: "${GPUCLOUD_FSX_MOUNT_NAME:=}"
+: "${GPUCLOUD_FSX_MOUNT_PATH:=/fsx}"
+: "${GPUCLOUD_PACKAGE:=gpucloud}"
+
+# Wait until a command succeeds or the deadline (seconds) passes.
+wait_for() {
+  local deadline=$(( SECONDS + $1 )); shift
+  until "$@"; do
+    if (( SECONDS >= deadline )); then return 1; fi
+    sleep 2
+  done
+}
+
+dlami_nvme_ready() {
+  [[ "$(systemctl show -p ActiveState --value dlami-nvme 2>/dev/null)" == "active" ]] && mountpoint -q /opt/dlami/nvme
+}
+
+instance_store_disks() {
+  # Nitro exposes instance-store NVMe disks with this model string; EBS volumes differ.
+  local link
+  for link in /dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_*; do
+    [[ -e "$link" && "$link" != *-part* ]] && readlink -f "$link"
+  done | sort -u
+}
+
+setup_scratch() {
+  if [[ "$GPUCLOUD_NVME_SCRATCH" != "1" ]]; then log "scratch: disabled"; return 0; fi
+  if mountpoint -q "$GPUCLOUD_SCRATCH_PATH"; then log "scratch: $GPUCLOUD_SCRATCH_PATH already mounted"; return 0; fi
+  if systemctl list-unit-files dlami-nvme.service >/dev/null 2>&1 && wait_for 300 dlami_nvme_ready; then
+    # The DLAMI already striped the disks: a second array over the same disks would destroy it.
+    ln -sfn /opt/dlami/nvme "$GPUCLOUD_SCRATCH_PATH"
+    log "scratch: $GPUCLOUD_SCRATCH_PATH -> /opt/dlami/nvme (DLAMI)"
+    return 0
+  fi
+  local -a disks
+  mapfile -t disks < <(instance_store_disks)
+  if (( ${#disks[@]} == 0 )); then log "scratch: no instance-store NVMe disks"; return 0; fi
+  local device
+  if (( ${#disks[@]} == 1 )); then
+    device="${disks[0]}"
+  else
+    device=/dev/md/gpucloud-scratch
+    if [[ ! -e "$device" ]]; then
+      mdadm --create "$device" --run --level=0 --raid-devices="${#disks[@]}" "${disks[@]}"
+      mdadm --detail --scan > /etc/mdadm/mdadm.conf 2>/dev/null || mdadm --detail --scan > /etc/mdadm.conf
+    fi
+  fi
+  if ! blkid -o value -s TYPE "$device" >/dev/null 2>&1; then
+    mkfs.xfs -f -L gpucloud-scratch "$device"
+  fi
+  mkdir -p "$GPUCLOUD_SCRATCH_PATH"
+  if ! grep -q "LABEL=gpucloud-scratch" /etc/fstab; then
+    echo "LABEL=gpucloud-scratch $GPUCLOUD_SCRATCH_PATH xfs defaults,noatime,nofail 0 2" >> /etc/fstab
+  fi
+  mount "$GPUCLOUD_SCRATCH_PATH"
+  chmod 1777 "$GPUCLOUD_SCRATCH_PATH"
+  log "scratch: ${#disks[@]} disk(s) striped on $GPUCLOUD_SCRATCH_PATH"
+}
+
+install_lustre_client() {
+  if command -v mount.lustre >/dev/null 2>&1; then return 0; fi
+  if command -v apt-get >/dev/null 2>&1; then
+    # Ubuntu: the client module must match the running kernel.
+    install -d -m 0755 /usr/share/keyrings
+    curl -fsSL https://fsx-lustre-client-repo-public-keys.s3.amazonaws.com/fsx-ubuntu-public-key.asc \
+      | gpg --dearmor --yes -o /usr/share/keyrings/fsx-ubuntu-public-key.gpg
+    # shellcheck source=/dev/null
+    codename="$(. /etc/os-release && echo "$VERSION_CODENAME")"
+    echo "deb [signed-by=/usr/share/keyrings/fsx-ubuntu-public-key.gpg] https://fsx-lustre-client-repo.s3.amazonaws.com/ubuntu $codename main" \
+      > /etc/apt/sources.list.d/fsxlustreclientrepo.list
+    apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "lustre-client-modules-$(uname -r)" lustre-client-modules-aws
+  else
+    dnf install -y -q lustre-client
+  fi
+}
+
+mount_fsx() {
+  if [[ -z "$GPUCLOUD_FSX_DNS" ]]; then log "fsx: none in this stack"; return 0; fi
+  install_lustre_client
+  mkdir -p "$GPUCLOUD_FSX_MOUNT_PATH"
+  local source="${GPUCLOUD_FSX_DNS}@tcp:/${GPUCLOUD_FSX_MOUNT_NAME}"
+  if ! grep -q "^${source} " /etc/fstab; then
+    echo "${source} ${GPUCLOUD_FSX_MOUNT_PATH} lustre defaults,noatime,flock,_netdev,x-systemd.automount,x-systemd.requires=network-online.target 0 0" >> /etc/fstab
+  fi
+  systemctl daemon-reload
+  wait_for 300 mount "$GPUCLOUD_FSX_MOUNT_PATH" || { log "fsx: mount of $source failed"; return 1; }
+  chmod 1777 "$GPUCLOUD_FSX_MOUNT_PATH"
+  log "fsx: $source on $GPUCLOUD_FSX_MOUNT_PATH"
+}
+
+efa_device_count() {
+  local n=0 dev
+  for dev in /sys/class/infiniband/*; do [[ -e "$dev" ]] && n=$(( n + 1 )); done
+  echo "$n"
+}
+
+check_efa() {
+  local expected="$GPUCLOUD_EFA_INTERFACES" found attempt
+  if (( expected == 0 )); then return 0; fi
+  for attempt in 1 2 3; do
+    found="$(efa_device_count)"
+    if (( found == expected )); then log "efa: $found of $expected devices"; return 0; fi
+    log "efa: $found of $expected devices (attempt $attempt), waiting"
+    sleep 5
+  done
+  log "efa: WARNING only $found of $expected EFA devices; NCCL will be slower or fail"
+}
+
+install_agent() {
+  install -d -m 0755 /opt/gpucloud /var/lib/gpucloud
+  if [[ ! -x /opt/gpucloud/venv/bin/gpucloud ]]; then
+    python3 -m venv /opt/gpucloud/venv
+    /opt/gpucloud/venv/bin/pip install --quiet "$GPUCLOUD_PACKAGE"
+  fi
+  cat > /opt/gpucloud/agent-start <<'START'
+#!/usr/bin/env bash
+# Start the node agent; a placeholder until the installed gpucloud has the `worker` command.
+set -euo pipefail
+if /opt/gpucloud/venv/bin/gpucloud worker --help >/dev/null 2>&1; then
+  exec /opt/gpucloud/venv/bin/gpucloud worker
+fi
+echo "gpucloud-agent: PLACEHOLDER: this gpucloud has no 'worker' command yet; idling" >&2
+exec sleep infinity
+START
+  chmod 0755 /opt/gpucloud/agent-start
+  cat > /etc/systemd/system/gpucloud-agent.service <<UNIT
+[Unit]
+Description=gpucloud node agent (takes jobs, runs them under spot-train)
+Wants=network-online.target
+After=network-online.target remote-fs.target
+
+[Service]
+EnvironmentFile=$ENV_FILE
+ExecStart=/opt/gpucloud/agent-start
+Restart=always
+RestartSec=5
+# spot-train needs time to checkpoint after SIGTERM; the lifecycle hook holds the node meanwhile
+TimeoutStopSec=300
+KillMode=mixed
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+  systemctl daemon-reload
+  systemctl enable --now gpucloud-agent.service
+  log "agent: gpucloud-agent.service started"
+}
+
+main() {
+  log "bootstrap of $GPUCLOUD_CLUSTER node started"
+  setup_scratch
+  mount_fsx
+  check_efa
+  install_agent
+  date -u +%Y-%m-%dT%H:%M:%SZ > /var/lib/gpucloud/bootstrap-done
+  log "bootstrap done"
+}
+
+main "$@"

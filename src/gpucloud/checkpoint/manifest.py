@@ -1,0 +1,133 @@
+"""The manifest written into every committed step: what the checkpoint holds and how to check it.
+
+Checksum choice: CRC-32 (zlib). The failures we defend against are accidental: a writer killed
+mid-file, a truncated copy or upload, a flipped block. CRC-32 detects all of those, and at ~4 GB/s
+per core it costs less than half of SHA-256 (~1.8 GB/s on the same machine) on the save path,
+where the goal is to stay within 80% of raw disk speed. Integrity against tampering is the
+storage's job (IAM, bucket policy, S3's own transfer checksums), not the manifest's.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import zlib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+FORMAT = "gpucloud-checkpoint/1"
+_READ_CHUNK = 8 * 1024 * 1024
+
+
+class ManifestError(Exception):
+    """A manifest is missing, unparsable, or does not match the files it describes."""
+
+
+class FileEntry(BaseModel):
+    name: str = Field(pattern=r"^[^/\\]+$")  # a plain file name inside the step directory
+    size: int = Field(ge=0)
+    crc32: str = Field(pattern=r"^[0-9a-f]{8}$")
+
+
+class Manifest(BaseModel):
+    format: Literal["gpucloud-checkpoint/1"] = FORMAT
+    job_id: str
+    step: int = Field(ge=0)
+    world_size: int = Field(ge=1)
+    attempt: int = Field(ge=0)
+    created_at: float = Field(default_factory=time.time)
+    checksum: Literal["crc32"] = "crc32"
+    files: list[FileEntry]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=1)
+
+    @classmethod
+    def parse(cls, text: str | bytes, where: str) -> "Manifest":
+        try:
+            return cls.model_validate_json(text)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(str(p) for p in first.get("loc", ())) or "document"
+            raise ManifestError(f"{where}: invalid manifest ({loc}: {first.get('msg')})") from None
+
+
+def crc32_hex(value: int) -> str:
+    return f"{value & 0xFFFFFFFF:08x}"
+
+
+def file_crc32(path: str | os.PathLike[str]) -> tuple[int, str]:
+    """(size, crc32 hex) of a file, read in large chunks (zlib releases the GIL on them)."""
+    crc = 0
+    size = 0
+    with open(path, "rb", buffering=0) as fh:
+        while True:
+            chunk = fh.read(_READ_CHUNK)
+            if not chunk:
+                break
+            crc = zlib.crc32(chunk, crc)
+            size += len(chunk)
+    return size, crc32_hex(crc)
+
+
+def verify_directory(directory: Path, manifest: Manifest, *, checksums: bool = True) -> None:
+    """Raise ManifestError naming the first file that is missing, short, long or corrupt."""
+    for entry in manifest.files:
+        path = directory / entry.name
+        try:
+            actual_size = path.stat().st_size
+        except FileNotFoundError:
+            raise ManifestError(f"{directory}: {entry.name} is missing") from None
+        if actual_size != entry.size:
+            raise ManifestError(
+                f"{directory}: {entry.name} has {actual_size} bytes, manifest says {entry.size}"
+            )
+        if checksums:
+            _, crc = file_crc32(path)
+            if crc != entry.crc32:
+                raise ManifestError(
+                    f"{directory}: {entry.name} checksum {crc} does not match manifest {entry.crc32}"
+                )
+
+
+def read_manifest(directory: Path) -> Manifest:
+    path = directory / "manifest.json"
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        raise ManifestError(f"{directory}: manifest.json is missing") from None
+    return Manifest.parse(text, str(directory))
+
+
+def write_json_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temp file, fsync, rename, fsync the directory."""
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def entries_for(directory: Path, names: list[str]) -> list[FileEntry]:
+    """Manifest entries computed by reading files back (used where no inline checksum exists)."""
+    out = []
+    for name in sorted(names):
+        size, crc = file_crc32(directory / name)
+        out.append(FileEntry(name=name, size=size, crc32=crc))
+    return out

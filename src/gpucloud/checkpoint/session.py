@@ -1,0 +1,382 @@
+"""``TrainingSession``: the training-side API that makes a training loop spot-safe.
+
+    sess = TrainingSession(model, optimizer, every_steps=100)
+    start = sess.restore()
+    for step in range(start, total_steps):
+        train_one_step()
+        sess.step_done(step + 1)
+    sess.finish()
+
+At each step boundary every rank contributes [preempt seen, save wanted] to one all_reduce(MAX),
+so all ranks take the same decision at the same step. Periodic and rebalance saves are
+asynchronous: small state (RNG, buffers, data-loader position) is copied at once; parameters and
+optimizer state are copied by the background thread while the next forward/backward runs (they
+only change inside ``optimizer.step()``, which waits for that copy through a pre-hook); DCP then
+writes and the commit protocol publishes, all off the training thread. A preempt flag triggers a
+synchronous emergency save of the agreed step, a durable commit, and ``SystemExit(75)``.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gpucloud import control, jobenv
+from gpucloud.checkpoint import commit as commit_protocol
+from gpucloud.checkpoint import dcp_io, state
+from gpucloud.checkpoint.manifest import Manifest, verify_directory
+from gpucloud.checkpoint.policy import SaveHistory, SavePolicy, should_save
+from gpucloud.checkpoint.ranks import Ranks
+from gpucloud.checkpoint.store import CheckpointStore
+from gpucloud.checkpoint.tiers import S3Tier
+from gpucloud.errors import UserError
+
+log = logging.getLogger("gpucloud.checkpoint")
+
+_PROGRESS_EVERY_S = 1.0
+
+
+class _PendingSave:
+    """One asynchronous save in flight."""
+
+    def __init__(self, step: int, started: float) -> None:
+        self.step = step
+        self.started = started
+        self.staged = threading.Event()
+        self.future: Future[Manifest] | None = None
+        self.stall = 0.0
+
+
+class TrainingSession:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None,
+        *,
+        extra_state: dict[str, Any] | None = None,
+        every_steps: int | None = None,
+        every_seconds: float | None = None,
+        auto: bool = False,
+        mtbi_hours: float = 6.0,
+        keep_last: int = 3,
+        checkpoint_uri: str | None = None,
+        job_id: str | None = None,
+        control_dir: str | None = None,
+        local_dir: str | None = None,
+        writer_threads: int = dcp_io.DEFAULT_WRITER_THREADS,
+        lazy_staging: bool = True,
+    ) -> None:
+        checkpoint_uri = checkpoint_uri or os.environ.get(jobenv.CHECKPOINT_URI)
+        if not checkpoint_uri:
+            raise UserError(
+                f"no checkpoint location: pass checkpoint_uri= or set {jobenv.CHECKPOINT_URI} "
+                "(gpucloud spot-train sets it)"
+            )
+        job_id = job_id or os.environ.get(jobenv.JOB_ID)
+        if not job_id:
+            raise UserError(f"no job id: pass job_id= or set {jobenv.JOB_ID} (gpucloud spot-train sets it)")
+        if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
+            raise UserError(f"keep_last must be a whole number >= 1, got {keep_last!r}")
+        if isinstance(writer_threads, bool) or not isinstance(writer_threads, int) or writer_threads < 1:
+            raise UserError(f"writer_threads must be a whole number >= 1, got {writer_threads!r}")
+        if not (isinstance(mtbi_hours, (int, float)) and not isinstance(mtbi_hours, bool)):
+            raise UserError(f"mtbi_hours must be a number of hours > 0, got {mtbi_hours!r}")
+        extra = dict(extra_state or {})
+        for name, obj in extra.items():
+            if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
+                raise UserError(
+                    f"extra_state[{name!r}] ({type(obj).__name__}) has no state_dict()/load_state_dict(); "
+                    "pass objects such as a sampler, data-loader position or LR scheduler"
+                )
+        self.model = model
+        self.optimizer = optimizer
+        self.extra = extra
+        self.policy = SavePolicy(every_steps=every_steps, every_seconds=every_seconds, auto=auto,
+                                 mtbi_seconds=float(mtbi_hours) * 3600.0)
+        self.keep_last = keep_last
+        self.writer_threads = writer_threads
+        self.control_dir = control_dir or os.environ.get(jobenv.CONTROL_DIR) or None
+        self.attempt = _attempt_from_env()
+        self.store = CheckpointStore(checkpoint_uri, job_id,
+                                     local_dir=local_dir or os.environ.get(jobenv.LOCAL_CHECKPOINT_DIR) or None)
+        self.ranks = Ranks()
+        self.step = 0
+        self.history = SaveHistory()
+        self.last_committed: int | None = None
+        self.save_count = 0
+        self._pending: _PendingSave | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpucloud-checkpoint")
+        self._staging_cache = dcp_io.StagingCache()
+        self._last_progress = 0.0
+        self._hook = None
+        if optimizer is not None and lazy_staging:
+            self._hook = optimizer.register_step_pre_hook(self._before_optimizer_step)
+        self._lazy = optimizer is not None and lazy_staging
+
+    # ------------------------------------------------------------------------------ restore
+    def restore(self) -> int:
+        """Load the newest committed checkpoint that verifies; return its step (0 when none)."""
+        if self.ranks.rank == 0:
+            try:
+                resolved = self.store.resolve()
+                decision: dict[str, Any] = {"step": None} if resolved is None else {
+                    "step": resolved.step, "tier": resolved.tier, "manifest": resolved.manifest.to_json(),
+                }
+            except UserError as exc:
+                decision = {"error": str(exc)}
+        else:
+            resolved, decision = None, {}
+        decision = self.ranks.broadcast_object(decision)
+        if "error" in decision:
+            raise UserError(decision["error"])
+        source_tier = None
+        step = 0
+        if decision["step"] is not None:
+            manifest = Manifest.parse(decision["manifest"], "broadcast manifest")
+            directory = resolved.directory if resolved is not None else self._directory_for(manifest)
+            if isinstance(self.store.durable, S3Tier) and self.ranks.distributed:
+                self.ranks.barrier()  # downloads by each node's first rank are complete
+            step = self._load(directory)
+            source_tier = decision["tier"]
+            self.last_committed = step
+            log.info("restored %s from the %s tier (attempt %d)", f"step-{step}", source_tier, self.attempt)
+        self.step = step
+        self.history = SaveHistory(last_step=step, last_time=time.monotonic())
+        if self.ranks.is_node_leader and self.control_dir:
+            control.write(self.control_dir, control.RESUMED,
+                          {"step": step, "source_tier": source_tier, "attempt": self.attempt})
+        return step
+
+    def _directory_for(self, manifest: Manifest) -> Path:
+        """Where this (non-zero) rank reads the chosen step: a complete local copy, else durable."""
+        step = manifest.step
+        if self.store.local is not None:
+            local = self.store.local.step_path(self.store.job_id, step)
+            try:
+                verify_directory(local, manifest, checksums=False)
+                return local
+            except Exception:  # noqa: BLE001 - any defect means "not usable locally"
+                pass
+        if isinstance(self.store.durable, S3Tier):
+            assert self.store.local is not None
+            local = self.store.local.step_path(self.store.job_id, step)
+            if self.ranks.is_node_leader:
+                staging = self.store.local.staging_path(self.store.job_id, step, f"download-r{self.ranks.rank}")
+                self.store.durable.download_step(self.store.job_id, step, manifest, staging)
+                verify_directory(staging, manifest, checksums=True)
+                self.store.local.commit_staging(self.store.job_id, step, staging, manifest)
+            return local
+        return self.store.durable.step_path(self.store.job_id, step)
+
+    def _load(self, directory: Path) -> int:
+        keys = dcp_io.saved_keys(directory)
+        rank = self.ranks.rank
+        source_rank = rank if f"rng.rank{rank}.torch" in keys else 0
+        extra_prefix = f"extra.rank{source_rank}."
+        present = {k[len(extra_prefix):].split(".", 1)[0] for k in keys if k.startswith(extra_prefix)}
+        restorable = {name: obj for name, obj in self.extra.items() if name in present}
+        for name in self.extra.keys() - present:
+            log.warning("checkpoint in %s has no state for extra_state[%r]; it keeps its current state", directory, name)
+        target = state.template(self.model, self.optimizer, restorable, source_rank=source_rank,
+                                has_extra=bool(restorable))
+        dcp_io.load(target, directory, process_group=self.ranks.checkpoint_group)
+        return state.apply(target, self.model, self.optimizer, restorable, source_rank=source_rank)
+
+    # ------------------------------------------------------------------------------ step boundary
+    def step_done(self, step: int) -> None:
+        """Call after every completed step (``step`` = number of steps done). See module docs."""
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise UserError(f"step_done() takes the number of completed steps (int >= 0), got {step!r}")
+        self.step = step
+        self._reap_finished()
+        preempt = control.exists(self.control_dir, control.PREEMPT)
+        rebalance = self._consume_save_request()
+        periodic = should_save(self.policy, step, time.monotonic(), self.history)
+        preempt_all, save_all = self.ranks.agree_max([int(preempt), int(rebalance or periodic)])
+        if preempt_all:
+            self._emergency(step)
+        if save_all and self.last_committed != step and (self._pending is None or self._pending.step != step):
+            self._start_async_save(step)
+        self._report_progress(step)
+
+    def _consume_save_request(self) -> bool:
+        # Consumed on read: a rank that sees the file removes it, so it cannot fire twice; the
+        # all_reduce spreads the request to the ranks that did not see it.
+        if not control.exists(self.control_dir, control.SAVE):
+            return False
+        control.remove(self.control_dir, control.SAVE)
+        return True
+
+    def _report_progress(self, step: int) -> None:
+        now = time.monotonic()
+        if self.control_dir and self.ranks.is_node_leader and now - self._last_progress >= _PROGRESS_EVERY_S:
+            self._last_progress = now
+            control.write(self.control_dir, control.PROGRESS, {"step": step})
+
+    # ------------------------------------------------------------------------------ async save
+    def _start_async_save(self, step: int) -> None:
+        self.wait()  # one save in flight at a time: the commit collectives must not interleave
+        started = time.monotonic()
+        pending = _PendingSave(step, started)
+        live = state.capture(self.model, self.optimizer, self.extra, rank=self.ranks.rank, step=step)
+        deferred: list[tuple[torch.Tensor, torch.Tensor]] = []
+        lazy_ids = self._lazy_tensor_ids() if self._lazy else set()
+        staged = self._stage(live, "", lazy_ids, deferred)
+        if not deferred:
+            self._staging_cache.synchronize()
+            pending.staged.set()
+        ctx = commit_protocol.SaveContext(self.store, step, f"a{self.attempt}", self.attempt)
+        pending.future = self._executor.submit(self._persist, ctx, staged, deferred, pending)
+        pending.stall = time.monotonic() - started
+        self._pending = pending
+
+    def _lazy_tensor_ids(self) -> set[int]:
+        """Storage pointers of tensors that only ``optimizer.step()`` mutates."""
+        ptrs = {p.data_ptr() for p in self.model.parameters()}
+        assert self.optimizer is not None
+        for per_param in self.optimizer.state.values():
+            for value in per_param.values():
+                if isinstance(value, torch.Tensor):
+                    ptrs.add(value.data_ptr())
+        return ptrs
+
+    def _stage(self, tree: Any, key: str, lazy_ids: set[int], deferred: list) -> Any:
+        if isinstance(tree, dict):
+            return {k: self._stage(v, f"{key}.{k}", lazy_ids, deferred) for k, v in tree.items()}
+        if isinstance(tree, list):
+            return [self._stage(v, f"{key}.{i}", lazy_ids, deferred) for i, v in enumerate(tree)]
+        if isinstance(tree, torch.Tensor):
+            return self._stage_tensor(tree, key, lazy_ids, deferred)
+        return copy.deepcopy(tree)
+
+    def _stage_tensor(self, tensor: torch.Tensor, key: str, lazy_ids: set[int], deferred: list) -> torch.Tensor:
+        from torch.distributed.tensor import DTensor
+
+        local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
+        if local.data_ptr() in lazy_ids and local.numel() > 0:
+            buf = self._staging_cache.copy_later(key, local)
+            deferred.append((buf, local))
+        else:
+            buf = self._staging_cache.copy(key, local)
+        if isinstance(tensor, DTensor):
+            return DTensor.from_local(buf, tensor.device_mesh, tensor.placements, run_check=False,
+                                      shape=tensor.shape, stride=tensor.stride())
+        return buf
+
+    def _before_optimizer_step(self, optimizer, args, kwargs) -> None:
+        pending = self._pending
+        if pending is not None and not pending.staged.is_set():
+            waited = time.monotonic()
+            pending.staged.wait()
+            pending.stall += time.monotonic() - waited
+
+    def _persist(self, ctx: commit_protocol.SaveContext, staged: dict, deferred: list, pending: _PendingSave) -> Manifest:
+        try:
+            for buf, src in deferred:
+                buf.copy_(src.detach(), non_blocking=buf.is_pinned())
+            self._staging_cache.synchronize()
+        finally:
+            pending.staged.set()
+        return self._write_and_commit(ctx, staged)
+
+    def _write_and_commit(self, ctx: commit_protocol.SaveContext, state_dict: dict) -> Manifest:
+        commit_protocol.prepare(ctx, self.ranks)
+        try:
+            files = dcp_io.save(state_dict, ctx.staging, process_group=self.ranks.checkpoint_group,
+                                thread_count=self.writer_threads)
+            manifest = commit_protocol.commit(ctx, files, self.ranks)
+        except BaseException:
+            # DCP raises CheckpointException, a BaseException: clean up, keep LATEST as it was.
+            commit_protocol.discard(ctx)
+            raise
+        if self.ranks.rank == 0:
+            self.store.apply_retention(self.keep_last)
+        return manifest
+
+    def _reap_finished(self) -> None:
+        pending = self._pending
+        if pending is not None and pending.future is not None and pending.future.done():
+            self._settle(pending)
+
+    def _settle(self, pending: _PendingSave) -> None:
+        assert pending.future is not None
+        self._pending = None
+        try:
+            pending.future.result()
+        except BaseException as exc:  # noqa: BLE001 - a failed periodic save must not stop training
+            log.error("checkpoint of step %d failed, the previous checkpoint stays current: %s",
+                      pending.step, _first_line(exc))
+            log.debug("checkpoint failure detail", exc_info=exc)
+            return
+        self.last_committed = pending.step
+        self.save_count += 1
+        self.history = SaveHistory(last_step=pending.step, last_time=pending.started,
+                                   stall_seconds=pending.stall, persist_seconds=time.monotonic() - pending.started)
+
+    def wait(self) -> None:
+        """Block until the save in flight (if any) is committed or has failed."""
+        pending = self._pending
+        if pending is not None and pending.future is not None:
+            try:
+                pending.future.result()
+            except BaseException:  # noqa: BLE001 - reported by _settle
+                pass
+            self._settle(pending)
+
+    # ------------------------------------------------------------------------------ emergency
+    def _emergency(self, step: int) -> None:
+        notice = control.read(self.control_dir, control.PREEMPT) or {}
+        if self.ranks.is_node_leader and self.control_dir:
+            control.write(self.control_dir, control.ACK, {"step": step, "notice_kind": notice.get("kind")})
+        self.wait()
+        if self.last_committed != step:
+            live = state.capture(self.model, self.optimizer, self.extra, rank=self.ranks.rank, step=step)
+            ctx = commit_protocol.SaveContext(self.store, step, f"a{self.attempt}", self.attempt)
+            self._write_and_commit(ctx, live)
+            self.last_committed = step
+            self.save_count += 1
+        if self.ranks.is_node_leader and self.control_dir:
+            control.write(self.control_dir, control.COMMITTED,
+                          {"step": step, "uri": self.store.durable_description(step)})
+        log.warning("preempted: step %d committed to %s; exiting %d for requeue",
+                    step, self.store.durable_description(step), jobenv.EXIT_REQUEUED)
+        self._shutdown()
+        raise SystemExit(jobenv.EXIT_REQUEUED)
+
+    # ------------------------------------------------------------------------------ finish
+    def finish(self) -> None:
+        """Wait for the save in flight, then record that the loop finished at ``self.step``."""
+        self.wait()
+        if self.ranks.is_node_leader and self.control_dir:
+            control.write(self.control_dir, control.FINISHED, {"step": self.step})
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        self._executor.shutdown(wait=True)
+
+
+def _attempt_from_env() -> int:
+    raw = os.environ.get(jobenv.ATTEMPT, "0").strip() or "0"
+    try:
+        value = int(raw)
+    except ValueError:
+        raise UserError(f"{jobenv.ATTEMPT}={raw!r} is not a whole number") from None
+    if value < 0:
+        raise UserError(f"{jobenv.ATTEMPT}={raw!r} must be >= 0")
+    return value
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"

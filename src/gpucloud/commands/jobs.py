@@ -1,0 +1,177 @@
+"""``gpucloud submit``, ``gpucloud jobs`` and ``gpucloud job show``: the job queue from the shell."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+
+from gpucloud.errors import UserError
+from gpucloud.output import output_option, print_json, print_table
+
+_STATES = ("queued", "running", "finished", "failed")
+
+
+def _when(epoch: float | None) -> str:
+    return "" if epoch is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+
+
+def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key or not key.replace("_", "a").isalnum() or key[0].isdigit():
+            raise UserError(f"--env {pair!r} is not NAME=VALUE with NAME made of letters, digits and '_'")
+        env[key] = value
+    return env
+
+
+@click.command(
+    "submit",
+    context_settings={"allow_interspersed_args": False},
+    epilog="""\b
+Examples:
+  gpucloud submit -- torchrun --standalone --nproc-per-node 8 train.py
+  gpucloud submit --job-id llama-7b --gpus-per-node 8 --checkpoint-uri s3://ckpt/llama -- torchrun ... train.py
+  gpucloud worker          # on each node: take queued jobs and run them under spot-train
+""",
+)
+@click.option("--job-id", help="Id for the job (letters, digits, '.', '_', '-'); default: generated.")
+@click.option("--name", help="A human name shown by `gpucloud jobs`.")
+@click.option("--queue", "queue_uri", metavar="URI", help="Job queue (default: sqlite:///$GPUCLOUD_HOME/queue.db).")
+@click.option("--checkpoint-uri", metavar="URI", help="Durable checkpoint location (default: $GPUCLOUD_HOME/checkpoints).")
+@click.option("--workdir", type=click.Path(file_okay=False), help="Working directory of the command on the node (default: the worker's).")
+@click.option("--env", "env_pairs", multiple=True, metavar="NAME=VALUE", help="Extra environment variable for the command (repeatable).")
+@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="Nodes the job runs on.")
+@click.option("--gpus-per-node", type=click.IntRange(min=0), default=0, show_default=True, help="GPUs per node, for GPU-hour accounting (0 on CPU).")
+@click.option("--max-attempts", type=click.IntRange(min=1), default=3, show_default=True, help="Crashed attempts allowed before FAILED; spot stops never count.")
+@output_option()
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-- COMMAND [ARGS]...")
+def submit(job_id, name, queue_uri, checkpoint_uri, workdir, env_pairs, nodes, gpus_per_node, max_attempts, output, command) -> None:
+    """Queue COMMAND as a training job; `gpucloud worker` runs it under the spot supervisor."""
+    from gpucloud.jobs.locations import default_checkpoint_uri, open_queue
+    from gpucloud.jobs.model import JobSpec
+
+    if not command:
+        raise UserError("missing command after --; e.g. gpucloud submit -- torchrun --nproc-per-node 2 train.py")
+    spec = JobSpec(
+        command=list(command), name=name, checkpoint_uri=checkpoint_uri or default_checkpoint_uri(),
+        workdir=workdir, env=_parse_env(env_pairs), nodes=nodes, gpus_per_node=gpus_per_node, max_attempts=max_attempts,
+    )
+    queue = open_queue(queue_uri)
+    job = queue.submit(spec, job_id=job_id)
+    if output == "json":
+        print_json(_job_row(job))
+    else:
+        click.echo(f"submitted {job.id} to {queue.uri}")
+
+
+def _job_row(job) -> dict[str, Any]:
+    return {
+        "job_id": job.id,
+        "name": job.spec.name,
+        "state": job.state.value,
+        "attempt": job.attempt,
+        "crashes": job.crashes,
+        "worker": job.worker,
+        "created_at": job.created_at,
+        "updated_at": job.updated_at,
+        "command": job.spec.command,
+        "reason": job.reason,
+    }
+
+
+@click.command("jobs")
+@click.option("--queue", "queue_uri", metavar="URI", help="Job queue (default: sqlite:///$GPUCLOUD_HOME/queue.db).")
+@click.option("--state", "states", multiple=True, type=click.Choice(_STATES), help="Only jobs in this state (repeatable).")
+@output_option()
+def jobs(queue_uri, states, output) -> None:
+    """List jobs, oldest first: state, current attempt, worker, command.
+
+    \b
+    Example: gpucloud jobs --state queued --state running --output json
+    """
+    from gpucloud.jobs.locations import open_queue
+    from gpucloud.jobs.model import JobState
+
+    queue = open_queue(queue_uri)
+    found = queue.list_jobs([JobState(s) for s in states] if states else None)
+    if output == "json":
+        print_json([_job_row(j) for j in found])
+        return
+    print_table(
+        f"jobs in {queue.uri}",
+        ["id", "name", "state", "attempt", "worker", "updated", "command"],
+        [
+            [j.id, j.spec.name or "", j.state.value, j.attempt, j.worker or "", _when(j.updated_at), " ".join(j.spec.command)[:60]]
+            for j in found
+        ],
+    )
+
+
+@click.group("job")
+def job() -> None:
+    """Inspect one job."""
+
+
+@job.command("show")
+@click.argument("job_id")
+@click.option("--queue", "queue_uri", metavar="URI", help="Job queue (default: sqlite:///$GPUCLOUD_HOME/queue.db).")
+@output_option()
+def show(job_id, queue_uri, output) -> None:
+    """Attempts, the timeline with timestamps, steps lost per interruption, GPU-hours used and lost.
+
+    \b
+    Example: gpucloud job show j-4f2a9c01de --output json
+    """
+    from gpucloud.jobs.locations import open_queue
+    from gpucloud.jobs.report import build_report
+
+    queue = open_queue(queue_uri)
+    current = queue.get(job_id)
+    report = build_report(current, queue.attempts(job_id), queue.events(job_id))
+    if output == "json":
+        print_json(report.model_dump())
+        return
+    render_report(report)
+
+
+def render_report(report) -> None:
+    """The human form of a JobReport (also used by `gpucloud demo`)."""
+    from rich.console import Console
+
+    console = Console()
+    console.print(
+        f"[bold]job {report.job_id}[/bold]: {report.state}"
+        + (f" — {report.reason}" if report.reason else "")
+        + f"\ncommand: {' '.join(report.command)}"
+    )
+    print_table(
+        "attempts",
+        ["#", "state", "node", "started", "wall s", "resumed step", "last step", "exit", "reason"],
+        [
+            [a.number, a.state, a.node, _when(a.started_at), a.wall_s, a.resumed_step, a.last_step, a.exit_code, a.reason]
+            for a in report.attempts
+        ],
+    )
+    if report.interruptions:
+        print_table(
+            "interruptions",
+            ["attempt", "cause", "last step", "committed", "resumed", "steps lost", "notice→flag s",
+             "notice→ack s", "notice→commit s", "requeue→resume s", "stopped with"],
+            [
+                [i.attempt, i.cause, i.last_step, i.committed_step, i.resumed_step, i.steps_lost, i.notice_to_flag_s,
+                 i.notice_to_ack_s, i.notice_to_commit_s, i.requeue_to_resume_s, i.stopped_with or ""]
+                for i in report.interruptions
+            ],
+        )
+    print_table(
+        "timeline",
+        ["time", "attempt", "event", "detail"],
+        [[time.strftime("%H:%M:%S", time.localtime(e.at)) + f".{int(e.at % 1 * 1000):03d}", e.attempt, e.kind, e.detail] for e in report.timeline],
+    )
+    console.print(
+        f"steps lost: {report.steps_lost}   GPU-hours used: {report.gpu_hours_used}   lost: {report.gpu_hours_lost}"
+        + (f"\n[dim]{report.gpu_note}[/dim]" if report.gpu_note else "")
+    )

@@ -1,0 +1,79 @@
+"""``gpucloud worker``: take queued jobs and run each under the spot supervisor (in this process)."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from gpucloud.commands.spot_train import print_event, supervisor_config, supervisor_options
+from gpucloud.output import output_option, print_json, print_table
+
+IDLE_POLL_S = 1.0
+
+
+@click.command(
+    "worker",
+    epilog="""\b
+Examples:
+  gpucloud worker                          # run jobs until stopped (SIGTERM = a spot notice)
+  gpucloud worker --once                   # run one job if one is queued, then exit
+  gpucloud worker --max-jobs 5 --idle-exit 300
+""",
+)
+@supervisor_options
+@click.option("--once", is_flag=True, help="Run at most one job, then exit (exit 0 when nothing is queued).")
+@click.option("--max-jobs", type=click.IntRange(min=1), help="Exit after running this many jobs.")
+@click.option("--idle-exit", type=click.FloatRange(min=0.0), metavar="SECONDS", help="Exit after this long with nothing to claim.")
+@output_option()
+def worker(queue_uri, imds_endpoint, no_imds, poll_interval, grace, ack_timeout, stop_margin, kill_after,
+           local_checkpoint_dir, once, max_jobs, idle_exit, output) -> int:
+    """Claim queued jobs one at a time (atomic claim with a renewed lease, so a dead worker's job
+    becomes claimable again) and supervise each exactly as `gpucloud spot-train` does.
+
+    After a stop notice the worker requeues the job and exits 75: the node is going away.
+    """
+    from gpucloud.jobs.locations import open_queue
+    from gpucloud.jobs.node import start_signal_hub
+    from gpucloud.jobs.runner import default_worker_id, supervise_job
+
+    config = supervisor_config(poll_interval=poll_interval, ack_timeout=ack_timeout, stop_margin=stop_margin, kill_after=kill_after, grace=grace)
+    queue = open_queue(queue_uri)
+    me = default_worker_id()
+    limit = 1 if once else max_jobs
+    ran: list[dict] = []
+    exit_code = 0
+    hub = start_signal_hub(imds_endpoint=imds_endpoint, use_imds=not no_imds, poll_interval=poll_interval, grace=grace)
+    try:
+        idle_since = time.monotonic()
+        while limit is None or len(ran) < limit:
+            notice = hub.get(timeout=0)  # a stop notice between jobs: take no more work
+            if notice is not None and notice.is_stop:
+                click.echo(f"gpucloud: {notice.kind} notice; worker {me} takes no more jobs", err=True)
+                break
+            job = queue.claim(me, lease_seconds=config.lease_seconds, node=me.split(":")[0])
+            if job is None:
+                if once or (idle_exit is not None and time.monotonic() - idle_since >= idle_exit):
+                    break
+                time.sleep(IDLE_POLL_S)  # polling an embedded queue: nothing to wake us up
+                continue
+            click.echo(f"gpucloud: worker {me} runs job {job.id} attempt {job.attempt}", err=True)
+            result = supervise_job(
+                queue, job.id, worker=me, notices=hub, config=config, local_checkpoint_dir=local_checkpoint_dir,
+                on_event=print_event, claimed=job,
+            )
+            ran.append({"job_id": job.id, "state": result.job.state.value, "exit_code": result.exit_code})
+            idle_since = time.monotonic()
+            if result.node_stopping:
+                exit_code = result.exit_code
+                break
+    finally:
+        hub.stop()
+        queue.close()
+    if output == "json":
+        print_json({"worker": me, "jobs": ran, "exit_code": exit_code})
+    elif ran:
+        print_table(f"worker {me}", ["job", "state", "exit code"], [[r["job_id"], r["state"], r["exit_code"]] for r in ran])
+    else:
+        click.echo(f"gpucloud: worker {me}: no queued jobs", err=True)
+    return exit_code

@@ -1,0 +1,167 @@
+"""A node group: cluster placement group, launch template (EFA interfaces, IMDSv2, encrypted gp3
+root, market options) and autoscaling group (spot mix, capacity rebalance, termination hook).
+
+How each capacity type is expressed (ParallelCluster does the same):
+- spot: a mixed instances policy with the market choice in ``instances_distribution`` (a launch
+  template with spot market options cannot be used in a mixed instances policy);
+- capacity-block: ``instance_market_options.market_type = capacity-block`` plus the reservation id;
+- capacity-reservation (ODCR): the reservation id as the launch template's reservation target;
+- on-demand: neither.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence
+
+import pulumi
+import pulumi_aws as aws
+
+from gpucloud.catalog import InstanceType
+from gpucloud.infra.efa_layout import NicPlan
+from gpucloud.infra.tags import NODE_GROUP_TAG, Tagging
+from gpucloud.spec.model import NodeGroup as NodeGroupSpec
+
+DRAIN_HOOK = "gpucloud-drain"  # the agent completes this lifecycle action once the job is saved
+
+
+def launch_template_interfaces(
+    nics: Sequence[NicPlan], security_group_ids: Sequence[pulumi.Input[str]]
+) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
+    """Launch-template interfaces for a NIC plan: security groups on every one, no public IPs,
+    and no IP settings at all on EFA-only interfaces (they cannot have addresses)."""
+    out = []
+    for nic in nics:
+        out.append(aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+            network_card_index=nic.network_card_index,
+            device_index=nic.device_index,
+            interface_type=nic.interface_type,
+            security_groups=list(security_group_ids),
+            delete_on_termination="true",
+            associate_public_ip_address="false" if nic.has_ip and nic.device_index == 0 else None,
+        ))
+    return out
+
+
+@dataclasses.dataclass
+class NodeGroupArgs:
+    tagging: Tagging
+    group: NodeGroupSpec
+    instance_type: InstanceType
+    nics: Sequence[NicPlan]
+    placement_group: bool
+    subnet_ids: pulumi.Input[Sequence[str]]
+    security_group_ids: Sequence[pulumi.Input[str]]
+    instance_profile_arn: pulumi.Input[str]
+    image_id: pulumi.Input[str]
+    root_device_name: pulumi.Input[str]
+    user_data: pulumi.Input[str]
+    ssh_key_name: Optional[str] = None
+
+
+class NodeGroup(pulumi.ComponentResource):
+    launch_template: aws.ec2.LaunchTemplate
+    asg: aws.autoscaling.Group
+
+    def __init__(self, name: str, args: NodeGroupArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpucloud:compute:NodeGroup", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        g = args.group
+        tags = args.tagging.tags(g.name, **{NODE_GROUP_TAG: g.name})
+        pg = (
+            aws.ec2.PlacementGroup(f"{name}-pg", strategy="cluster", tags=tags, opts=child)
+            if args.placement_group else None
+        )
+        self.launch_template = aws.ec2.LaunchTemplate(
+            f"{name}-lt",
+            description=f"gpucloud {args.tagging.cluster} {g.name}: {g.instance_type}",
+            image_id=args.image_id,
+            instance_type=g.instance_type,
+            iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=args.instance_profile_arn),
+            # interfaces carry the security groups; vpc_security_group_ids would conflict with them
+            network_interfaces=launch_template_interfaces(args.nics, args.security_group_ids),
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled",
+                http_tokens="required",
+                http_put_response_hop_limit=2,  # containers on the node reach IMDS through one more hop
+            ),
+            block_device_mappings=[aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                device_name=args.root_device_name,
+                ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                    volume_size=g.root_volume_gib, volume_type="gp3", encrypted="true", delete_on_termination="true",
+                ),
+            )],
+            instance_market_options=self._market_options(g),
+            capacity_reservation_specification=self._reservation(g),
+            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=pg.name) if pg is not None else None,
+            instance_initiated_shutdown_behavior="terminate",
+            key_name=args.ssh_key_name,
+            user_data=args.user_data,
+            update_default_version=True,
+            tag_specifications=[
+                aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags=tags)
+                for kind in ("instance", "volume", "network-interface")
+            ],
+            tags=tags,
+            opts=child,
+        )
+        version = self.launch_template.latest_version.apply(str)
+        spot = g.capacity.type == "spot"
+        self.asg = aws.autoscaling.Group(
+            f"{name}-asg",
+            min_size=g.min_nodes,
+            max_size=g.max_nodes,
+            desired_capacity=g.desired,
+            vpc_zone_identifiers=args.subnet_ids,
+            placement_group=pg.name if pg is not None else None,
+            capacity_rebalance=spot,  # launch a replacement when AWS recommends rebalancing
+            mixed_instances_policy=self._spot_mix(g, version) if spot else None,
+            launch_template=None if spot else aws.autoscaling.GroupLaunchTemplateArgs(
+                id=self.launch_template.id, version=version),
+            initial_lifecycle_hooks=[aws.autoscaling.GroupInitialLifecycleHookArgs(
+                name=DRAIN_HOOK,
+                lifecycle_transition="autoscaling:EC2_INSTANCE_TERMINATING",
+                heartbeat_timeout=g.drain_timeout_seconds,
+                default_result="CONTINUE",
+            )],
+            health_check_type="EC2",
+            # spot and reserved capacity may take long to arrive; do not hold `pulumi up` for it
+            wait_for_capacity_timeout="0",
+            tags=[aws.autoscaling.GroupTagArgs(key=k, value=v, propagate_at_launch=True) for k, v in tags.items()],
+            opts=child,
+        )
+        self.register_outputs({"launchTemplateId": self.launch_template.id, "asgName": self.asg.name})
+
+    @staticmethod
+    def _market_options(g: NodeGroupSpec) -> Optional[aws.ec2.LaunchTemplateInstanceMarketOptionsArgs]:
+        if g.capacity.type == "capacity-block":
+            return aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
+        return None
+
+    @staticmethod
+    def _reservation(g: NodeGroupSpec) -> Optional[aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs]:
+        if g.capacity.type not in ("capacity-block", "capacity-reservation"):
+            return None
+        return aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
+            capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
+                capacity_reservation_id=g.capacity.reservation_id,
+            ),
+        )
+
+    def _spot_mix(self, g: NodeGroupSpec, version: pulumi.Output[str]) -> aws.autoscaling.GroupMixedInstancesPolicyArgs:
+        c = g.capacity
+        return aws.autoscaling.GroupMixedInstancesPolicyArgs(
+            instances_distribution=aws.autoscaling.GroupMixedInstancesPolicyInstancesDistributionArgs(
+                on_demand_base_capacity=c.on_demand_base,
+                on_demand_percentage_above_base_capacity=0,
+                spot_allocation_strategy=c.spot_allocation_strategy,
+                spot_max_price=None if c.spot_max_price is None else f"{c.spot_max_price:.4f}",
+            ),
+            launch_template=aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateArgs(
+                launch_template_specification=(
+                    aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateLaunchTemplateSpecificationArgs(
+                        launch_template_id=self.launch_template.id, version=version)),
+                overrides=[aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateOverrideArgs(
+                    instance_type=g.instance_type)],
+            ),
+        )

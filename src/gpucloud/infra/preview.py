@@ -1,0 +1,225 @@
+"""Run the stack program offline under Pulumi mocks and record what it would create.
+
+No Pulumi CLI, no engine, no provider plugin, no network, no credentials: ``pulumi.runtime``'s
+mock monitor takes every resource registration in-process, and ``PreviewMocks`` answers the
+provider's part: ids, the computed attributes the program reads (ARNs, URLs, DNS names), and the
+invokes (availability zones, the DLAMI SSM parameter, the AMI, the partition).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+from typing import Any
+
+import pulumi
+from pulumi.runtime import MockCallArgs, MockResourceArgs, Mocks, set_all_config, set_mocks, settings
+from pulumi.runtime.mocks import MockMonitor
+
+from gpucloud.catalog import Catalog
+from gpucloud.infra.cost import CostEstimate
+from gpucloud.infra.efa_layout import EfaLayoutSummary
+from gpucloud.spec.model import ClusterSpec
+
+PROJECT = "gpucloud"
+ACCOUNT = "123456789012"  # placeholder account id in the ARNs the mocks invent
+MOCK_AMI = "ami-0123456789abcdef0"
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordedResource:
+    type: str  # Pulumi type token, e.g. aws:ec2/launchTemplate:LaunchTemplate
+    name: str  # logical name
+    inputs: dict[str, Any]  # camelCase wire names, as the engine would receive them
+    custom: bool  # False for ComponentResources
+    parent: str | None  # parent URN (None for top-level resources)
+    urn: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "name": self.name, "inputs": self.inputs, "custom": self.custom,
+                "parent": self.parent}
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordedInvoke:
+    token: str
+    args: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupLayout:
+    node_group: str
+    placement_group: bool
+    efa: EfaLayoutSummary
+
+
+@dataclasses.dataclass(frozen=True)
+class StackPreview:
+    stack: str
+    cluster: str
+    region: str
+    resources: list[RecordedResource]
+    invokes: list[RecordedInvoke]
+    efa_layouts: list[GroupLayout]
+    cost: CostEstimate
+
+    @property
+    def custom_resources(self) -> list[RecordedResource]:
+        return [r for r in self.resources if r.custom]
+
+    def of_type(self, type_token: str) -> list[RecordedResource]:
+        return [r for r in self.resources if r.type == type_token]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stack": self.stack,
+            "cluster": self.cluster,
+            "region": self.region,
+            "resources": [r.to_json() for r in self.resources],
+            "efa_layout": [
+                {"node_group": g.node_group, "placement_group": g.placement_group, **g.efa.to_json()}
+                for g in self.efa_layouts
+            ],
+            "cost": self.cost.to_json(),
+        }
+
+
+def _service(type_token: str) -> str:
+    return type_token.split(":")[1].split("/")[0]
+
+
+class PreviewMocks(Mocks):
+    """Plays the AWS provider: echoes inputs as state and adds the attributes AWS would compute."""
+
+    def __init__(self, region: str, availability_zone: str | None) -> None:
+        self.region = region
+        self.availability_zone = availability_zone or f"{region}a"
+        self.invokes: list[RecordedInvoke] = []
+
+    def _arn(self, args: MockResourceArgs, physical: str) -> str:
+        typ = args.typ
+        if typ == "aws:s3/bucket:Bucket":
+            return f"arn:aws:s3:::{physical}"
+        if typ == "aws:sqs/queue:Queue":
+            return f"arn:aws:sqs:{self.region}:{ACCOUNT}:{physical}"
+        if typ == "aws:dynamodb/table:Table":
+            return f"arn:aws:dynamodb:{self.region}:{ACCOUNT}:table/{physical}"
+        if typ == "aws:autoscaling/group:Group":
+            uuid = hashlib.sha1(physical.encode()).hexdigest()[:8]
+            return (f"arn:aws:autoscaling:{self.region}:{ACCOUNT}:autoScalingGroup:{uuid}-0000-4000-8000-"
+                    f"000000000000:autoScalingGroupName/{physical}")
+        if typ.startswith("aws:iam/"):
+            kind = "role" if typ.endswith("Role") else "instance-profile"
+            return f"arn:aws:iam::{ACCOUNT}:{kind}/{physical}"
+        if typ == "aws:cloudwatch/eventRule:EventRule":
+            return f"arn:aws:events:{self.region}:{ACCOUNT}:rule/{physical}"
+        return f"arn:aws:{_service(typ)}:{self.region}:{ACCOUNT}:{typ.split(':')[-1].lower()}/{physical}"
+
+    def new_resource(self, args: MockResourceArgs) -> tuple[str, dict]:
+        physical = args.inputs.get("name") or args.name
+        state = dict(args.inputs)
+        state.setdefault("name", physical)
+        state.setdefault("arn", self._arn(args, physical))
+        resource_id = f"{physical}-id"
+        if args.typ == "aws:s3/bucket:Bucket":
+            state.setdefault("bucket", physical)
+            resource_id = physical
+        elif args.typ == "aws:sqs/queue:Queue":
+            state["url"] = f"https://sqs.{self.region}.amazonaws.com/{ACCOUNT}/{physical}"
+        elif args.typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
+            resource_id = "fs-0123456789abcdef0"
+            state.update(dnsName=f"{resource_id}.fsx.{self.region}.amazonaws.com", mountName="abcdefgh")
+        elif args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
+            state["latestVersion"] = 1
+        elif args.typ == "aws:ec2/vpc:Vpc":
+            resource_id = "vpc-0123456789abcdef0"
+        return resource_id, state
+
+    def call(self, args: MockCallArgs) -> dict:
+        self.invokes.append(RecordedInvoke(args.token, dict(args.args)))
+        token = args.token
+        if token == "aws:index/getAvailabilityZones:getAvailabilityZones":
+            zones = [self.availability_zone] + [f"{self.region}{s}" for s in "abc" if
+                                                f"{self.region}{s}" != self.availability_zone]
+            return {"names": zones, "zoneIds": [f"{self.region[:2]}-az{i + 1}" for i in range(len(zones))]}
+        if token == "aws:ssm/getParameter:getParameter":
+            return {"name": args.args.get("name"), "type": "String", "value": MOCK_AMI, "insecureValue": MOCK_AMI}
+        if token == "aws:ec2/getAmi:getAmi":
+            image = (args.args.get("filters") or [{}])[0].get("values", [MOCK_AMI])[0]
+            return {"id": image, "imageId": image, "architecture": "x86_64", "rootDeviceName": "/dev/sda1"}
+        if token == "aws:index/getPartition:getPartition":
+            return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
+        if token == "aws:index/getRegion:getRegion":
+            return {"name": self.region, "region": self.region, "id": self.region}
+        if token == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {"accountId": ACCOUNT, "arn": f"arn:aws:iam::{ACCOUNT}:user/preview", "userId": "PREVIEW"}
+        if token == "aws:ec2/getVpc:getVpc":
+            return {"id": args.args.get("id"), "cidrBlock": "10.0.0.0/16"}
+        return {}
+
+
+class _ParentRecordingMonitor(MockMonitor):
+    """The stock mock monitor, plus the parent URN of each registration (for the resource tree)."""
+
+    def __init__(self, mocks: Mocks) -> None:
+        super().__init__(mocks)
+        self.registrations: list[tuple[str, str, bool, str | None, dict[str, Any]]] = []
+
+    def RegisterResource(self, request):  # noqa: N802 - gRPC method name
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            inputs = pulumi.runtime.rpc.deserialize_properties(request.object)
+            parent = request.parent if request.parent and "pulumi:pulumi:Stack" not in request.parent.split("::")[2].split("$")[-1] else None
+            self.registrations.append((response.urn, request.type, bool(request.custom), parent, inputs))
+        return response
+
+
+def _plain(value: Any) -> Any:
+    """Recorded inputs as plain JSON-able data (the RPC layer hands back protobuf-friendly types)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def preview_stack(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = None) -> StackPreview:
+    """Run ``build_cluster`` under mocks; return every resource it registers, the EFA layout and cost."""
+    from gpucloud.infra.program import build_cluster
+
+    # Pulumi's runtime keeps process-global state; start clean so previews do not leak into each other.
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    settings.ROOT.set(None)
+    set_all_config({})
+    mocks = PreviewMocks(spec.region, spec.availability_zone)
+    monitor = _ParentRecordingMonitor(mocks)
+    set_mocks(mocks, project=PROJECT, stack=stack_name, preview=False, monitor=monitor)
+
+    outputs = []
+
+    @pulumi.runtime.test
+    def run() -> None:
+        outputs.append(build_cluster(spec, stack_name, catalog))
+
+    try:
+        run()
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+    plan = outputs[0].plan
+    resources = [
+        RecordedResource(type=typ, name=urn.rsplit("::", 1)[-1], inputs=_plain(inputs), custom=custom,
+                         parent=parent, urn=urn)
+        for urn, typ, custom, parent, inputs in monitor.registrations
+    ]
+    return StackPreview(
+        stack=stack_name,
+        cluster=spec.name_for(stack_name),
+        region=spec.region,
+        resources=resources,
+        invokes=list(mocks.invokes),
+        efa_layouts=[GroupLayout(g.group.name, g.placement_group, g.efa_layout) for g in plan.groups],
+        cost=plan.cost,
+    )

@@ -1,0 +1,139 @@
+"""The stack program: a ``ClusterSpec`` in, the cluster's components out.
+
+``pulumi up`` (through ``__main__.py``) and ``gpucloud plan`` (under mocks, ``preview.py``) both
+call ``build_cluster``, so the preview shows exactly what a deployment creates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import pulumi
+import pulumi_aws as aws
+
+from gpucloud import __version__
+from gpucloud.catalog import Catalog
+from gpucloud.infra.compute import DRAIN_HOOK, NodeGroup, NodeGroupArgs
+from gpucloud.infra.ami import resolve_image
+from gpucloud.infra.iam import NodeAccessPolicy, NodeAccessPolicyArgs, NodeIdentity, NodeIdentityArgs
+from gpucloud.infra.jobplane import InterruptionEvents, InterruptionEventsArgs, JobPlane, JobPlaneArgs
+from gpucloud.infra.network import ClusterNetwork, ClusterNetworkArgs
+from gpucloud.infra.planning import ClusterPlan, plan_cluster
+from gpucloud.infra.security import ClusterSecurity, ClusterSecurityArgs
+from gpucloud.infra.storage import CheckpointStore, CheckpointStoreArgs, SharedFilesystem, SharedFilesystemArgs
+from gpucloud.infra.tags import Tagging
+from gpucloud.infra.userdata import user_data_output
+from gpucloud.spec.model import ClusterSpec
+
+
+@dataclasses.dataclass
+class ClusterOutputs:
+    plan: ClusterPlan
+    vpc_id: pulumi.Output[str]
+    node_subnet_ids: pulumi.Output[list[str]]
+    bucket_name: pulumi.Output[str]
+    job_queue_url: pulumi.Output[str]
+    events_queue_url: pulumi.Output[str]
+    job_table_name: pulumi.Output[str]
+    asg_names: dict[str, pulumi.Output[str]]
+    fsx_dns_name: Optional[pulumi.Output[str]]
+
+    def export(self) -> None:
+        pulumi.export("vpcId", self.vpc_id)
+        pulumi.export("nodeSubnetIds", self.node_subnet_ids)
+        pulumi.export("checkpointBucket", self.bucket_name)
+        pulumi.export("jobQueueUrl", self.job_queue_url)
+        pulumi.export("eventsQueueUrl", self.events_queue_url)
+        pulumi.export("jobTableName", self.job_table_name)
+        pulumi.export("autoscalingGroups", self.asg_names)
+        if self.fsx_dns_name is not None:
+            pulumi.export("fsxDnsName", self.fsx_dns_name)
+
+
+def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = None) -> ClusterOutputs:
+    plan = plan_cluster(spec, catalog)
+    cluster = spec.name_for(stack_name)
+    tagging = Tagging(stack=stack_name, cluster=cluster, extra=dict(spec.tags))
+    az: pulumi.Input[str] = spec.availability_zone or aws.get_availability_zones_output(state="available").names[0]
+
+    network = ClusterNetwork(f"{cluster}-network", ClusterNetworkArgs(
+        tagging=tagging, region=spec.region, availability_zone=az, egress=spec.network.egress,
+        vpc_cidr=spec.network.vpc_cidr, existing_vpc_id=spec.network.vpc_id,
+        existing_subnet_ids=spec.network.subnet_ids,
+    ))
+    fsx_settings = spec.storage.fsx
+    security = ClusterSecurity(f"{cluster}-security", ClusterSecurityArgs(
+        tagging=tagging, vpc_id=network.vpc_id, with_lustre=fsx_settings is not None,
+        ssh_cidrs=spec.access.ssh_cidrs,
+    ))
+    store = CheckpointStore(f"{cluster}-checkpoints", CheckpointStoreArgs(tagging=tagging, settings=spec.storage.checkpoint_bucket))
+    first_subnet = network.node_subnet_ids.apply(lambda ids: ids[0])
+    fsx = None
+    if fsx_settings is not None and security.lustre_group_id is not None:
+        fsx = SharedFilesystem(f"{cluster}-fsx", SharedFilesystemArgs(
+            tagging=tagging, settings=fsx_settings, subnet_id=first_subnet,
+            security_group_id=security.lustre_group_id, bucket_name=store.bucket_name,
+        ))
+    jobs = JobPlane(f"{cluster}-jobplane", JobPlaneArgs(
+        tagging=tagging, max_receive_count=spec.job_plane.max_receive_count,
+        visibility_timeout_seconds=spec.job_plane.visibility_timeout_seconds,
+    ))
+    identity = NodeIdentity(f"{cluster}-node", NodeIdentityArgs(tagging=tagging, ssm=spec.access.ssm))
+    image = resolve_image(spec.ami)
+
+    groups: dict[str, NodeGroup] = {}
+    for gp in plan.groups:
+        settings: dict[str, pulumi.Input[str]] = {
+            "GPUCLOUD_CLUSTER": cluster,
+            "GPUCLOUD_STACK": stack_name,
+            "GPUCLOUD_NODE_GROUP": gp.group.name,
+            "GPUCLOUD_REGION": spec.region,
+            "AWS_DEFAULT_REGION": spec.region,
+            "GPUCLOUD_JOB_QUEUE_URL": jobs.job_queue.url,
+            "GPUCLOUD_EVENTS_QUEUE_URL": jobs.events_queue.url,
+            "GPUCLOUD_JOB_TABLE": jobs.table.name,
+            "GPUCLOUD_CHECKPOINT_BUCKET": store.bucket_name,
+            "GPUCLOUD_LIFECYCLE_HOOK": DRAIN_HOOK,
+            "GPUCLOUD_EFA_INTERFACES": str(gp.efa_layout.efa_interfaces),
+            "GPUCLOUD_NVME_SCRATCH": "1" if spec.storage.nvme_scratch else "0",
+            "GPUCLOUD_SCRATCH_PATH": spec.storage.scratch_path,
+            "GPUCLOUD_PACKAGE": f"gpucloud=={__version__}",
+        }
+        if fsx is not None and fsx_settings is not None:
+            settings.update({
+                "GPUCLOUD_FSX_DNS": fsx.dns_name,
+                "GPUCLOUD_FSX_MOUNT_NAME": fsx.mount_name,
+                "GPUCLOUD_FSX_MOUNT_PATH": fsx_settings.mount_path,
+            })
+        groups[gp.group.name] = NodeGroup(f"{cluster}-group-{gp.group.name}", NodeGroupArgs(
+            tagging=tagging, group=gp.group, instance_type=gp.instance_type, nics=gp.nics,
+            placement_group=gp.placement_group,
+            # EFA needs one subnet (one AZ); other groups may spread over the given subnets
+            subnet_ids=network.node_subnet_ids.apply(lambda ids, efa=gp.efa: ids[:1] if efa else ids),
+            security_group_ids=[security.node_group_id],
+            instance_profile_arn=identity.profile.arn,
+            image_id=image.image_id, root_device_name=image.root_device_name,
+            user_data=user_data_output(settings), ssh_key_name=spec.access.ssh_key_name,
+        ))
+
+    NodeAccessPolicy(f"{cluster}-node", NodeAccessPolicyArgs(
+        role_name=identity.role.name, bucket_arn=store.bucket_arn,
+        queue_arns=[jobs.job_queue.arn, jobs.events_queue.arn], table_arn=jobs.table.arn,
+        asg_arns=[g.asg.arn for g in groups.values()],
+    ))
+    InterruptionEvents(f"{cluster}-interruptions", InterruptionEventsArgs(
+        tagging=tagging, events_queue_arn=jobs.events_queue.arn, events_queue_url=jobs.events_queue.url,
+        asg_names=[g.asg.name for g in groups.values()],
+    ))
+    return ClusterOutputs(
+        plan=plan,
+        vpc_id=network.vpc_id,
+        node_subnet_ids=network.node_subnet_ids,
+        bucket_name=store.bucket_name,
+        job_queue_url=jobs.job_queue.url,
+        events_queue_url=jobs.events_queue.url,
+        job_table_name=jobs.table.name,
+        asg_names={name: g.asg.name for name, g in groups.items()},
+        fsx_dns_name=fsx.dns_name if fsx is not None else None,
+    )

@@ -1,0 +1,149 @@
+"""Storage: the checkpoint bucket and, optionally, FSx for Lustre linked to it.
+
+The bucket is versioned (an overwritten LATEST pointer can be recovered), encrypted, private,
+TLS-only, and expires old checkpoint versions. The file system is PERSISTENT_2 (survives node loss;
+SCRATCH loses data on a server failure) with a data repository association, so checkpoints written
+under the link path are exported to the bucket and the bucket's contents appear on every node.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import pulumi
+import pulumi_aws as aws
+
+from gpucloud.infra.tags import Tagging
+from gpucloud.spec.model import CheckpointBucket as BucketSettings
+from gpucloud.spec.model import Fsx as FsxSettings
+
+S3_EVENTS = ["NEW", "CHANGED", "DELETED"]
+
+
+@dataclasses.dataclass
+class CheckpointStoreArgs:
+    tagging: Tagging
+    settings: BucketSettings
+
+
+class CheckpointStore(pulumi.ComponentResource):
+    bucket_name: pulumi.Output[str]
+    bucket_arn: pulumi.Output[str]
+
+    def __init__(self, name: str, args: CheckpointStoreArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpucloud:storage:CheckpointStore", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        s = args.settings
+        bucket = aws.s3.Bucket(f"{name}-bucket", force_destroy=False, tags=args.tagging.tags("checkpoints"), opts=child)
+        aws.s3.BucketOwnershipControls(
+            f"{name}-ownership", bucket=bucket.id,
+            rule=aws.s3.BucketOwnershipControlsRuleArgs(object_ownership="BucketOwnerEnforced"), opts=child,
+        )
+        aws.s3.BucketVersioning(
+            f"{name}-versioning", bucket=bucket.id,
+            versioning_configuration=aws.s3.BucketVersioningVersioningConfigurationArgs(status="Enabled"),
+            opts=child,
+        )
+        # SSE-S3 rather than SSE-KMS: the FSx data repository association and every node can then
+        # read and write without a key policy to maintain; the data is encrypted at rest either way.
+        aws.s3.BucketServerSideEncryptionConfiguration(
+            f"{name}-encryption", bucket=bucket.id,
+            rules=[aws.s3.BucketServerSideEncryptionConfigurationRuleArgs(
+                apply_server_side_encryption_by_default=(
+                    aws.s3.BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(
+                        sse_algorithm="AES256")),
+                bucket_key_enabled=True,
+            )],
+            opts=child,
+        )
+        block = aws.s3.BucketPublicAccessBlock(
+            f"{name}-public-access", bucket=bucket.id, block_public_acls=True, block_public_policy=True,
+            ignore_public_acls=True, restrict_public_buckets=True, opts=child,
+        )
+        aws.s3.BucketPolicy(
+            f"{name}-tls-only", bucket=bucket.id,
+            policy=pulumi.Output.json_dumps({
+                "Version": "2012-10-17",
+                "Statement": [{
+                    "Sid": "DenyInsecureTransport",
+                    "Effect": "Deny",
+                    "Principal": "*",
+                    "Action": "s3:*",
+                    "Resource": [bucket.arn, pulumi.Output.concat(bucket.arn, "/*")],
+                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                }],
+            }),
+            # the public access block must exist first or S3 may judge the policy as public
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[block]),
+        )
+        rules = [
+            aws.s3.BucketLifecycleConfigurationRuleArgs(
+                id="expire-replaced-checkpoints", status="Enabled",
+                filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
+                noncurrent_version_expiration=aws.s3.BucketLifecycleConfigurationRuleNoncurrentVersionExpirationArgs(
+                    noncurrent_days=s.noncurrent_expiry_days),
+                abort_incomplete_multipart_upload=(
+                    aws.s3.BucketLifecycleConfigurationRuleAbortIncompleteMultipartUploadArgs(
+                        days_after_initiation=s.abort_multipart_days)),
+            )
+        ]
+        if s.expiry_days is not None:
+            rules.append(aws.s3.BucketLifecycleConfigurationRuleArgs(
+                id="expire-old-checkpoints", status="Enabled",
+                filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
+                expiration=aws.s3.BucketLifecycleConfigurationRuleExpirationArgs(days=s.expiry_days),
+            ))
+        aws.s3.BucketLifecycleConfiguration(f"{name}-lifecycle", bucket=bucket.id, rules=rules, opts=child)
+        self.bucket_name = bucket.bucket
+        self.bucket_arn = bucket.arn
+        self.register_outputs({"bucketName": bucket.bucket, "bucketArn": bucket.arn})
+
+
+@dataclasses.dataclass
+class SharedFilesystemArgs:
+    tagging: Tagging
+    settings: FsxSettings
+    subnet_id: pulumi.Input[str]
+    security_group_id: pulumi.Input[str]
+    bucket_name: pulumi.Input[str]
+
+
+class SharedFilesystem(pulumi.ComponentResource):
+    dns_name: pulumi.Output[str]
+    mount_name: pulumi.Output[str]
+
+    def __init__(self, name: str, args: SharedFilesystemArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpucloud:storage:SharedFilesystem", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        s = args.settings
+        fs = aws.fsx.LustreFileSystem(
+            f"{name}-lustre",
+            subnet_ids=args.subnet_id,  # a single subnet: one AZ, the nodes' AZ
+            security_group_ids=[args.security_group_id],
+            storage_type="SSD",
+            storage_capacity=s.size_gib,
+            deployment_type="PERSISTENT_2",
+            per_unit_storage_throughput=s.throughput_per_tib,
+            file_system_type_version="2.15",
+            data_compression_type="LZ4",
+            metadata_configuration=aws.fsx.LustreFileSystemMetadataConfigurationArgs(mode="AUTOMATIC"),
+            tags=args.tagging.tags("lustre"),
+            opts=child,
+        )
+        aws.fsx.DataRepositoryAssociation(
+            f"{name}-checkpoints",
+            file_system_id=fs.id,
+            file_system_path=s.link_path,
+            data_repository_path=pulumi.Output.concat("s3://", args.bucket_name, "/", s.s3_prefix),
+            batch_import_meta_data_on_create=True,
+            s3=aws.fsx.DataRepositoryAssociationS3Args(
+                auto_export_policy=aws.fsx.DataRepositoryAssociationS3AutoExportPolicyArgs(events=S3_EVENTS),
+                auto_import_policy=aws.fsx.DataRepositoryAssociationS3AutoImportPolicyArgs(events=S3_EVENTS),
+            ),
+            tags=args.tagging.tags("lustre-checkpoints"),
+            opts=child,
+        )
+        self.dns_name = fs.dns_name
+        self.mount_name = fs.mount_name
+        self.register_outputs({"dnsName": fs.dns_name, "mountName": fs.mount_name})

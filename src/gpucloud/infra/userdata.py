@@ -1,0 +1,47 @@
+"""Node user data: the node settings as an env file, then ``scripts/node-bootstrap.sh``.
+
+Rendering is a pure function of plain strings (``render_user_data``); ``user_data_output`` waits
+for the Outputs (queue URLs, file system DNS name) and base64-encodes the result, as launch
+templates require.
+"""
+
+from __future__ import annotations
+
+import base64
+import shlex
+from pathlib import Path
+from typing import Mapping
+
+import pulumi
+
+BOOTSTRAP_SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "node-bootstrap.sh"
+ENV_FILE = "/etc/gpucloud/node.env"
+USER_DATA_LIMIT = 16 * 1024  # EC2 limit, before base64
+
+
+def render_user_data(settings: Mapping[str, str], script: str | None = None) -> str:
+    body = script if script is not None else BOOTSTRAP_SCRIPT.read_text(encoding="utf-8")
+    env_lines = "\n".join(f"{key}={shlex.quote(str(value))}" for key, value in sorted(settings.items()))
+    header = (
+        "#!/usr/bin/env bash\n"
+        "# gpucloud node user data: settings first, then scripts/node-bootstrap.sh\n"
+        "set -euo pipefail\n"
+        f"install -d -m 0755 {Path(ENV_FILE).parent}\n"
+        f"cat > {ENV_FILE} <<'GPUCLOUD_ENV'\n{env_lines}\nGPUCLOUD_ENV\n"
+        f"chmod 0644 {ENV_FILE}\n"
+        "cat > /opt/gpucloud-bootstrap.sh <<'GPUCLOUD_BOOTSTRAP'\n"
+    )
+    text = f"{header}{body.rstrip()}\nGPUCLOUD_BOOTSTRAP\nexec bash /opt/gpucloud-bootstrap.sh\n"
+    if len(text.encode()) > USER_DATA_LIMIT:
+        raise ValueError(f"user data is {len(text.encode())} bytes; EC2 allows {USER_DATA_LIMIT}")
+    return text
+
+
+def user_data_output(settings: Mapping[str, pulumi.Input[str]]) -> pulumi.Output[str]:
+    script = BOOTSTRAP_SCRIPT.read_text(encoding="utf-8")
+    keys = sorted(settings)
+    return pulumi.Output.all(*(settings[k] for k in keys)).apply(
+        lambda values: base64.b64encode(
+            render_user_data(dict(zip(keys, (v if v is not None else "" for v in values))), script).encode()
+        ).decode()
+    )

@@ -1,0 +1,129 @@
+"""Jobs, attempts and timeline events: the records every queue backend stores.
+
+A *job* is one training run the user asked for. It runs as a sequence of *attempts*: attempt 1
+starts from scratch (or the newest committed checkpoint), each later attempt resumes from the
+checkpoint its predecessor committed. The *timeline* is the append-only list of events with
+timestamps from which ``gpucloud job show`` derives latencies, steps lost and GPU-hours.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class JobState(str, enum.Enum):
+    QUEUED = "queued"  # waiting for a worker (new, requeued after a notice, or retried after a crash)
+    RUNNING = "running"  # claimed by a worker that holds a live lease
+    FINISHED = "finished"  # the training loop finished; terminal
+    FAILED = "failed"  # out of retries (or unrecoverable); terminal, ``reason`` says why
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobState.FINISHED, JobState.FAILED)
+
+
+class AttemptState(str, enum.Enum):
+    QUEUED = "queued"  # created by submit or requeue, not claimed yet
+    RUNNING = "running"
+    REQUEUED = "requeued"  # stopped by a notice; attempt k+1 resumes from its checkpoint
+    CRASHED = "crashed"  # non-zero exit without a notice; retried while attempts remain
+    LOST = "lost"  # its worker stopped renewing the lease; another worker took the job over
+    FINISHED = "finished"
+    FAILED = "failed"  # the attempt that made the job FAILED
+
+
+# The timeline vocabulary. One place, so the report and every backend agree on the spelling.
+EVENT_KINDS = (
+    "submitted",  # job recorded
+    "claimed",  # a worker took the attempt
+    "started",  # the command's process group is running
+    "resume",  # the session restored a checkpoint (or started fresh); data.step
+    "notice",  # an interruption notice was observed; data.kind, data.deadline, data.source
+    "flag",  # the preempt control file was written
+    "save",  # an early checkpoint was requested (rebalance recommendation)
+    "ack",  # every rank agreed on the stop step; data.step
+    "commit",  # the emergency checkpoint is committed; data.step
+    "stop",  # the supervisor signalled the process group; data.signal, data.reason
+    "exit",  # the process group is gone; data.exit_code
+    "requeue",  # attempt k+1 was created; data.reason
+    "crash",  # the attempt failed without a notice; data.exit_code
+    "lease-expired",  # a worker died holding the job; another worker takes it over
+    "finish",  # the job finished; data.step
+    "failed",  # the job is FAILED; data.reason
+)
+
+
+class JobSpec(BaseModel):
+    """What to run and how: everything a worker on another node needs to run an attempt."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    command: list[str] = Field(min_length=1, description="argv of the training command")
+    name: str | None = None
+    checkpoint_uri: str | None = Field(default=None, description="durable checkpoint location")
+    workdir: str | None = Field(default=None, description="working directory of the command")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment variables")
+    nodes: int = Field(default=1, ge=1)
+    # GPUs per node for GPU-hour accounting. 0 on CPU; torch.cuda.device_count() is not asked,
+    # because the submitting machine is rarely the node the job runs on.
+    gpus_per_node: int = Field(default=0, ge=0)
+    max_attempts: int = Field(default=3, ge=1, description="attempts that may crash before FAILED")
+
+    @field_validator("command")
+    @classmethod
+    def _command_not_blank(cls, value: list[str]) -> list[str]:
+        if not value[0].strip():
+            raise ValueError("the command's program name is empty")
+        return value
+
+
+class Job(BaseModel):
+    id: str
+    spec: JobSpec
+    state: JobState
+    attempt: int  # the current attempt number (the one queued or running)
+    crashes: int = 0  # attempts that crashed; compared with spec.max_attempts
+    created_at: float
+    updated_at: float
+    worker: str | None = None
+    lease_until: float | None = None
+    reason: str | None = None  # why the job FAILED
+    exit_code: int | None = None
+
+
+class Attempt(BaseModel):
+    job_id: str
+    number: int
+    state: AttemptState
+    worker: str | None = None
+    node: str | None = None
+    created_at: float
+    started_at: float | None = None
+    ended_at: float | None = None
+    exit_code: int | None = None
+    resumed_step: int | None = None  # the step this attempt restored (None: started fresh)
+    last_step: int | None = None  # the furthest step it completed
+    committed_step: int | None = None  # the emergency checkpoint it committed, if any
+    reason: str | None = None
+
+
+class Event(BaseModel):
+    job_id: str
+    attempt: int
+    kind: str
+    at: float
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class AttemptEnd(BaseModel):
+    """How an attempt ended, as the supervisor saw it; stored on the attempt row."""
+
+    state: AttemptState
+    exit_code: int | None = None
+    last_step: int | None = None
+    committed_step: int | None = None
+    resumed_step: int | None = None
+    reason: str | None = None

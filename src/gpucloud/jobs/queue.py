@@ -1,0 +1,92 @@
+"""The job-queue protocol every backend implements (embedded SQLite now, SQS + DynamoDB later).
+
+The protocol is deliberately small. Its hard guarantees, which ``tests/jobs/test_queue_contract.py``
+checks against every backend:
+
+* ``claim`` is atomic: one job attempt goes to exactly one worker, which holds a lease it renews
+  with ``heartbeat``; when the lease runs out the job can be claimed again (the dead worker's
+  attempt becomes LOST and the claimer gets attempt k+1).
+* ``end_attempt`` is a conditional transition on (job, attempt): however many duplicate notices,
+  repeated calls or racing processes end attempt k, exactly one call applies and at most one
+  attempt k+1 exists. Requeue is ``end_attempt`` with state REQUEUED.
+* the timeline is append-only; events carry the time they happened (``at``), not the time they
+  were written, so latencies measured from control-file timestamps stay exact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable, Protocol
+
+from gpucloud.errors import UserError
+from gpucloud.jobs.model import Attempt, AttemptEnd, Event, Job, JobSpec, JobState
+
+
+class UnknownJob(UserError):
+    def __init__(self, job_id: str, queue_uri: str) -> None:
+        super().__init__(f"no job {job_id!r} in queue {queue_uri} (list them with `gpucloud jobs`)")
+        self.job_id = job_id
+
+
+@dataclasses.dataclass(frozen=True)
+class Transition:
+    """The outcome of ``end_attempt``: the job afterwards, and whether this call changed it."""
+
+    job: Job
+    applied: bool  # False: attempt k had already ended (a duplicate or a lost race)
+
+
+class JobQueue(Protocol):
+    uri: str
+
+    def submit(self, spec: JobSpec, *, job_id: str | None = None) -> Job:
+        """Record a new QUEUED job with attempt 1; ``job_id`` defaults to a fresh unique id."""
+        ...
+
+    def get(self, job_id: str) -> Job:
+        """The job, or ``UnknownJob``."""
+        ...
+
+    def list_jobs(self, states: Iterable[JobState] | None = None) -> list[Job]:
+        """Jobs, oldest first, optionally only those in ``states``."""
+        ...
+
+    def claim(
+        self, worker: str, *, lease_seconds: float, job_id: str | None = None, node: str | None = None
+    ) -> Job | None:
+        """Atomically take the oldest claimable job (or exactly ``job_id``) for ``worker``.
+
+        Claimable: QUEUED, or RUNNING with an expired lease. Returns the RUNNING job, or None.
+        """
+        ...
+
+    def heartbeat(self, job_id: str, attempt: int, worker: str, *, lease_seconds: float) -> bool:
+        """Extend the lease; False when ``worker`` no longer holds attempt ``attempt``."""
+        ...
+
+    def record(
+        self, job_id: str, attempt: int, kind: str, *, at: float | None = None, data: dict[str, Any] | None = None
+    ) -> None:
+        """Append one timeline event (``kind`` from ``model.EVENT_KINDS``)."""
+        ...
+
+    def update_attempt(self, job_id: str, attempt: int, **fields: Any) -> None:
+        """Set observed facts on a running attempt (``started_at``, ``resumed_step``, ``last_step``)."""
+        ...
+
+    def end_attempt(self, job_id: str, attempt: int, end: AttemptEnd) -> Transition:
+        """End the RUNNING attempt ``attempt`` exactly once.
+
+        REQUEUED: attempt k+1 is queued. CRASHED: attempt k+1 is queued while crashes < max_attempts,
+        else the job is FAILED with ``end.reason``. FINISHED / FAILED: the job ends so.
+        """
+        ...
+
+    def attempts(self, job_id: str) -> list[Attempt]:
+        ...
+
+    def events(self, job_id: str) -> list[Event]:
+        ...
+
+    def close(self) -> None:
+        ...

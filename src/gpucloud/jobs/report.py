@@ -1,0 +1,218 @@
+"""What a job's timeline says: steps lost per interruption, latencies, GPU-hours used and lost.
+
+Pure functions over the records a queue returns (job, attempts, events); ``gpucloud job show``,
+``gpucloud demo`` and the benchmark all print this one report.
+
+Definitions (also in docs/spot-train.md):
+
+* *steps lost* by attempt k = the furthest step it completed − the step attempt k+1 resumed from
+  (a fresh start resumes from "before step 0"). 0 means nothing was recomputed.
+* *GPU-hours used* = Σ attempt wall time × nodes × GPUs per node.
+* *GPU-hours lost* = for each attempt that did not finish: the share of its training time spent on
+  the steps that were lost, plus the next attempt's start-up (process start → checkpoint restored).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterable
+
+from pydantic import BaseModel
+
+from gpucloud.jobs.model import Attempt, AttemptState, Event, Job
+
+# The session numbers steps from 0 and reports the step it just completed; a fresh start has
+# completed "step -1".
+FRESH_START_STEP = -1
+
+
+class Interruption(BaseModel):
+    attempt: int
+    cause: str  # notice kind, "crash" or "lost"
+    notice_kind: str | None = None
+    last_step: int | None = None
+    committed_step: int | None = None
+    resumed_step: int | None = None  # what attempt k+1 restored (None: not resumed yet / fresh)
+    steps_lost: int | None = None
+    notice_to_flag_s: float | None = None
+    notice_to_ack_s: float | None = None  # every rank agreed on the stop step
+    notice_to_commit_s: float | None = None
+    commit_before_deadline_s: float | None = None
+    requeue_to_resume_s: float | None = None
+    notice_to_resume_s: float | None = None
+    stopped_with: str | None = None  # signal the supervisor had to send, if any
+
+
+class AttemptRow(BaseModel):
+    number: int
+    state: str
+    node: str | None
+    started_at: float | None
+    ended_at: float | None
+    wall_s: float | None
+    resumed_step: int | None
+    last_step: int | None
+    exit_code: int | None
+    reason: str | None
+
+
+class TimelineRow(BaseModel):
+    at: float
+    attempt: int
+    kind: str
+    detail: str
+
+
+class JobReport(BaseModel):
+    job_id: str
+    state: str
+    reason: str | None
+    command: list[str]
+    attempts: list[AttemptRow]
+    interruptions: list[Interruption]
+    steps_lost: int | None  # total over interruptions whose loss is known
+    gpus_per_node: int
+    nodes: int
+    gpu_hours_used: float
+    gpu_hours_lost: float
+    gpu_note: str | None
+    timeline: list[TimelineRow]
+
+
+def build_report(job: Job, attempts: list[Attempt], events: list[Event], *, now: float | None = None) -> JobReport:
+    now = time.time() if now is None else now
+    by_attempt: dict[int, list[Event]] = {}
+    for event in events:
+        by_attempt.setdefault(event.attempt, []).append(event)
+    gpus = job.spec.nodes * job.spec.gpus_per_node
+
+    rows: list[AttemptRow] = []
+    interruptions: list[Interruption] = []
+    used_s = 0.0
+    lost_s = 0.0
+    attempts_by_number = {a.number: a for a in attempts}
+    for attempt in attempts:
+        evs = by_attempt.get(attempt.number, [])
+        started = attempt.started_at
+        ended = attempt.ended_at if attempt.ended_at is not None else (now if attempt.state is AttemptState.RUNNING else None)
+        wall = (ended - started) if started is not None and ended is not None else None
+        used_s += wall or 0.0
+        rows.append(
+            AttemptRow(
+                number=attempt.number, state=attempt.state.value, node=attempt.node, started_at=started,
+                ended_at=attempt.ended_at, wall_s=_r(wall), resumed_step=attempt.resumed_step,
+                last_step=attempt.last_step, exit_code=attempt.exit_code, reason=attempt.reason,
+            )
+        )
+        if attempt.state not in (AttemptState.REQUEUED, AttemptState.CRASHED, AttemptState.LOST, AttemptState.FAILED):
+            continue
+        following = attempts_by_number.get(attempt.number + 1)
+        next_events = by_attempt.get(attempt.number + 1, [])
+        interruption = _interruption(attempt, evs, following, next_events)
+        if attempt.state is not AttemptState.FAILED or interruption.notice_kind is not None:
+            interruptions.append(interruption)
+        lost_s += _lost_seconds(attempt, evs, interruption, following, next_events)
+
+    known = [i.steps_lost for i in interruptions if i.steps_lost is not None]
+    return JobReport(
+        job_id=job.id,
+        state=job.state.value,
+        reason=job.reason,
+        command=job.spec.command,
+        attempts=rows,
+        interruptions=interruptions,
+        steps_lost=sum(known) if known else (0 if not interruptions else None),
+        gpus_per_node=job.spec.gpus_per_node,
+        nodes=job.spec.nodes,
+        gpu_hours_used=round(used_s * gpus / 3600, 4),
+        gpu_hours_lost=round(lost_s * gpus / 3600, 4),
+        gpu_note=(
+            "GPU-hours are 0: the job declares 0 GPUs per node (CPU); set --gpus-per-node when submitting"
+            if gpus == 0
+            else None
+        ),
+        timeline=[TimelineRow(at=e.at, attempt=e.attempt, kind=e.kind, detail=_detail(e)) for e in events],
+    )
+
+
+def steps_lost(last_step: int | None, resumed_step: int | None) -> int | None:
+    if last_step is None:
+        return None
+    start = FRESH_START_STEP if resumed_step is None else resumed_step
+    return max(0, last_step - start)
+
+
+def _first(events: Iterable[Event], kind: str) -> Event | None:
+    return next((e for e in events if e.kind == kind), None)
+
+
+def _interruption(attempt: Attempt, evs: list[Event], following: Attempt | None, next_events: list[Event]) -> Interruption:
+    notice = next((e for e in evs if e.kind == "notice" and e.data.get("deadline") is not None), None)
+    flag, ack, commit = _first(evs, "flag"), _first(evs, "ack"), _first(evs, "commit")
+    requeue = _first(evs, "requeue")
+    resume = _first(next_events, "resume")
+    kills = [e.data.get("signal") for e in evs if e.kind == "stop"]
+    cause = (
+        str(notice.data.get("kind")) if notice is not None
+        else "lost" if attempt.state is AttemptState.LOST
+        else "crash"
+    )
+    resumed_step = following.resumed_step if following is not None and resume is not None else None
+    lost = steps_lost(attempt.last_step, resumed_step) if resume is not None else None
+    deadline = notice.data.get("deadline") if notice is not None else None
+    return Interruption(
+        attempt=attempt.number,
+        cause=cause,
+        notice_kind=str(notice.data.get("kind")) if notice is not None else None,
+        last_step=attempt.last_step,
+        committed_step=attempt.committed_step,
+        resumed_step=resumed_step,
+        steps_lost=lost,
+        notice_to_flag_s=_dt(notice, flag),
+        notice_to_ack_s=_dt(notice, ack),
+        notice_to_commit_s=_dt(notice, commit),
+        commit_before_deadline_s=_r(deadline - commit.at) if commit is not None and isinstance(deadline, (int, float)) else None,
+        requeue_to_resume_s=_dt(requeue, resume),
+        notice_to_resume_s=_dt(notice, resume),
+        stopped_with=kills[-1] if kills else None,
+    )
+
+
+def _lost_seconds(
+    attempt: Attempt, evs: list[Event], interruption: Interruption, following: Attempt | None, next_events: list[Event]
+) -> float:
+    lost = 0.0
+    resume = _first(evs, "resume")
+    train_start = resume.at if resume is not None else attempt.started_at
+    if train_start is not None and attempt.ended_at is not None and attempt.last_step is not None:
+        first_step = (attempt.resumed_step if attempt.resumed_step is not None else FRESH_START_STEP)
+        done = attempt.last_step - first_step
+        train_s = max(0.0, attempt.ended_at - train_start)
+        if interruption.steps_lost is not None and done > 0:
+            lost += train_s * min(1.0, interruption.steps_lost / done)
+        elif interruption.steps_lost is None:
+            lost += train_s  # nothing known to be kept: count it all
+    next_resume = _first(next_events, "resume")
+    if following is not None and following.started_at is not None and next_resume is not None:
+        lost += max(0.0, next_resume.at - following.started_at)
+    return lost
+
+
+def _dt(start: Event | None, end: Event | None) -> float | None:
+    if start is None or end is None:
+        return None
+    return _r(end.at - start.at)
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _detail(event: Event) -> str:
+    data = dict(event.data)
+    data.pop("event_id", None)
+    for key in ("deadline", "ack_by", "commit_by"):
+        if isinstance(data.get(key), (int, float)):
+            data[key] = f"{data[key] - event.at:+.1f}s"
+    parts = [f"{k}={' '.join(v) if isinstance(v, list) else v}" for k, v in data.items() if v is not None]
+    return ", ".join(parts)

@@ -1,0 +1,73 @@
+"""The gpucloud policy pack: every policy, in the order they are reported."""
+
+from __future__ import annotations
+
+from pulumi_policy import EnforcementLevel, Policy, ResourceValidationPolicy, StackValidationPolicy
+
+from gpucloud.policy.buckets import buckets_encrypted, buckets_private_and_tls_only
+from gpucloud.policy.efa_security_group import efa_security_group_self_rules
+from gpucloud.policy.encryption import storage_encrypted
+from gpucloud.policy.iam_statements import no_wildcard_admin
+from gpucloud.policy.instances import imdsv2_required, no_public_ips
+from gpucloud.policy.network_access import no_open_ingress
+from gpucloud.policy.tagging import tagged_with_stack
+
+PACK_NAME = "gpucloud-policies"
+MANDATORY = EnforcementLevel.MANDATORY
+
+POLICIES: list[Policy] = [
+    ResourceValidationPolicy(
+        name="imdsv2-required",
+        description="Launch templates, instances and image builds require IMDSv2 (httpTokens = required).",
+        validate=imdsv2_required,
+        enforcement_level=MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="no-public-ips",
+        description="Nodes get no public IP: no associatePublicIpAddress on interfaces, no mapPublicIpOnLaunch subnets.",
+        validate=no_public_ips,
+        enforcement_level=MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="no-internet-ingress",
+        description="No security group ingress from 0.0.0.0/0 or ::/0.",
+        validate=no_open_ingress,
+        enforcement_level=MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="storage-encrypted",
+        description="EBS volumes, DynamoDB tables and SQS queues are encrypted at rest.",
+        validate=storage_encrypted,
+        enforcement_level=MANDATORY,
+    ),
+    StackValidationPolicy(
+        name="bucket-encrypted",
+        description="Every S3 bucket has a server-side encryption configuration.",
+        validate=buckets_encrypted,
+        enforcement_level=MANDATORY,
+    ),
+    StackValidationPolicy(
+        name="bucket-private-tls-only",
+        description="Every S3 bucket blocks public access (all four flags) and denies requests without TLS.",
+        validate=buckets_private_and_tls_only,
+        enforcement_level=MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="no-iam-wildcard-admin",
+        description="No IAM statement allows action '*' on resource '*'.",
+        validate=no_wildcard_admin,
+        enforcement_level=MANDATORY,
+    ),
+    StackValidationPolicy(
+        name="efa-security-group-self-rules",
+        description="Security groups on EFA interfaces allow all traffic to and from themselves.",
+        validate=efa_security_group_self_rules,
+        enforcement_level=MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="tagged-with-stack",
+        description="Every taggable resource carries the gpucloud:stack tag naming its stack.",
+        validate=tagged_with_stack,
+        enforcement_level=MANDATORY,
+    ),
+]

@@ -1,0 +1,203 @@
+"""The IMDS monitor: poll the interruption items every ``interval`` and turn them into Notices.
+
+One round reads ``spot/instance-action`` first (the most urgent), ``spot/termination-time`` only
+when the instance-action item is absent or failed (it is the legacy view of the same notice),
+then the rebalance recommendation, the ASG target lifecycle state and the scheduled events. Each
+item is read on its own, so a failing item never hides another one.
+
+Nothing but a well-formed, current payload makes a notice: 404, 5xx, 401 after the retry,
+timeouts, refused connections and malformed bodies are counted and logged (once per change of
+condition, not every second) and the round goes on. A notice is reported once: the poller keeps
+the ``event_id`` of everything it has reported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from typing import Callable
+
+from gpucloud.signals.events import Notice
+from gpucloud.signals.imds import ImdsClient, ImdsUnavailable
+from gpucloud.signals import interpret
+from gpucloud.signals.interpret import InterpretRules, MalformedPayload
+
+log = logging.getLogger("gpucloud.signals")
+
+
+@dataclasses.dataclass
+class PollerHealth:
+    """What the poller has seen so far (for logs, ``doctor`` and tests)."""
+
+    rounds: int = 0
+    requests: int = 0
+    failed_requests: int = 0  # no answer, or an answer other than 200/404
+    malformed: int = 0  # 200 with a body that is not the documented format
+    stale_ignored: int = 0  # spot notices whose time is past the stale limit
+    notices: int = 0
+    last_error: str | None = None
+    last_ok_at: float | None = None  # clock time of the last round in which every item answered
+
+
+class _ItemFailed(Exception):
+    pass
+
+
+class ImdsPoller:
+    def __init__(
+        self,
+        client: ImdsClient,
+        *,
+        interval: float = 1.0,
+        on_notice: Callable[[Notice], None],
+        clock: Callable[[], float] = time.time,
+        rules: InterpretRules = InterpretRules(),
+    ) -> None:
+        if interval <= 0:
+            raise ValueError(f"poll interval must be positive seconds, got {interval}")
+        self.client = client
+        self.interval = float(interval)
+        self.on_notice = on_notice
+        self.rules = rules
+        self._clock = clock
+        self._seen: set[str] = set()
+        self._logged: set[str] = set()  # problems already logged, so an outage is one line, not thousands
+        self._stale_logged: set[str] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.health = PollerHealth()
+
+    # -- one round -----------------------------------------------------------------------------
+    def poll_once(self) -> list[Notice]:
+        """Read every item once; report (``on_notice``) and return the notices not seen before."""
+        now = self._clock()
+        found: list[Notice] = []
+        problems: list[str] = []
+
+        action = self._read(interpret.INSTANCE_ACTION, problems)
+        if isinstance(action, str):
+            found += self._interpret(interpret.INSTANCE_ACTION, problems, lambda: interpret.instance_action_notice(action, now, self.rules))
+        else:  # absent or unreadable: the legacy item may still carry the notice
+            stamp = self._read(interpret.TERMINATION_TIME, problems)
+            if isinstance(stamp, str):
+                found += self._interpret(interpret.TERMINATION_TIME, problems, lambda: interpret.termination_time_notice(stamp, now, self.rules))
+        rebalance = self._read(interpret.REBALANCE, problems)
+        if isinstance(rebalance, str):
+            found += self._interpret(interpret.REBALANCE, problems, lambda: interpret.rebalance_notice(rebalance, now))
+        state = self._read(interpret.TARGET_LIFECYCLE_STATE, problems)
+        if isinstance(state, str):
+            found += self._interpret(interpret.TARGET_LIFECYCLE_STATE, problems, lambda: interpret.lifecycle_notice(state, now, self.rules))
+        events = self._read(interpret.SCHEDULED_EVENTS, problems)
+        if isinstance(events, str):
+            found += self._interpret(interpret.SCHEDULED_EVENTS, problems, lambda: self._scheduled(events, now, problems))
+
+        self.health.rounds += 1
+        self._log_problems(problems, now)
+        fresh = [notice for notice in found if notice.event_id not in self._seen]
+        for notice in fresh:
+            self._seen.add(notice.event_id)
+            self.health.notices += 1
+            log.warning(
+                "interruption notice from IMDS: %s %s, deadline %s (event %s)",
+                notice.kind, notice.action, _when(notice.deadline, now), notice.event_id,
+            )
+            try:
+                self.on_notice(notice)
+            except Exception:  # the consumer's bug must not stop the watcher
+                log.exception("on_notice handler failed for %s", notice.event_id)
+        return fresh
+
+    def _read(self, path: str, problems: list[str]) -> str | None | object:
+        """The 200 body, None for 404, ``_FAILED`` when the item could not be read this round."""
+        self.health.requests += 1
+        try:
+            response = self.client.get(path)
+        except ImdsUnavailable as err:
+            return self._failed(problems, str(err))
+        if response.ok:
+            return response.text
+        if response.absent:
+            return None
+        return self._failed(problems, f"IMDS {path} answered HTTP {response.status}; no notice assumed")
+
+    def _failed(self, problems: list[str], message: str) -> object:
+        self.health.failed_requests += 1
+        self.health.last_error = message
+        problems.append(message)
+        return _FAILED
+
+    def _interpret(self, path: str, problems: list[str], build: Callable[[], Notice | list[Notice] | None]) -> list[Notice]:
+        try:
+            result = build()
+        except MalformedPayload as err:
+            self.health.malformed += 1
+            problems.append(f"IMDS {path}: {err}; no notice assumed")
+            return []
+        if isinstance(result, list):
+            return result
+        if result is None:
+            if path in (interpret.INSTANCE_ACTION, interpret.TERMINATION_TIME):
+                self.health.stale_ignored += 1
+                if path not in self._stale_logged:
+                    self._stale_logged.add(path)
+                    log.info("ignoring a stale spot notice at %s: its time is more than %gs past", path, self.rules.stale_after)
+            return []
+        return [result]
+
+    def _scheduled(self, text: str, now: float, problems: list[str]) -> list[Notice]:
+        notices, bad = interpret.scheduled_notices(text, now)
+        self.health.malformed += len(bad)
+        problems.extend(f"{interpret.SCHEDULED_EVENTS}: {line}" for line in bad)
+        return notices
+
+    def _log_problems(self, problems: list[str], now: float) -> None:
+        if not problems:
+            if self._logged:
+                log.info("IMDS answers normally again (%s)", self.client.endpoint)
+                self._logged.clear()
+            self.health.last_ok_at = now
+            return
+        for message in problems:
+            if message not in self._logged:
+                log.warning("%s", message)
+        self._logged = set(problems)
+
+    # -- background thread ---------------------------------------------------------------------
+    def start(self) -> None:
+        """Poll in a daemon thread until ``stop``; the first round runs at once."""
+        if self._thread is not None:
+            raise RuntimeError("ImdsPoller already started")
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="gpucloud-imds-poller", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            # A round in flight ends within the client's timeouts; do not wait longer than that.
+            thread.join(timeout if timeout is not None else self.client.connect_timeout + self.client.read_timeout + 1.0)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.poll_once()
+            except Exception:
+                log.exception("IMDS poll round failed unexpectedly; polling continues")
+            self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+
+
+_FAILED = object()
+
+
+def _when(deadline: float | None, now: float) -> str:
+    if deadline is None:
+        return "none (checkpoint early, keep running)"
+    return f"in {deadline - now:+.1f}s"

@@ -1,0 +1,180 @@
+"""Reading a stack file (``stacks/Pulumi.<stack>.yaml``) into a validated ``ClusterSpec``.
+
+Pulumi stack files keep settings under ``config:`` as ``<namespace>:<key>``. Ours live in the
+``gpucloud:`` namespace (unprefixed keys mean the same, as in Pulumi); the region is the AWS
+provider's own ``aws:region``. Every problem becomes one line naming the file, the key, the bad
+value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+import typing
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from gpucloud.catalog import Catalog, load_catalog
+from gpucloud.errors import UserError
+from gpucloud.spec import rules
+from gpucloud.spec.model import ClusterSpec
+from gpucloud.spec.problems import Problem, key_path
+
+PROJECT = "gpucloud"
+STACKS_DIR = Path(__file__).resolve().parents[3] / "stacks"  # the repository's shipped stacks
+STACK_FILE_KEYS = {"config", "secretsprovider", "encryptedkey", "encryptionsalt", "environment"}
+OTHER_NAMESPACES = {"aws", "pulumi"}  # provider / engine settings we pass through untouched
+
+
+def stack_file_for(name: str, stacks_dir: Path | None = None) -> Path:
+    """``stacks/Pulumi.<name>.yaml``; a UserError listing the available stacks otherwise."""
+    directory = stacks_dir or default_stacks_dir()
+    path = directory / f"Pulumi.{name}.yaml"
+    if path.is_file():
+        return path
+    available = ", ".join(available_stacks(directory)) or "(none)"
+    raise UserError(f"no stack named {name!r} (looked for {path}); available stacks: {available}")
+
+
+def default_stacks_dir() -> Path:
+    """``./stacks`` when run inside a Pulumi project that has one, else the shipped stacks."""
+    local = Path.cwd() / "stacks"
+    return local if (Path.cwd() / "Pulumi.yaml").is_file() and local.is_dir() else STACKS_DIR
+
+
+def available_stacks(stacks_dir: Path | None = None) -> list[str]:
+    directory = stacks_dir or default_stacks_dir()
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in directory.glob("Pulumi.*.yaml"))
+
+
+def load_stack_file(path: Path | str, catalog: Catalog | None = None) -> ClusterSpec:
+    """Parse and validate a stack file; a UserError with one line per problem otherwise."""
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{source}: stack file not found") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"{source}: cannot read the stack file ({err.__class__.__name__}: {err})") from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or "invalid YAML"
+        raise UserError(f"{source}: not valid YAML{where}: {problem}") from None
+    if not isinstance(document, dict):
+        raise UserError(f"{source}: expected a mapping with a 'config:' section, got {type(document).__name__}")
+    unknown = sorted(set(map(str, document)) - STACK_FILE_KEYS)
+    if unknown:
+        raise UserError(
+            f"{source}: unknown top-level key {unknown[0]!r}; allowed: {', '.join(sorted(STACK_FILE_KEYS))}"
+        )
+    config = document.get("config")
+    if not isinstance(config, dict):
+        raise UserError(f"{source}: 'config:' must be a mapping of <namespace>:<key> settings")
+    return spec_from_config(config, source, catalog)
+
+
+def spec_from_config(config: Mapping[str, Any], source: str, catalog: Catalog | None = None) -> ClusterSpec:
+    """Validate a Pulumi config mapping (stack file or ``pulumi.Config``) into a ``ClusterSpec``.
+
+    String values that hold JSON objects or lists are decoded: the Pulumi engine hands structured
+    config to the program as JSON text.
+    """
+    fields, problems = _split_namespaces(config)
+    if problems:
+        _fail(source, problems)
+    try:
+        spec = ClusterSpec.model_validate(fields)
+    except ValidationError as err:
+        _fail(source, [_problem_from_pydantic(e) for e in err.errors()])
+    found = rules.check(spec, catalog or load_catalog())
+    if found:
+        _fail(source, found)
+    return spec
+
+
+def _split_namespaces(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
+    fields: dict[str, Any] = {}
+    problems: list[Problem] = []
+    for raw_key, value in config.items():
+        key = str(raw_key)
+        namespace, _, name = key.rpartition(":")
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            problems.append(Problem(key, "secrets are not used by gpucloud stacks; give a plain value"))
+            continue
+        if key == "aws:region":
+            fields["region"] = _decode(value)
+        elif namespace in ("", PROJECT):
+            if name == "region":
+                problems.append(Problem(key, "unknown key; the region is set with aws:region"))
+            else:
+                fields[name] = _decode(value)
+        elif namespace not in OTHER_NAMESPACES:
+            problems.append(
+                Problem(key, f"unknown namespace {namespace!r}; allowed: gpucloud:, aws:, pulumi:")
+            )
+    if "region" not in fields and not problems:
+        problems.append(Problem("aws:region", "required: the AWS region, e.g. us-east-1"))
+    return fields, problems
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, str) and value[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def _fail(source: str, problems: list[Problem]) -> typing.NoReturn:
+    raise UserError("\n".join(p.render(source) for p in problems))
+
+
+def _problem_from_pydantic(error: Mapping[str, Any]) -> Problem:
+    loc = tuple(error["loc"])
+    kind = error["type"]
+    value = error.get("input")
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(loc[:-1])
+        return Problem(key_path(*loc), f"unknown key; allowed keys here: {', '.join(allowed)}")
+    if kind == "missing":
+        return Problem(key_path(*loc), "required key is missing")
+    if kind == "literal_error":
+        return Problem(key_path(*loc), f"not allowed; allowed: {error['ctx']['expected']}", value)
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return Problem(key_path(*loc), message[:1].lower() + message[1:], value)
+
+
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys the model accepts at ``loc`` (for 'did you mean' style errors)."""
+    model: type[BaseModel] | None = ClusterSpec
+    for part in loc:
+        if isinstance(part, int) or model is None:
+            continue
+        field = next((f for n, f in model.model_fields.items() if (f.alias or n) == part), None)
+        model = _model_in(field.annotation) if field else None
+    if model is None:
+        return []
+    names = [f.alias or n for n, f in model.model_fields.items()]
+    if model is ClusterSpec:
+        names = [n for n in names if n != "region"]
+    return sorted(names)
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, list):
+        for arg in typing.get_args(annotation):
+            found = _model_in(arg)
+            if found is not None:
+                return found
+    return None

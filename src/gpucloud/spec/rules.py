@@ -1,0 +1,454 @@
+"""Validators: one small function per rule, each with its own error text (ParallelCluster style).
+
+A rule takes the parsed ``ClusterSpec`` and the catalog and yields ``Problem``s; it never raises.
+Rules that need a node group's instance type skip groups whose type is unknown: that is reported
+once, by ``known_instance_type``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Callable, Iterator
+
+from gpucloud.catalog import Catalog, InstanceType
+from gpucloud.infra.cost import GroupSizing, estimate_cost
+from gpucloud.spec.decisions import efa_enabled, uses_placement_group
+from gpucloud.spec.model import RESERVED_CAPACITY, ClusterSpec, NodeGroup
+from gpucloud.spec.problems import Problem, key_path
+
+Rule = Callable[[ClusterSpec, Catalog], Iterator[Problem]]
+
+FSX_THROUGHPUTS = (125, 250, 500, 1000)  # PERSISTENT_2 SSD, MB/s per TiB
+NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
+RESERVATION_RE = re.compile(r"^cr-[0-9a-f]{17}$")
+AMI_ID_RE = re.compile(r"^ami-([0-9a-f]{8}|[0-9a-f]{17})$")
+FLAVOUR_RE = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
+REGION_RE = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
+VPC_ID_RE = re.compile(r"^vpc-[0-9a-f]{8,17}$")
+SUBNET_ID_RE = re.compile(r"^subnet-[0-9a-f]{8,17}$")
+TAG_KEY_RESERVED = ("aws:", "gpucloud:")
+
+
+def _groups(spec: ClusterSpec, catalog: Catalog) -> Iterator[tuple[int, NodeGroup, InstanceType]]:
+    for i, group in enumerate(spec.node_groups):
+        itype = catalog.instance_types.get(group.instance_type)
+        if itype is not None:
+            yield i, group, itype
+
+
+def region_format(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    if not REGION_RE.match(spec.region):
+        yield Problem(key_path("region"), "not an AWS region name; expected e.g. 'us-east-1'", spec.region)
+
+
+def availability_zone_in_region(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    az = spec.availability_zone
+    if az is not None and not re.fullmatch(re.escape(spec.region) + r"[a-z]", az):
+        yield Problem(
+            key_path("availabilityZone"),
+            f"must be a zone of region {spec.region}, e.g. '{spec.region}a'",
+            az,
+        )
+
+
+def at_least_one_group(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    if not spec.node_groups:
+        yield Problem(key_path("nodeGroups"), "at least one node group is required")
+
+
+def group_names(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    seen: set[str] = set()
+    for i, group in enumerate(spec.node_groups):
+        if not NAME_RE.match(group.name):
+            yield Problem(
+                key_path("nodeGroups", i, "name"),
+                "allowed: 1-20 characters, lower-case letters, digits and '-', starting with a letter",
+                group.name,
+            )
+        elif group.name in seen:
+            yield Problem(key_path("nodeGroups", i, "name"), "node group names must be unique", group.name)
+        seen.add(group.name)
+
+
+def cluster_name_format(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    name = spec.cluster_name
+    if name is not None and not re.fullmatch(r"[a-z][a-z0-9-]{0,31}", name):
+        yield Problem(
+            key_path("clusterName"),
+            "allowed: 1-32 characters, lower-case letters, digits and '-', starting with a letter",
+            name,
+        )
+
+
+def known_instance_type(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    known = ", ".join(sorted(catalog.instance_types))
+    for i, group in enumerate(spec.node_groups):
+        if group.instance_type not in catalog.instance_types:
+            yield Problem(
+                key_path("nodeGroups", i, "instanceType"),
+                f"unknown instance type; known types: {known}",
+                group.instance_type,
+            )
+
+
+def node_counts(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    for i, g in enumerate(spec.node_groups):
+        for key, value in (("minNodes", g.min_nodes), ("desiredNodes", g.desired), ("maxNodes", g.max_nodes)):
+            if value < 0:
+                yield Problem(key_path("nodeGroups", i, key), "node counts must be 0 or more", value)
+                break
+        else:
+            if g.max_nodes == 0:
+                yield Problem(key_path("nodeGroups", i, "maxNodes"), "must be at least 1", g.max_nodes)
+            elif not g.min_nodes <= g.desired <= g.max_nodes:
+                yield Problem(
+                    key_path("nodeGroups", i),
+                    f"node counts must satisfy minNodes <= desiredNodes <= maxNodes, "
+                    f"got {g.min_nodes} <= {g.desired} <= {g.max_nodes}",
+                )
+
+
+def efa_supported(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    for i, group, itype in _groups(spec, catalog):
+        if group.efa.mode == "on" and not (itype.efa_supported and itype.max_efa_interfaces > 0):
+            yield Problem(
+                key_path("nodeGroups", i, "efa", "mode"),
+                f"{itype.name} does not support EFA; allowed: 'off' or 'auto' (or an EFA instance type)",
+                "on",
+            )
+
+
+def efa_single_subnet(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    if len(spec.network.subnet_ids) <= 1:
+        return
+    efa_groups = [g.name for _, g, t in _groups(spec, catalog) if efa_enabled(g, t)]
+    if efa_groups:
+        yield Problem(
+            key_path("network", "subnetIds"),
+            f"EFA does not work across subnets or Availability Zones (node groups with EFA: "
+            f"{', '.join(efa_groups)}); give exactly one subnet, or set efa.mode: off",
+            list(spec.network.subnet_ids),
+        )
+
+
+def cluster_placement_supported(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    for i, group, itype in _groups(spec, catalog):
+        if group.placement_group and not itype.supports_cluster_placement:
+            yield Problem(
+                key_path("nodeGroups", i, "placementGroup"),
+                f"{itype.name} does not support cluster placement groups; allowed: false",
+                True,
+            )
+
+
+def placement_group_with_capacity_block(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    for i, group in enumerate(spec.node_groups):
+        if group.placement_group and group.capacity.type == "capacity-block":
+            yield Problem(
+                key_path("nodeGroups", i, "placementGroup"),
+                "a capacity block has its own placement; a placement group with it causes "
+                "InsufficientInstanceCapacity; allowed: false (or omit the key)",
+                True,
+            )
+
+
+def spot_with_reservation(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    for i, group in enumerate(spec.node_groups):
+        if group.capacity.type == "spot" and group.capacity.reservation_id is not None:
+            yield Problem(
+                key_path("nodeGroups", i, "capacity", "reservationId"),
+                "spot capacity cannot use a reservation; remove reservationId or set capacity.type to "
+                "'capacity-block' or 'capacity-reservation'",
+                group.capacity.reservation_id,
+            )
+
+
+def reservation_id_present(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    for i, group in enumerate(spec.node_groups):
+        cap = group.capacity
+        if cap.type in RESERVED_CAPACITY and cap.reservation_id is None:
+            yield Problem(
+                key_path("nodeGroups", i, "capacity", "reservationId"),
+                f"required when capacity.type is '{cap.type}': the reservation id, e.g. cr-0123456789abcdef0",
+            )
+        elif cap.reservation_id is not None and not RESERVATION_RE.match(cap.reservation_id):
+            yield Problem(
+                key_path("nodeGroups", i, "capacity", "reservationId"),
+                "not a capacity reservation id; expected 'cr-' and 17 hex digits",
+                cap.reservation_id,
+            )
+
+
+def usage_class_supported(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    needed = {"spot": "spot", "capacity-block": "capacity-block"}
+    for i, group, itype in _groups(spec, catalog):
+        usage = needed.get(group.capacity.type)
+        if usage and usage not in itype.usage_classes:
+            yield Problem(
+                key_path("nodeGroups", i, "capacity", "type"),
+                f"{itype.name} is not offered as {usage}; allowed: {', '.join(itype.usage_classes)}",
+                group.capacity.type,
+            )
+
+
+def spot_settings_only_for_spot(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    for i, group in enumerate(spec.node_groups):
+        cap = group.capacity
+        if cap.type != "spot" and cap.on_demand_base:
+            yield Problem(
+                key_path("nodeGroups", i, "capacity", "onDemandBase"),
+                "only spot groups have an on-demand base; remove it or set capacity.type: spot",
+                cap.on_demand_base,
+            )
+        if cap.on_demand_base < 0 or cap.on_demand_base > group.max_nodes:
+            yield Problem(
+                key_path("nodeGroups", i, "capacity", "onDemandBase"),
+                f"must be between 0 and maxNodes ({group.max_nodes})",
+                cap.on_demand_base,
+            )
+        if cap.spot_max_price is not None and (cap.type != "spot" or cap.spot_max_price <= 0):
+            yield Problem(
+                key_path("nodeGroups", i, "capacity", "spotMaxPrice"),
+                "only for spot groups, and a positive USD/hour price",
+                cap.spot_max_price,
+            )
+
+
+def node_group_sizes(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    for i, group in enumerate(spec.node_groups):
+        if not 30 <= group.root_volume_gib <= 16384:
+            yield Problem(
+                key_path("nodeGroups", i, "rootVolumeGiB"),
+                "allowed: 30 to 16384 GiB (the DLAMI needs at least 30)",
+                group.root_volume_gib,
+            )
+        if not 30 <= group.drain_timeout_seconds <= 7200:
+            yield Problem(
+                key_path("nodeGroups", i, "drainTimeoutSeconds"),
+                "allowed: 30 to 7200 seconds (the lifecycle hook heartbeat range)",
+                group.drain_timeout_seconds,
+            )
+
+
+def fsx_size(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    fsx = spec.storage.fsx
+    if fsx is not None and not (fsx.size_gib == 1200 or (fsx.size_gib > 0 and fsx.size_gib % 2400 == 0)):
+        yield Problem(
+            key_path("storage", "fsx", "sizeGiB"),
+            "FSx for Lustre PERSISTENT_2 size must be 1200 or a multiple of 2400 GiB",
+            fsx.size_gib,
+        )
+
+
+def fsx_throughput(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    fsx = spec.storage.fsx
+    if fsx is not None and fsx.throughput_per_tib not in FSX_THROUGHPUTS:
+        yield Problem(
+            key_path("storage", "fsx", "throughputPerTiB"),
+            f"allowed: {', '.join(map(str, FSX_THROUGHPUTS))} MB/s per TiB (PERSISTENT_2 SSD)",
+            fsx.throughput_per_tib,
+        )
+
+
+def fsx_paths(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    fsx = spec.storage.fsx
+    if fsx is None:
+        return
+    for key, value in (("mountPath", fsx.mount_path), ("linkPath", fsx.link_path)):
+        if not re.fullmatch(r"(/[A-Za-z0-9._-]+)+", value):
+            yield Problem(key_path("storage", "fsx", key), "an absolute path like /fsx, without spaces", value)
+    if fsx.link_path == "/":
+        yield Problem(key_path("storage", "fsx", "linkPath"), "cannot link the file system root", "/")
+    if fsx.s3_prefix and not re.fullmatch(r"([A-Za-z0-9._-]+/)+", fsx.s3_prefix):
+        yield Problem(
+            key_path("storage", "fsx", "s3Prefix"),
+            "a bucket prefix like 'checkpoints/' (ending in '/'), or '' for the whole bucket",
+            fsx.s3_prefix,
+        )
+
+
+def checkpoint_lifecycle(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    b = spec.storage.checkpoint_bucket
+    for key, value in (
+        ("noncurrentExpiryDays", b.noncurrent_expiry_days),
+        ("expiryDays", b.expiry_days),
+        ("abortMultipartDays", b.abort_multipart_days),
+    ):
+        if value is not None and value < 1:
+            yield Problem(key_path("storage", "checkpointBucket", key), "days must be 1 or more", value)
+
+
+def network_choice(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    net = spec.network
+    if net.vpc_id is not None and net.vpc_cidr is not None:
+        yield Problem(
+            key_path("network", "vpcCidr"),
+            "give either vpcCidr (create a VPC) or vpcId + subnetIds (use an existing one), not both",
+            net.vpc_cidr,
+        )
+    if net.vpc_id is not None and not VPC_ID_RE.match(net.vpc_id):
+        yield Problem(key_path("network", "vpcId"), "not a VPC id; expected 'vpc-' and hex digits", net.vpc_id)
+    if net.vpc_id is not None and not net.subnet_ids:
+        yield Problem(key_path("network", "subnetIds"), "required with vpcId: the private subnet(s) for the nodes")
+    if net.vpc_id is None and net.subnet_ids:
+        yield Problem(key_path("network", "vpcId"), "required with subnetIds: the VPC the subnets belong to")
+    for j, subnet in enumerate(net.subnet_ids):
+        if not SUBNET_ID_RE.match(subnet):
+            yield Problem(
+                key_path("network", "subnetIds", j), "not a subnet id; expected 'subnet-' and hex digits", subnet
+            )
+
+
+def vpc_cidr_valid(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    cidr = spec.network.vpc_cidr
+    if cidr is None:
+        return
+    try:
+        net = ipaddress.IPv4Network(cidr, strict=True)
+    except ValueError:
+        yield Problem(
+            key_path("network", "vpcCidr"),
+            "not a valid IPv4 network; expected e.g. 10.0.0.0/16 (host bits zero)",
+            cidr,
+        )
+        return
+    if not 16 <= net.prefixlen <= 24:
+        # /24 at most: the node subnet, public subnet and spare ranges are carved out of it
+        yield Problem(key_path("network", "vpcCidr"), "prefix length must be /16 to /24", cidr)
+
+
+def ssh_access(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    acc = spec.access
+    for j, cidr in enumerate(acc.ssh_cidrs):
+        try:
+            net = ipaddress.ip_network(cidr, strict=True)
+        except ValueError:
+            yield Problem(key_path("access", "sshCidrs", j), "not a valid CIDR, e.g. 10.1.0.0/16", cidr)
+            continue
+        if net.prefixlen == 0:
+            yield Problem(
+                key_path("access", "sshCidrs", j),
+                "SSH from the whole internet is not allowed; give your VPN or bastion range",
+                cidr,
+            )
+    if acc.ssh_cidrs and acc.ssh_key_name is None:
+        yield Problem(key_path("access", "sshKeyName"), "required with sshCidrs: the EC2 key pair name")
+    if not acc.ssm and not acc.ssh_cidrs:
+        yield Problem(
+            key_path("access", "ssm"),
+            "without SSM and without sshCidrs nobody can reach the nodes; keep ssm: true",
+            False,
+        )
+
+
+def ami_choice(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    ami = spec.ami
+    if ami.id is not None and ami.flavour is not None:
+        yield Problem(key_path("ami", "id"), "give either ami.id or ami.flavour, not both", ami.id)
+    if ami.id is not None and not AMI_ID_RE.match(ami.id):
+        yield Problem(key_path("ami", "id"), "not an AMI id; expected 'ami-' and 8 or 17 hex digits", ami.id)
+    if ami.flavour is not None and not FLAVOUR_RE.match(ami.flavour):
+        yield Problem(
+            key_path("ami", "flavour"),
+            "a DLAMI flavour as in its SSM parameter, e.g. 'base-oss-nvidia-driver-gpu-ubuntu-22.04'",
+            ami.flavour,
+        )
+
+
+def tag_keys(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    for key in spec.tags:
+        if key.startswith(TAG_KEY_RESERVED) or not 1 <= len(key) <= 128:
+            yield Problem(
+                key_path("tags", key),
+                "tag keys are 1-128 characters and may not start with 'aws:' or 'gpucloud:' "
+                "(gpucloud sets gpucloud:stack and gpucloud:cluster itself)",
+                key,
+            )
+
+
+def job_plane_limits(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    jp = spec.job_plane
+    if not 1 <= jp.max_receive_count <= 1000:
+        yield Problem(key_path("jobPlane", "maxReceiveCount"), "allowed: 1 to 1000", jp.max_receive_count)
+    if not 0 <= jp.visibility_timeout_seconds <= 43200:
+        yield Problem(
+            key_path("jobPlane", "visibilityTimeoutSeconds"),
+            "allowed: 0 to 43200 seconds (the SQS limit)",
+            jp.visibility_timeout_seconds,
+        )
+
+
+def cost_ceiling(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    ceiling = spec.cost_ceiling_usd_per_hour
+    if ceiling is None:
+        return
+    if ceiling <= 0:
+        yield Problem(key_path("costCeilingUsdPerHour"), "must be a positive USD/hour amount", ceiling)
+        return
+    sizings = [sizing_for(g, t) for _, g, t in _groups(spec, catalog)]
+    unknown = [s.instance_type.name for s in sizings if s.instance_type.on_demand_usd_per_hour is None]
+    if unknown:
+        yield Problem(
+            key_path("costCeilingUsdPerHour"),
+            f"cannot check: no on-demand price in the catalog for {', '.join(sorted(set(unknown)))}; "
+            "run `gpucloud catalog refresh` or remove the ceiling",
+            ceiling,
+        )
+        return
+    worst = estimate_cost(sizings).on_demand.max
+    if worst is not None and worst > ceiling:
+        yield Problem(
+            key_path("costCeilingUsdPerHour"),
+            f"max nodes at on-demand price cost {worst:.2f} USD/hour, above the ceiling; "
+            "lower maxNodes or raise the ceiling",
+            ceiling,
+        )
+
+
+def sizing_for(group: NodeGroup, itype: InstanceType) -> GroupSizing:
+    return GroupSizing(
+        name=group.name,
+        instance_type=itype,
+        capacity_type=group.capacity.type,
+        min_nodes=group.min_nodes,
+        desired_nodes=group.desired,
+        max_nodes=group.max_nodes,
+        on_demand_base=group.capacity.on_demand_base if group.capacity.type == "spot" else 0,
+    )
+
+
+RULES: tuple[Rule, ...] = (
+    region_format,
+    availability_zone_in_region,
+    cluster_name_format,
+    at_least_one_group,
+    group_names,
+    known_instance_type,
+    node_counts,
+    efa_supported,
+    efa_single_subnet,
+    cluster_placement_supported,
+    placement_group_with_capacity_block,
+    spot_with_reservation,
+    reservation_id_present,
+    usage_class_supported,
+    spot_settings_only_for_spot,
+    node_group_sizes,
+    fsx_size,
+    fsx_throughput,
+    fsx_paths,
+    checkpoint_lifecycle,
+    network_choice,
+    vpc_cidr_valid,
+    ssh_access,
+    ami_choice,
+    tag_keys,
+    job_plane_limits,
+    cost_ceiling,
+)
+
+
+def check(spec: ClusterSpec, catalog: Catalog) -> list[Problem]:
+    """Every problem every rule finds, in rule order."""
+    return [problem for rule in RULES for problem in rule(spec, catalog)]

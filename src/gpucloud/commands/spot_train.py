@@ -90,8 +90,10 @@ def spot_train(
     from gpucloud.jobs.model import JobSpec
     from gpucloud.jobs.node import start_signal_hub
     from gpucloud.jobs.runner import supervise_job
+    from gpucloud.signals.imds import resolve_endpoint
 
     config = supervisor_config(poll_interval=poll_interval, ack_timeout=ack_timeout, stop_margin=stop_margin, kill_after=kill_after, grace=grace)
+    endpoint = None if no_imds else resolve_endpoint(imds_endpoint)  # validate before recording anything
     queue = open_queue(queue_uri)
     if job_id is not None:
         job = queue.get(job_id)
@@ -113,7 +115,7 @@ def spot_train(
         job_id = queue.submit(spec).id
         click.echo(f"gpucloud: job {job_id} recorded in {queue.uri}", err=True)
 
-    hub = start_signal_hub(imds_endpoint=imds_endpoint, use_imds=not no_imds, poll_interval=poll_interval, grace=grace)
+    hub = start_signal_hub(imds_endpoint=endpoint, use_imds=not no_imds, poll_interval=poll_interval, grace=grace)
     try:
         result = supervise_job(
             queue, job_id, notices=hub, config=config, local_checkpoint_dir=local_checkpoint_dir, on_event=print_event,

@@ -36,14 +36,16 @@ def worker(queue_uri, imds_endpoint, no_imds, poll_interval, grace, ack_timeout,
     from gpucloud.jobs.locations import open_queue
     from gpucloud.jobs.node import start_signal_hub
     from gpucloud.jobs.runner import default_worker_id, supervise_job
+    from gpucloud.signals.imds import resolve_endpoint
 
     config = supervisor_config(poll_interval=poll_interval, ack_timeout=ack_timeout, stop_margin=stop_margin, kill_after=kill_after, grace=grace)
+    endpoint = None if no_imds else resolve_endpoint(imds_endpoint)
     queue = open_queue(queue_uri)
     me = default_worker_id()
     limit = 1 if once else max_jobs
     ran: list[dict] = []
     exit_code = 0
-    hub = start_signal_hub(imds_endpoint=imds_endpoint, use_imds=not no_imds, poll_interval=poll_interval, grace=grace)
+    hub = start_signal_hub(imds_endpoint=endpoint, use_imds=not no_imds, poll_interval=poll_interval, grace=grace)
     try:
         idle_since = time.monotonic()
         while limit is None or len(ran) < limit:

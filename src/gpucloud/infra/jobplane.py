@@ -60,7 +60,6 @@ class JobPlane(pulumi.ComponentResource):
             point_in_time_recovery=aws.dynamodb.TablePointInTimeRecoveryArgs(enabled=True),
             server_side_encryption=aws.dynamodb.TableServerSideEncryptionArgs(enabled=True),
             ttl=aws.dynamodb.TableTtlArgs(attribute_name="expires_at", enabled=True),
-            deletion_protection_enabled=True,
             tags=t.tags("jobs"),
             opts=pulumi.ResourceOptions(parent=self),
         )

@@ -126,4 +126,5 @@ class AttemptEnd(BaseModel):
     last_step: int | None = None
     committed_step: int | None = None
     resumed_step: int | None = None
+    resume_from: int | None = None  # the committed step the next attempt will restore (None: fresh)
     reason: str | None = None

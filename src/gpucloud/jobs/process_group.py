@@ -102,7 +102,7 @@ class ProcessGroup:
 
     # -- stopping ---------------------------------------------------------------------------
 
-    def signal(self, sig: signal.Signals) -> None:
+    def send(self, sig: signal.Signals) -> None:
         """Send ``sig`` to our group and to the group of every descendant we have seen."""
         self.refresh_descendants()
         own = os.getpgrp()

@@ -86,6 +86,7 @@ class JobQueue(Protocol):
         ...
 
     def events(self, job_id: str) -> list[Event]:
+        """The timeline in the order things happened (by ``at``; ties in recording order)."""
         ...
 
     def close(self) -> None:

@@ -6,7 +6,7 @@ Pure functions over the records a queue returns (job, attempts, events); ``gpucl
 Definitions (also in docs/spot-train.md):
 
 * *steps lost* by attempt k = the furthest step it completed − the step attempt k+1 resumed from
-  (a fresh start resumes from "before step 0"). 0 means nothing was recomputed.
+  (steps are counted as completed steps; a fresh start resumes from 0). 0: nothing recomputed.
 * *GPU-hours used* = Σ attempt wall time × nodes × GPUs per node.
 * *GPU-hours lost* = for each attempt that did not finish: the share of its training time spent on
   the steps that were lost, plus the next attempt's start-up (process start → checkpoint restored).
@@ -21,9 +21,9 @@ from pydantic import BaseModel
 
 from gpucloud.jobs.model import Attempt, AttemptState, Event, Job
 
-# The session numbers steps from 0 and reports the step it just completed; a fresh start has
-# completed "step -1".
-FRESH_START_STEP = -1
+# The session counts completed steps (``step_done(n)`` after the n-th step; a fresh start restores
+# step 0), so "steps lost" is a plain difference.
+FRESH_START_STEP = 0
 
 
 class Interruption(BaseModel):

@@ -14,6 +14,7 @@ output lines as the reason.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import signal
 import socket
@@ -37,6 +38,8 @@ from gpucloud.jobs.supervisor import (
     tighten,
 )
 from gpucloud.signals.events import Notice
+
+log = logging.getLogger("gpucloud.jobs")
 
 EventHook = Callable[[str, dict[str, Any]], None]
 
@@ -110,10 +113,15 @@ def run_attempt(
     local_checkpoint_dir: str | None = None,
     sink: IO[str] | None = None,
     on_event: EventHook | None = None,
+    run_root: Path | None = None,
 ) -> AttemptResult:
-    """Run the claimed attempt ``job.attempt`` to its end and record that end exactly once."""
+    """Run the claimed attempt ``job.attempt`` to its end and record that end exactly once.
+
+    ``run_root`` holds this node's per-attempt scratch (the control directory); default
+    ``$GPUCLOUD_HOME/run``.
+    """
     number = job.attempt
-    control_dir = run_dir(job.id, number) / "control"
+    control_dir = (run_root / job.id / f"attempt-{number}" if run_root else run_dir(job.id, number)) / "control"
     control_dir.mkdir(parents=True, exist_ok=True)
     control.clear(control_dir)
 
@@ -175,7 +183,7 @@ def run_attempt(
             if not queue.heartbeat(job.id, number, worker, lease_seconds=config.lease_seconds):
                 lease_lost = True  # another worker took the job over; this attempt must not go on
                 if terminated_at is None:
-                    group.signal(signal.SIGTERM)
+                    group.send(signal.SIGTERM)
                     terminated_at = now
                     record("stop", signal="SIGTERM", reason="lease lost to another worker")
 
@@ -187,16 +195,16 @@ def run_attempt(
             committed_at=_written_at(seen.committed), terminated_at=terminated_at, killed=killed, config=config,
         )
         if decision.action == "terminate":
-            group.signal(signal.SIGTERM)
+            group.send(signal.SIGTERM)
             terminated_at = now
             record("stop", signal="SIGTERM", reason=decision.reason)
         elif decision.action == "kill":
-            group.signal(signal.SIGKILL)
+            group.send(signal.SIGKILL)
             killed = True
             record("stop", signal="SIGKILL", reason=decision.reason)
         if exit_code is not None and group.alive() and plan is None and terminated_at is None:
             # The leader is gone but ranks it started linger (torchrun killed hard): clean them up.
-            group.signal(signal.SIGTERM)
+            group.send(signal.SIGTERM)
             terminated_at = now
             record("stop", signal="SIGTERM", reason="the command exited but processes it started are still running")
 
@@ -218,12 +226,14 @@ def run_attempt(
         outcome_state, reason = AttemptState.LOST, "lease lost to another worker"
     else:
         outcome_state = outcome.state
+    committed_step = _step_of(seen.committed)
     end = AttemptEnd(
         state=outcome_state,
         exit_code=command_exit,
         last_step=seen.last_step,
-        committed_step=_step_of(seen.committed),
+        committed_step=committed_step,
         resumed_step=_step_of(seen.resumed),
+        resume_from=committed_step if committed_step is not None else _latest_committed(job),
         reason=reason,
     )
     transition = queue.end_attempt(job.id, number, end)
@@ -241,7 +251,8 @@ def _observe(control_dir: Path, seen: _Observed, record: Callable[..., None], qu
     if seen.resumed is None and (payload := control.read(control_dir, control.RESUMED)) is not None:
         seen.resumed = payload
         queue.update_attempt(job_id, number, resumed_step=_step_of(payload))
-        record("resume", at=_written_at(payload), step=_step_of(payload))
+        details = {k: v for k, v in payload.items() if k not in ("step", "written_at")}
+        record("resume", at=_written_at(payload), step=_step_of(payload), **details)
     seen.see_step(control.read(control_dir, control.PROGRESS))
     if seen.acked is None and (payload := control.read(control_dir, control.ACK)) is not None:
         seen.acked = payload
@@ -267,6 +278,7 @@ def supervise_job(
     sink: IO[str] | None = None,
     on_event: EventHook | None = None,
     claimed: Job | None = None,
+    run_root: Path | None = None,
 ) -> JobResult:
     """Claim ``job_id`` (or run the already ``claimed`` job) and run attempts until it is requeued
     by a notice (75), finished (0) or failed (the command's non-zero exit code)."""
@@ -276,7 +288,7 @@ def supervise_job(
     while True:
         result = run_attempt(
             queue, job, worker=worker, notices=notices, config=config,
-            local_checkpoint_dir=local_checkpoint_dir, sink=sink, on_event=on_event,
+            local_checkpoint_dir=local_checkpoint_dir, sink=sink, on_event=on_event, run_root=run_root,
         )
         results.append(result)
         after = result.transition.job
@@ -308,6 +320,17 @@ def _claim(queue: JobQueue, job_id: str | None, worker: str, config: SupervisorC
         f"job {job_id} is running on worker {current.worker} (lease until "
         f"{time.strftime('%H:%M:%S', time.localtime(current.lease_until or 0))}); it becomes claimable when that lease expires"
     )
+
+
+def _latest_committed(job: Job) -> int | None:
+    """The step the next attempt will restore, for the timeline; unknown when the store cannot be read."""
+    from gpucloud.checkpoint.store import latest_committed
+
+    try:
+        return latest_committed(job.spec.checkpoint_uri or default_checkpoint_uri(), job.id)
+    except Exception as err:  # noqa: BLE001 - informational only; the next attempt's restore decides
+        log.warning("could not read the latest committed checkpoint of job %s: %s", job.id, err)
+        return None
 
 
 def default_worker_id() -> str:

@@ -293,7 +293,7 @@ class SqliteQueue:
                 )
                 _insert_event(
                     db, job_id, attempt, "requeue", now,
-                    {"next_attempt": next_attempt, "reason": end.reason, "from_step": end.committed_step},
+                    {"next_attempt": next_attempt, "reason": end.reason, "from_step": end.resume_from},
                 )
             elif end.state is AttemptState.FINISHED:
                 db.execute(
@@ -324,7 +324,7 @@ class SqliteQueue:
 
     def events(self, job_id: str) -> list[Event]:
         self.get(job_id)
-        rows = self._read("SELECT job_id, attempt, kind, at, data FROM events WHERE job_id = ? ORDER BY seq", (job_id,))
+        rows = self._read("SELECT job_id, attempt, kind, at, data FROM events WHERE job_id = ? ORDER BY at, seq", (job_id,))
         return [
             Event(job_id=r["job_id"], attempt=r["attempt"], kind=r["kind"], at=r["at"], data=json.loads(r["data"]))
             for r in rows

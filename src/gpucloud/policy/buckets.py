@@ -31,7 +31,9 @@ def bucket_is_encrypted(bucket: PolicyResource, resources: Sequence[PolicyResour
     if isinstance(inline, Mapping) and _rules_encrypt(inline.get("rule") or inline.get("rules")):
         return True
     return any(
-        r.resource_type in rt.S3_BUCKET_ENCRYPTION and references(r, "bucket", bucket) and _rules_encrypt(r.props.get("rules"))
+        r.resource_type in rt.S3_BUCKET_ENCRYPTION
+        and references(r, "bucket", bucket)
+        and _rules_encrypt(r.props.get("rules"))
         for r in resources
     )
 

@@ -24,7 +24,7 @@ POLICIES: list[Policy] = [
     ),
     ResourceValidationPolicy(
         name="no-public-ips",
-        description="Nodes get no public IP: no associatePublicIpAddress on interfaces, no mapPublicIpOnLaunch subnets.",
+        description="Nodes get no public IP: no associatePublicIpAddress on interfaces or mapPublicIpOnLaunch subnets.",
         validate=no_public_ips,
         enforcement_level=MANDATORY,
     ),

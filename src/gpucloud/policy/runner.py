@@ -37,6 +37,8 @@ class RecordedResourceLike(Protocol):
     name: str
     inputs: Mapping[str, Any]
     custom: bool
+    # optional, used when present: ``urn``; ``property_dependencies`` (camelCase property -> URNs it
+    # was computed from, as the engine receives them); ``id`` (the id the provider returned)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +79,7 @@ def to_policy_resources(
         PolicyResource(
             r.type,
             dict(r.inputs),
-            urn_for(stack, project, r.type, r.name),
+            getattr(r, "urn", None) or urn_for(stack, project, r.type, r.name),
             r.name,
             _options(getattr(r, "parent", None)),
             None,
@@ -87,16 +89,20 @@ def to_policy_resources(
         )
         for r in custom
     ]
+    by_urn = {r.urn: r for r in policy_resources}
     by_id: dict[str, PolicyResource] = {}
-    for recorded, resource in zip(custom, policy_resources):
+    for recorded, resource in zip(custom, policy_resources, strict=True):
         resource_id = getattr(recorded, "id", None)
         if isinstance(resource_id, str) and resource_id:
             by_id[resource_id] = resource
-    for resource in policy_resources:
+    for recorded, resource in zip(custom, policy_resources, strict=True):
+        recorded_deps: Mapping[str, Sequence[str]] = getattr(recorded, "property_dependencies", None) or {}
         for key, value in resource.props.items():
-            deps = [by_id[s] for s in referenced_strings(value) if s in by_id and by_id[s] is not resource]
+            deps = [by_urn[urn] for urn in recorded_deps.get(key, ()) if urn in by_urn]
+            deps += [by_id[s] for s in referenced_strings(value) if s in by_id]
+            deps = [d for d in {d.urn: d for d in deps}.values() if d is not resource]
             if deps:
-                resource.property_dependencies[key] = list({d.urn: d for d in deps}.values())
+                resource.property_dependencies[key] = deps
                 resource.dependencies.extend(d for d in deps if d not in resource.dependencies)
     return policy_resources
 

@@ -1,0 +1,10 @@
+"""Interruption signals: where a spot notice is read.
+
+- ``imds``: IMDSv2 client (token, refresh, retry on 401, short timeouts) and endpoint resolution.
+- ``interpret``: pure rules turning IMDS items into ``Notice`` objects (deadlines, staleness, dedup keys).
+- ``poller``: the IMDS monitor thread.
+- ``hub``: one deduplicated event stream from every source (IMDS, SIGTERM/SIGINT, ``publish``).
+- ``imds_emulator`` / ``emulator_scenario`` / ``emulator_control``: the offline IMDS emulator.
+
+Import the submodules directly; this package imports nothing heavy.
+"""

@@ -213,10 +213,9 @@ class EmulatorScenario:
 
     # -- fault injection -----------------------------------------------------------------------
     def fail_tokens(self, count: int) -> None:
-        """A 401 storm: every token is revoked and the next ``count`` metadata GETs answer 401."""
+        """A 401 storm: the next ``count`` metadata GETs answer 401 and revoke the token they carried."""
         _check_count(count)
         with self._lock:
-            self._tokens.clear()
             self._faults.token_failures = count
 
     def fail_with(self, status: int, count: int) -> None:
@@ -310,17 +309,17 @@ class EmulatorScenario:
     def _metadata_get(self, path: str, headers: dict[str, str]) -> Answer:
         now = self.clock()
         token = headers.get(TOKEN_HEADER.lower())
+        faults = self._faults
+        if faults.token_failures > 0:  # a 401 storm: the presented token is rejected and revoked
+            faults.token_failures -= 1
+            self._tokens.pop(token or "", None)
+            return _text(401, "Unauthorized")
         extra: tuple[tuple[str, str], ...] = ()
         if token is not None or self.require_token:
             expiry = self._tokens.get(token or "")
             if expiry is None or expiry <= now:
                 return _text(401, "Unauthorized")
             extra = ((TOKEN_TTL_HEADER, str(max(0, int(expiry - now)))),)
-        faults = self._faults
-        if faults.token_failures > 0:
-            faults.token_failures -= 1
-            self._tokens.pop(token or "", None)
-            return _text(401, "Unauthorized")
         if faults.status_count > 0:
             faults.status_count -= 1
             return _text(faults.status, "Internal Server Error" if faults.status == 500 else "Error")

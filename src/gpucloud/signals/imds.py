@@ -33,7 +33,6 @@ TOKEN_HEADER = "X-aws-ec2-metadata-token"
 TOKEN_TTL_HEADER = "X-aws-ec2-metadata-token-ttl-seconds"
 MIN_TOKEN_TTL = 1
 MAX_TOKEN_TTL = 21600
-# NTH refreshes when the remaining TTL is <= 15 s; for very short TTLs refresh in the last 10 %.
 TOKEN_REFRESH_MARGIN = 15.0
 # After a token PUT timed out (hop limit), retry IMDSv2 only this often; in between use IMDSv1.
 TOKEN_RETRY_AFTER_TIMEOUT = 30.0
@@ -106,7 +105,12 @@ def _validated_endpoint(value: str, origin: str) -> str:
 @dataclasses.dataclass
 class _Token:
     value: str
-    expires_at: float  # on the client's monotonic clock
+    ttl: float  # as granted
+    expires_at: float  # on the client's clock
+
+    def refresh_at(self) -> float:
+        # NTH refreshes when <= 15 s remain; a short-lived token is refreshed in its last 10 %.
+        return self.expires_at - min(TOKEN_REFRESH_MARGIN, self.ttl * 0.1)
 
 
 class ImdsClient:
@@ -115,8 +119,9 @@ class ImdsClient:
     ``get`` returns the status and body for any HTTP answer (404 and 5xx included) and raises
     ``ImdsUnavailable`` only when no answer came: connection refused, connect or read timeout.
     A token PUT that times out is logged loudly with the hop-limit hint; the client then falls back
-    to tokenless (IMDSv1) GETs for a while, as the AWS SDKs do, so a node with v1 allowed still
-    sees its notices.
+    to tokenless (IMDSv1) GETs for 30 s, as the AWS SDKs do, so a node with v1 allowed still sees its
+    notices. Where IMDSv1 is refused (401), a later token timeout raises ``ImdsUnavailable``
+    (``token-timeout``), so a poll round costs one timeout, not one per item.
     """
 
     def __init__(
@@ -143,7 +148,10 @@ class ImdsClient:
         self._clock = clock
         self._lock = threading.Lock()
         self._token: _Token | None = None
-        self._v1_until = float("-inf")  # tokenless mode after a token PUT timeout, until this time
+        self._v1_until = float("-inf")  # tokenless (IMDSv1) GETs until this time, after a failed token PUT
+        self._hop_limit_reported = False
+        self._v1_reported = False
+        self._v1_refused = False  # a tokenless GET answered 401: IMDSv1 is not an option here
         self.tokens_fetched = 0  # how many token PUTs succeeded (observability and tests)
 
     # -- public -----------------------------------------------------------------------------
@@ -153,12 +161,17 @@ class ImdsClient:
             path = "/" + path
         token = self._current_token()
         response = self._request("GET", path, self._token_headers(token))
-        if response.status == 401 and token is not None:
-            # The token was rejected (expired early, IMDS restarted, revoked): one retry, fresh token.
-            self._drop_token(token)
-            token = self._current_token()
-            response = self._request("GET", path, self._token_headers(token))
-        elif response.status == 200 and token is not None:
+        if response.status == 401:
+            if token is None:
+                # Tokenless (IMDSv1) is refused here (HttpTokens=required), so the v1 fallback is
+                # useless: from now on a token timeout is reported as the service being unavailable.
+                self._end_v1_fallback()
+            else:
+                # The token was rejected (expired early, IMDS restarted, revoked): one retry, fresh token.
+                self._drop_token(token)
+                token = self._current_token()
+                response = self._request("GET", path, self._token_headers(token))
+        if response.ok and token is not None:
             self._note_remaining_ttl(token, response)
         return response
 
@@ -179,15 +192,17 @@ class ImdsClient:
         with self._lock:
             now = self._clock()
             token = self._token
-            if token is not None and now < token.expires_at - self._refresh_margin():
+            if token is not None and now < token.refresh_at():
                 return token
             if now < self._v1_until:
                 return None
             self._token = self._fetch_token()
             return self._token
 
-    def _refresh_margin(self) -> float:
-        return min(TOKEN_REFRESH_MARGIN, self.token_ttl * 0.1)
+    def _end_v1_fallback(self) -> None:
+        with self._lock:
+            self._v1_until = float("-inf")
+            self._v1_refused = True
 
     def _drop_token(self, token: _Token) -> None:
         with self._lock:
@@ -207,22 +222,35 @@ class ImdsClient:
         try:
             response = self._request("PUT", TOKEN_PATH, {TOKEN_TTL_HEADER: str(self.token_ttl)})
         except ImdsUnavailable as err:
-            if err.reason == "read-timeout":
-                # Connected, but the answer never came back: the PUT response's IP TTL (the hop
-                # limit) ran out on the way into a container. Say so loudly; then try IMDSv1.
+            if err.reason != "read-timeout":
+                raise
+            # Connected, but the answer never came back: the PUT response's IP TTL (the hop limit)
+            # ran out on the way into a container. Say so loudly (once per episode), then try IMDSv1
+            # for a while instead of paying this timeout on every request.
+            if not self._hop_limit_reported:
                 log.error("%s [endpoint %s]", HOP_LIMIT_HINT, self.endpoint)
-                self._v1_until = self._clock() + TOKEN_RETRY_AFTER_TIMEOUT
-                return None
-            raise
-        if response.status != 200 or not response.text.strip():
-            # 403/404/405: IMDSv2 disabled or not offered here; the GET tells whether v1 works.
-            log.warning("IMDS token request to %s answered HTTP %s; continuing without a token (IMDSv1)", self.endpoint, response.status)
+                self._hop_limit_reported = True
+            if self._v1_refused:
+                raise ImdsUnavailable("token-timeout", f"{HOP_LIMIT_HINT} [endpoint {self.endpoint}]") from err
+            self._v1_until = self._clock() + TOKEN_RETRY_AFTER_TIMEOUT
             return None
-        ttl = self.token_ttl
+        if response.status in (403, 404, 405):
+            # IMDSv2 disabled or not offered here (botocore reads these the same way): try IMDSv1.
+            if not self._v1_reported:
+                log.warning("IMDS token request to %s answered HTTP %s; continuing without a token (IMDSv1)", self.endpoint, response.status)
+                self._v1_reported = True
+            self._v1_until = self._clock() + TOKEN_RETRY_AFTER_TIMEOUT
+            return None
+        if response.status != 200 or not response.text.strip():
+            # A transient error (5xx, throttling): this GET goes without a token, the next one retries.
+            log.warning("IMDS token request to %s answered HTTP %s; retrying on the next request", self.endpoint, response.status)
+            return None
+        ttl = float(self.token_ttl)
         if response.ttl_remaining is not None:  # the service may grant less than asked
             ttl = min(ttl, response.ttl_remaining)
         self.tokens_fetched += 1
-        return _Token(value=response.text.strip(), expires_at=self._clock() + ttl)
+        self._hop_limit_reported = self._v1_reported = False
+        return _Token(value=response.text.strip(), ttl=ttl, expires_at=self._clock() + ttl)
 
     # -- transport --------------------------------------------------------------------------
     def _request(self, method: str, path: str, headers: dict[str, str]) -> "_TtlAware":

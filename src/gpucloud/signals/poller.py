@@ -3,7 +3,9 @@
 One round reads ``spot/instance-action`` first (the most urgent), ``spot/termination-time`` only
 when the instance-action item is absent or failed (it is the legacy view of the same notice),
 then the rebalance recommendation, the ASG target lifecycle state and the scheduled events. Each
-item is read on its own, so a failing item never hides another one.
+item is read on its own, so an item answering an error or a malformed body never hides another
+one; when the service does not answer at all (refused, timed out) the round ends at once, so a
+round never takes longer than one timeout.
 
 Nothing but a well-formed, current payload makes a notice: 404, 5xx, 401 after the retry,
 timeouts, refused connections and malformed bodies are counted and logged (once per change of
@@ -41,8 +43,8 @@ class PollerHealth:
     last_ok_at: float | None = None  # clock time of the last round in which every item answered
 
 
-class _ItemFailed(Exception):
-    pass
+class _Unreachable(Exception):
+    """No answer from IMDS (refused, timed out): end this round early."""
 
 
 class ImdsPoller:
@@ -76,22 +78,27 @@ class ImdsPoller:
         found: list[Notice] = []
         problems: list[str] = []
 
-        action = self._read(interpret.INSTANCE_ACTION, problems)
-        if isinstance(action, str):
-            found += self._interpret(interpret.INSTANCE_ACTION, problems, lambda: interpret.instance_action_notice(action, now, self.rules))
-        else:  # absent or unreadable: the legacy item may still carry the notice
-            stamp = self._read(interpret.TERMINATION_TIME, problems)
-            if isinstance(stamp, str):
-                found += self._interpret(interpret.TERMINATION_TIME, problems, lambda: interpret.termination_time_notice(stamp, now, self.rules))
-        rebalance = self._read(interpret.REBALANCE, problems)
-        if isinstance(rebalance, str):
-            found += self._interpret(interpret.REBALANCE, problems, lambda: interpret.rebalance_notice(rebalance, now))
-        state = self._read(interpret.TARGET_LIFECYCLE_STATE, problems)
-        if isinstance(state, str):
-            found += self._interpret(interpret.TARGET_LIFECYCLE_STATE, problems, lambda: interpret.lifecycle_notice(state, now, self.rules))
-        events = self._read(interpret.SCHEDULED_EVENTS, problems)
-        if isinstance(events, str):
-            found += self._interpret(interpret.SCHEDULED_EVENTS, problems, lambda: self._scheduled(events, now, problems))
+        try:
+            action = self._read(interpret.INSTANCE_ACTION, problems)
+            from_action = None
+            if isinstance(action, str):
+                from_action = self._interpret(interpret.INSTANCE_ACTION, problems, lambda: interpret.instance_action_notice(action, now, self.rules))
+                found += from_action or []
+            if from_action is None:  # absent, failed or malformed: the legacy item may still carry the notice
+                stamp = self._read(interpret.TERMINATION_TIME, problems)
+                if isinstance(stamp, str):
+                    found += self._interpret(interpret.TERMINATION_TIME, problems, lambda: interpret.termination_time_notice(stamp, now, self.rules)) or []
+            rebalance = self._read(interpret.REBALANCE, problems)
+            if isinstance(rebalance, str):
+                found += self._interpret(interpret.REBALANCE, problems, lambda: interpret.rebalance_notice(rebalance, now)) or []
+            state = self._read(interpret.TARGET_LIFECYCLE_STATE, problems)
+            if isinstance(state, str):
+                found += self._interpret(interpret.TARGET_LIFECYCLE_STATE, problems, lambda: interpret.lifecycle_notice(state, now, self.rules)) or []
+            events = self._read(interpret.SCHEDULED_EVENTS, problems)
+            if isinstance(events, str):
+                found += self._interpret(interpret.SCHEDULED_EVENTS, problems, lambda: self._scheduled(events, now, problems)) or []
+        except _Unreachable:
+            pass  # the service did not answer at all: the rest of the round would only wait too
 
         self.health.rounds += 1
         self._log_problems(problems, now)
@@ -115,7 +122,8 @@ class ImdsPoller:
         try:
             response = self.client.get(path)
         except ImdsUnavailable as err:
-            return self._failed(problems, str(err))
+            self._failed(problems, str(err))
+            raise _Unreachable from err
         if response.ok:
             return response.text
         if response.absent:
@@ -128,13 +136,14 @@ class ImdsPoller:
         problems.append(message)
         return _FAILED
 
-    def _interpret(self, path: str, problems: list[str], build: Callable[[], Notice | list[Notice] | None]) -> list[Notice]:
+    def _interpret(self, path: str, problems: list[str], build: Callable[[], Notice | list[Notice] | None]) -> list[Notice] | None:
+        """The notices in a 200 body; None when the body is malformed."""
         try:
             result = build()
         except MalformedPayload as err:
             self.health.malformed += 1
-            problems.append(f"IMDS {path}: {err}; no notice assumed")
-            return []
+            problems.append(f"IMDS answer malformed: {err}; no notice assumed")
+            return None
         if isinstance(result, list):
             return result
         if result is None:
@@ -159,7 +168,7 @@ class ImdsPoller:
                 self._logged.clear()
             self.health.last_ok_at = now
             return
-        for message in problems:
+        for message in dict.fromkeys(problems):
             if message not in self._logged:
                 log.warning("%s", message)
         self._logged = set(problems)

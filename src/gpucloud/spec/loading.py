@@ -8,6 +8,7 @@ value and what is allowed.
 
 from __future__ import annotations
 
+import difflib
 import json
 import types
 import typing
@@ -143,7 +144,9 @@ def _problem_from_pydantic(error: Mapping[str, Any]) -> Problem:
     value = error.get("input")
     if kind == "extra_forbidden":
         allowed = _allowed_keys(loc[:-1])
-        return Problem(key_path(*loc), f"unknown key; allowed keys here: {', '.join(allowed)}")
+        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return Problem(key_path(*loc), f"unknown key{hint}; allowed keys here: {', '.join(allowed)}")
     if kind == "missing":
         return Problem(key_path(*loc), "required key is missing")
     if kind == "literal_error":

@@ -1,0 +1,134 @@
+"""``gpucloud plan``: preview a stack offline — resources, EFA layout, hourly cost.
+
+Heavy imports (pulumi, pulumi_aws) happen inside the command so ``gpucloud --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpucloud.errors import UserError
+from gpucloud.output import output_option, print_json
+
+STACK_FILE_RE = re.compile(r"^Pulumi\.(?P<name>.+)\.ya?ml$")
+
+
+@click.command("plan")
+@click.option("--stack", "-s", "stack", metavar="NAME", help="A shipped stack: stacks/Pulumi.NAME.yaml.")
+@click.option(
+    "--stack-file", "stack_file", metavar="PATH", type=click.Path(dir_okay=False, path_type=Path),
+    help="Any stack file (Pulumi.<name>.yaml format); the stack name is taken from the file name.",
+)
+@output_option()
+def plan(stack: str | None, stack_file: Path | None, output: str) -> None:
+    """Preview a stack offline: what `pulumi up` would create, the EFA layout and the hourly cost.
+
+    Runs the real stack program under Pulumi mocks in this process: no AWS account, credentials,
+    network or Pulumi CLI needed. Lookups (availability zones, the DLAMI's SSM parameter, the AMI)
+    are answered by the mocks, so IDs and ARNs in the output are placeholders.
+
+    \b
+    Examples:
+      gpucloud plan --stack dev
+      gpucloud plan --stack p5-capacity-block --output json | jq '.cost'
+      gpucloud plan --stack-file my-stacks/Pulumi.research.yaml
+
+    The stack file is validated first; every problem is reported as one line naming the file,
+    the key, the bad value and what is allowed (exit code 2). The planned resources are then
+    checked by the gpucloud policy pack; a mandatory violation makes the exit code 1.
+    """
+    from gpucloud.spec import load_stack_file, stack_file_for
+
+    if (stack is None) == (stack_file is None):
+        from gpucloud.spec.loading import available_stacks
+
+        raise UserError(
+            "give exactly one of --stack NAME or --stack-file PATH; shipped stacks: "
+            + ", ".join(available_stacks())
+        )
+    path = stack_file_for(stack) if stack is not None else stack_file
+    assert path is not None
+    name = stack if stack is not None else _stack_name_from(path)
+    spec = load_stack_file(path)
+
+    from gpucloud.infra.preview import preview_stack
+    from gpucloud.policy.runner import run_policies
+
+    if output == "json":
+        result = preview_stack(spec, name)
+        violations = run_policies(result.resources, stack=name)
+        print_json({**result.to_json(), "policy_violations": [dataclasses.asdict(v) for v in violations]})
+    else:
+        from rich.console import Console
+
+        with Console(stderr=True).status(f"Planning stack {name} under Pulumi mocks..."):
+            result = preview_stack(spec, name)
+            violations = run_policies(result.resources, stack=name)
+        _print_human(result)
+        _print_violations(violations)
+    if any(v.enforcement == "mandatory" for v in violations):
+        # `pulumi up --policy-pack` would refuse this stack: say so with the exit code too
+        raise SystemExit(1)
+
+
+def _stack_name_from(path: Path) -> str:
+    match = STACK_FILE_RE.match(path.name)
+    return match.group("name") if match else path.stem
+
+
+def _money(value: float | None) -> str:
+    return "unknown" if value is None else f"${value:,.2f}"
+
+
+def _print_human(result: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.tree import Tree
+
+    console = Console()
+    tree = Tree(f"[bold]{result.cluster}[/] (stack {result.stack}, {result.region}): "
+                f"{len(result.custom_resources)} AWS resources")
+    nodes: dict[str | None, Tree] = {None: tree}
+    for r in result.resources:  # parents always register before their children
+        parent = nodes.get(r.parent, tree)
+        label = f"{r.name} [dim]{r.type}[/]" if r.custom else f"[bold cyan]{r.name}[/] [dim]{r.type}[/]"
+        nodes[r.urn] = parent.add(label)
+    console.print(tree)
+
+    efa = Table(title="EFA layout per node")
+    for col in ("group", "type", "layout", "cards", "NICs", "EFA", "IPs", "placement"):
+        efa.add_column(col)
+    for g in result.efa_layouts:
+        e = g.efa
+        efa.add_row(g.node_group, e.instance_type, e.layout, str(e.network_cards), str(e.interfaces),
+                    str(e.efa_interfaces), str(e.ip_interfaces), "cluster" if g.placement_group else "-")
+    console.print(efa)
+
+    cost = Table(title="Hourly cost (USD); spot is an estimate")
+    for col in ("group", "capacity", "price", "min", "desired", "max"):
+        cost.add_column(col)
+    c = result.cost
+    rows = [(f"{g.name} ({g.instance_type})", g.capacity_type, g) for g in c.groups]
+    rows.append(("total", "", c))
+    for label, capacity, item in rows:
+        for view, counts in (("on-demand", item.on_demand), ("spot", item.spot), ("as configured", item.as_configured)):
+            cost.add_row(label, capacity, view, *(_money(v) for v in (counts.min, counts.desired, counts.max)))
+            label, capacity = "", ""
+    console.print(cost)
+
+
+def _print_violations(violations: list[Any]) -> None:
+    from rich.console import Console
+
+    console = Console()
+    if not violations:
+        console.print("Policy pack: no violations.")
+        return
+    console.print(f"[bold red]Policy pack: {len(violations)} violation(s)[/]")
+    for v in violations:
+        console.print(f"  {v.enforcement}: {v.describe()}", markup=False)

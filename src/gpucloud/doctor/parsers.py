@@ -1,0 +1,174 @@
+"""Parsers for the outputs doctor captures, shaped as the real tools print them.
+
+Every parser raises ``ParseError`` with a one-line reason on output it does not recognise, so a
+corrupt or truncated capture becomes a failed check that says what was wrong, never a traceback.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from dataclasses import dataclass
+
+
+class ParseError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    driver_version: str
+    memory_mib: int
+    bus_id: str
+
+
+def parse_gpu_query(text: str) -> list[Gpu]:
+    """``nvidia-smi --query-gpu=index,name,driver_version,memory.total,pci.bus_id --format=csv``."""
+    if "NVIDIA-SMI has failed" in text or "No devices were found" in text:
+        raise ParseError(text.strip().splitlines()[0])
+    rows = list(csv.reader(io.StringIO(text.strip()), skipinitialspace=True))
+    if not rows or [h.split(" [")[0] for h in rows[0]] != ["index", "name", "driver_version", "memory.total", "pci.bus_id"]:
+        raise ParseError("nvidia-smi CSV header is not index, name, driver_version, memory.total, pci.bus_id")
+    gpus = []
+    for line_no, row in enumerate(rows[1:], start=2):
+        if len(row) != 5:
+            raise ParseError(f"nvidia-smi CSV line {line_no} has {len(row)} fields, expected 5")
+        memory = re.fullmatch(r"(\d+) MiB", row[3].strip())
+        if not row[0].strip().isdigit() or memory is None:
+            raise ParseError(f"nvidia-smi CSV line {line_no} is not '<index>, <name>, <driver>, <N> MiB, <bus id>'")
+        gpus.append(Gpu(int(row[0]), row[1].strip(), row[2].strip(), int(memory[1]), row[4].strip()))
+    return gpus
+
+
+def parse_smi_banner(text: str) -> tuple[str, str]:
+    """Driver version and the highest CUDA version the driver supports, from plain ``nvidia-smi``."""
+    match = re.search(r"Driver Version:\s*([\d.]+)\s+CUDA Version:\s*([\d.]+)", text)
+    if match is None:
+        first = text.strip().splitlines()[0] if text.strip() else "empty output"
+        raise ParseError(f"nvidia-smi banner has no 'Driver Version: ... CUDA Version: ...' line ({first})")
+    return match[1], match[2]
+
+
+def parse_cuda_version_json(text: str) -> str:
+    """The toolkit release from ``/usr/local/cuda/version.json`` (``{"cuda": {"version": ...}}``)."""
+    try:
+        version = json.loads(text)["cuda"]["version"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise ParseError("/usr/local/cuda/version.json has no cuda.version") from None
+    return str(version)
+
+
+def parse_efa_installed(text: str) -> str:
+    """The installer release from ``/opt/amazon/efa_installed_packages``."""
+    match = re.search(r"^# EFA installer version:\s*(\S+)", text, re.MULTILINE)
+    if match is None:
+        raise ParseError("/opt/amazon/efa_installed_packages has no '# EFA installer version:' line")
+    return match[1]
+
+
+def parse_fi_info_domains(text: str) -> list[str]:
+    """EFA devices listed by ``fi_info -p efa``: distinct domains without the -rdm/-dgrm suffix."""
+    if "fi_getinfo" in text or "No data available" in text:
+        raise ParseError(f"fi_info found no EFA provider ({text.strip().splitlines()[0]})")
+    domains = re.findall(r"^\s*domain:\s*(\S+)", text, re.MULTILINE)
+    if not domains:
+        raise ParseError("fi_info output lists no 'domain:' entries")
+    devices = {re.sub(r"-(rdm|dgrm)$", "", d) for d in domains}
+    return sorted(devices)
+
+
+def parse_infiniband_listing(text: str) -> list[str]:
+    """``ls -1 /sys/class/infiniband``: one RDMA device per line (``rdmap16s27`` on EFA)."""
+    names = [line.strip() for line in text.splitlines() if line.strip()]
+    bad = [n for n in names if not re.fullmatch(r"[\w.-]+", n)]
+    if bad:
+        raise ParseError(f"/sys/class/infiniband listing has an unexpected entry {bad[0]!r}")
+    return names
+
+
+@dataclass(frozen=True)
+class Mount:
+    device: str
+    path: str
+    fstype: str
+    options: str
+
+
+def parse_mounts(text: str) -> list[Mount]:
+    """``/proc/mounts`` (also ``mount`` output in the ``<dev> on <path> type <fs> (<opts>)`` form)."""
+    mounts = []
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        if len(parts) >= 6 and parts[1] == "on" and parts[3] == "type":
+            mounts.append(Mount(parts[0], _unescape(parts[2]), parts[4], parts[5].strip("()")))
+        elif len(parts) == 6:
+            mounts.append(Mount(parts[0], _unescape(parts[1]), parts[2], parts[3]))
+        else:
+            raise ParseError(f"mount table line {line_no} is not '<device> <path> <type> <options> 0 0'")
+    return mounts
+
+
+def _unescape(path: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), path)
+
+
+@dataclass(frozen=True)
+class BlockDevice:
+    name: str
+    type: str
+    model: str
+    mountpoint: str | None
+    children: tuple["BlockDevice", ...]
+
+    def mounted_anywhere(self) -> list[str]:
+        """Mount points of this device or anything built on it (partition, md RAID, LVM volume)."""
+        points = [self.mountpoint] if self.mountpoint else []
+        for child in self.children:
+            points += child.mounted_anywhere()
+        return points
+
+
+def parse_lsblk(text: str) -> list[BlockDevice]:
+    """``lsblk --json -o NAME,TYPE,SIZE,MODEL,MOUNTPOINT``."""
+    try:
+        raw = json.loads(text)["blockdevices"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise ParseError("lsblk output is not JSON with a 'blockdevices' list") from None
+    return [_block(d) for d in raw]
+
+
+def _block(raw: dict) -> BlockDevice:
+    children = tuple(_block(c) for c in raw.get("children", []) or [])
+    model = (raw.get("model") or "").strip()
+    return BlockDevice(str(raw.get("name")), str(raw.get("type")), model, raw.get("mountpoint"), children)
+
+
+def parse_environ(text: str) -> dict[str, str]:
+    """``env`` output: KEY=VALUE per line (continuation lines of multi-line values are skipped)."""
+    env = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            env[key] = value
+    return env
+
+
+@dataclass(frozen=True)
+class ImdsProbe:
+    token_ok: bool
+    instance_type: str | None
+    error: str | None
+
+
+def parse_imds(text: str) -> ImdsProbe:
+    try:
+        raw = json.loads(text)
+        return ImdsProbe(bool(raw["token_ok"]), raw.get("instance_type"), raw.get("error"))
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise ParseError("imds.json is not {'token_ok': bool, 'instance_type': str, 'error': str|null}") from None

@@ -1,0 +1,307 @@
+"""``gpucloud demo``: the whole spot story offline, on real torchrun ranks, in under a minute.
+
+Node A (an IMDS emulator, a fresh local tier) runs attempt 1 of a 2-rank gloo job under the
+supervisor; when the job passes ``notice_at_step`` the emulator announces a spot interruption, the
+ranks agree on a step, save it, commit it to the durable tier, and the job is requeued. Node B (a
+new emulator, an empty local tier) claims attempt 2, restores from the durable tier and finishes.
+Meanwhile the same seed trains uninterrupted as a reference; the final weights must be bitwise
+identical.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import re
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import IO, Any, Callable
+
+from pydantic import BaseModel
+
+from gpucloud.errors import UserError
+from gpucloud.jobs.model import JobSpec
+from gpucloud.jobs.queue import JobQueue
+from gpucloud.jobs.report import JobReport, build_report
+from gpucloud.jobs.runner import supervise_job
+from gpucloud.jobs.sqlite_queue import SqliteQueue
+from gpucloud.jobs.supervisor import SupervisorConfig
+from gpucloud.signals.hub import SignalHub
+from gpucloud.signals.imds_emulator import ImdsEmulator
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "train_spot.py"
+NPROC = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoOptions:
+    steps: int = 40
+    notice_at_step: int = 15
+    step_seconds: float = 0.1
+    seed: int = 0
+    poll_interval: float = 0.25
+    workdir: Path | None = None
+    keep: bool = False
+
+    def validate(self) -> None:
+        if self.steps < 2:
+            raise UserError(f"--steps must be at least 2, got {self.steps}")
+        if not 1 <= self.notice_at_step < self.steps:
+            raise UserError(f"--notice-at-step must be between 1 and --steps - 1 ({self.steps - 1}), got {self.notice_at_step}")
+
+
+class DemoReport(BaseModel):
+    job_id: str
+    reference_job_id: str
+    steps: int
+    notice_at_step: int
+    stopped_at_step: int | None
+    resumed_at_step: int | None
+    resumed_from_tier: str | None
+    steps_lost: int | None
+    announce_to_notice_s: float | None  # emulator announced -> the poller saw it (≤ poll interval)
+    announce_to_ack_s: float | None  # emulator announced -> every rank agreed (≤ poll interval + a step)
+    notice_to_flag_s: float | None
+    notice_to_ack_s: float | None  # every rank agreed on the stop step
+    notice_to_commit_s: float | None
+    commit_before_deadline_s: float | None
+    requeue_to_resume_s: float | None
+    bitwise_identical: bool
+    attempts: int
+    wall_s: float
+    workdir: str | None  # kept with --keep
+    job: JobReport
+
+
+Progress = Callable[[str, dict[str, Any]], None]
+
+
+def training_command(*, steps: int, seed: int, step_seconds: float, out: Path, every_steps: int | None = None,
+                     log_steps: bool = False) -> list[str]:
+    """Real torchrun (``python -m torch.distributed.run``), 2 ranks, gloo, single node."""
+    if not EXAMPLE.exists():
+        raise UserError(f"the demo needs the example training script {EXAMPLE}; run gpucloud demo from a source checkout")
+    argv = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={NPROC}",
+        str(EXAMPLE), "--steps", str(steps), "--seed", str(seed), "--step-seconds", str(step_seconds), "--out", str(out),
+    ]
+    if every_steps:
+        argv += ["--every-steps", str(every_steps)]
+    if log_steps:
+        argv.append("--log-steps")
+    return argv
+
+
+def weights_identical(a: Path, b: Path) -> bool:
+    """Bitwise comparison of two saved state dicts (byte views: -0.0 != 0.0, NaN == same NaN)."""
+    import torch
+
+    left = torch.load(a, map_location="cpu", weights_only=True)
+    right = torch.load(b, map_location="cpu", weights_only=True)
+    if left.keys() != right.keys():
+        return False
+    for key in left:
+        x, y = left[key], right[key]
+        if x.dtype != y.dtype or x.shape != y.shape:
+            return False
+        if not torch.equal(x.contiguous().view(torch.uint8), y.contiguous().view(torch.uint8)):
+            return False
+    return True
+
+
+def run_demo(options: DemoOptions, *, progress: Progress | None = None) -> DemoReport:
+    options.validate()
+    began = time.time()
+    workdir = Path(options.workdir) if options.workdir else Path(tempfile.mkdtemp(prefix="gpucloud-demo-"))
+    if options.workdir and workdir.exists() and any(workdir.iterdir()):
+        raise UserError(f"--workdir {workdir} is not empty; give a new or empty directory")
+    workdir.mkdir(parents=True, exist_ok=True)
+    say = progress or (lambda kind, data: None)
+    config = SupervisorConfig(poll_interval=options.poll_interval, ack_timeout=30.0, stop_margin=5.0)
+    queue = SqliteQueue(workdir / "queue.db")
+    try:
+        suffix = uuid.uuid4().hex[:6]
+        durable = workdir / "durable"
+        job = queue.submit(_spec(options, durable, workdir / "interrupted.pt", name="demo"), job_id=f"demo-{suffix}")
+        ref = queue.submit(_spec(options, durable, workdir / "reference.pt", name="demo-reference"), job_id=f"demo-ref-{suffix}")
+        say("phase", {"text": f"job {job.id}: {NPROC} ranks under torchrun (gloo), {options.steps} steps; reference {ref.id} runs alongside"})
+
+        reference_error: list[BaseException] = []
+        reference = threading.Thread(
+            target=_run_reference, args=(queue.path, ref.id, workdir, config, reference_error), daemon=True,
+        )
+        reference.start()
+
+        # Node A: attempt 1, interrupted by a spot notice from its emulator.
+        with ImdsEmulator() as emulator_a, imds_hub(emulator_a.endpoint, options.poll_interval) as hub_a:
+            injector = SpotInjector(emulator_a, options.notice_at_step, say=say)
+            first = _attempt(queue, job.id, hub_a, config, workdir / "node-a", on_step=injector, say=say)
+        if first.exit_code != 75:
+            raise UserError(f"attempt 1 ended with exit code {first.exit_code}, expected 75 (requeued); logs in {workdir / 'logs'}")
+
+        # Node B: attempt 2 on a "new node": fresh emulator, empty local tier, restore from durable.
+        with ImdsEmulator() as emulator_b, imds_hub(emulator_b.endpoint, options.poll_interval) as hub_b:
+            second = _attempt(queue, job.id, hub_b, config, workdir / "node-b", on_step=lambda step: say("progress", {"step": step}), say=say)
+        if second.exit_code != 0:
+            raise UserError(f"attempt 2 ended with exit code {second.exit_code}; logs in {workdir / 'logs'}")
+
+        reference.join()
+        if reference_error:
+            raise reference_error[0]
+        identical = weights_identical(workdir / "interrupted.pt", workdir / "reference.pt")
+        job_report = build_report(queue.get(job.id), queue.attempts(job.id), queue.events(job.id))
+    finally:
+        queue.close()
+        if not options.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    stop = job_report.interruptions[0] if job_report.interruptions else None
+    resume_events = [e for e in job_report.timeline if e.kind == "resume" and e.attempt == 2]
+    notice_at = next((e.at for e in job_report.timeline if e.kind == "notice" and e.attempt == 1), None)
+    ack_at = next((e.at for e in job_report.timeline if e.kind == "ack" and e.attempt == 1), None)
+    t0 = injector.announced_at
+    return DemoReport(
+        job_id=job.id,
+        reference_job_id=ref.id,
+        steps=options.steps,
+        notice_at_step=options.notice_at_step,
+        stopped_at_step=stop.last_step if stop else None,
+        resumed_at_step=stop.resumed_step if stop else None,
+        resumed_from_tier=_tier(resume_events[0].detail) if resume_events else None,
+        steps_lost=job_report.steps_lost,
+        announce_to_notice_s=round(notice_at - t0, 3) if t0 is not None and notice_at is not None else None,
+        announce_to_ack_s=round(ack_at - t0, 3) if t0 is not None and ack_at is not None else None,
+        notice_to_flag_s=stop.notice_to_flag_s if stop else None,
+        notice_to_ack_s=stop.notice_to_ack_s if stop else None,
+        notice_to_commit_s=stop.notice_to_commit_s if stop else None,
+        commit_before_deadline_s=stop.commit_before_deadline_s if stop else None,
+        requeue_to_resume_s=stop.requeue_to_resume_s if stop else None,
+        bitwise_identical=identical,
+        attempts=len(job_report.attempts),
+        wall_s=round(time.time() - began, 2),
+        workdir=str(workdir) if options.keep else None,
+        job=job_report,
+    )
+
+
+def _spec(options: DemoOptions, durable: Path, out: Path, *, name: str) -> JobSpec:
+    command = training_command(steps=options.steps, seed=options.seed, step_seconds=options.step_seconds, out=out,
+                               log_steps=True)
+    return JobSpec(command=command, name=name, checkpoint_uri=str(durable), max_attempts=1)
+
+
+class imds_hub:
+    """A SignalHub watching one emulator, as a context manager."""
+
+    def __init__(self, endpoint: str, interval: float) -> None:
+        self.hub = SignalHub()
+        self.hub.add_imds(endpoint, interval=interval)
+
+    def __enter__(self) -> SignalHub:
+        self.hub.start()
+        return self.hub
+
+    def __exit__(self, *exc: object) -> None:
+        self.hub.stop()
+
+
+def _attempt(queue: JobQueue, job_id: str, hub: SignalHub, config: SupervisorConfig, node: Path, *,
+             on_step: Callable[[int], None], say: Progress):
+    logs = node.parent / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    with open(logs / f"{job_id}-{node.name}.log", "w") as log:
+        return supervise_job(
+            queue, job_id, worker=f"{node.name}", notices=hub, config=config,
+            local_checkpoint_dir=str(node / "nvme"), sink=StepTap(log, on_step), on_event=say, run_root=node / "run",
+        )
+
+
+def _run_reference(db: Path, job_id: str, workdir: Path, config: SupervisorConfig, errors: list[BaseException]) -> None:
+    queue = SqliteQueue(db)  # its own connection: this runs on another thread
+    try:
+        idle = SignalHub()  # no sources: the reference run is never interrupted
+        node = workdir / "node-ref"
+        logs = workdir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        with open(logs / f"{job_id}.log", "w") as sink:
+            result = supervise_job(
+                queue, job_id, worker="node-ref", notices=idle, config=config,
+                local_checkpoint_dir=str(node / "nvme"), sink=sink, run_root=node / "run",
+            )
+        if result.exit_code != 0:
+            raise UserError(f"the reference run failed with exit code {result.exit_code}; logs in {logs}")
+    except BaseException as err:  # noqa: BLE001 - handed to the main thread
+        errors.append(err)
+    finally:
+        queue.close()
+
+
+class StepTap(io.TextIOBase):
+    """A sink for the command's output: writes through to ``log`` and reports every ``step N`` line
+    the example prints with ``--log-steps`` (exact to the step, unlike the rate-limited progress file)."""
+
+    _STEP = re.compile(r"^step (\d+)\b")
+
+    def __init__(self, log: IO[str], on_step: Callable[[int], None]) -> None:
+        super().__init__()
+        self.log = log
+        self.on_step = on_step
+        self.first_step: int | None = None
+        self.first_step_at: float | None = None
+        self.last_step: int | None = None
+        self.last_step_at: float | None = None
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self.log.write(text)
+        for line in text.splitlines():
+            match = self._STEP.match(line)
+            if match:
+                self.last_step, self.last_step_at = int(match.group(1)), time.time()
+                if self.first_step is None:
+                    self.first_step, self.first_step_at = self.last_step, self.last_step_at
+                self.on_step(self.last_step)
+        return len(text)
+
+    def flush(self) -> None:
+        self.log.flush()
+
+    @property
+    def seconds_per_step(self) -> float | None:
+        if self.first_step is None or self.last_step is None or self.last_step <= self.first_step:
+            return None
+        return (self.last_step_at - self.first_step_at) / (self.last_step - self.first_step)
+
+
+class SpotInjector:
+    """Announces a spot interruption on ``emulator`` once the job reports ``at_step``."""
+
+    def __init__(self, emulator: ImdsEmulator, at_step: int, *, lead_seconds: float = 120.0,
+                 say: Progress | None = None) -> None:
+        self.emulator = emulator
+        self.at_step = at_step
+        self.lead_seconds = lead_seconds
+        self.say = say or (lambda kind, data: None)
+        self.announced_at: float | None = None
+        self.announced_step: int | None = None
+
+    def __call__(self, step: int) -> None:
+        self.say("progress", {"step": step})
+        if self.announced_at is None and step >= self.at_step:
+            self.announced_at, self.announced_step = time.time(), step
+            self.emulator.spot_interruption("terminate", lead_seconds=self.lead_seconds, at=self.announced_at)
+            self.say("phase", {"text": f"emulator: spot interruption announced after step {step} "
+                                       f"(terminate in {self.lead_seconds:.0f} s)"})
+
+
+def _tier(detail: str) -> str | None:
+    for part in detail.split(", "):
+        if part.startswith("source_tier="):
+            return part.split("=", 1)[1]
+    return None

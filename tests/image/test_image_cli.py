@@ -1,0 +1,59 @@
+"""`gpucloud image check|render` through the real CLI entry point (exit codes, one-line errors)."""
+
+import json
+
+import pytest
+import yaml
+
+from gpucloud.cli import main
+
+from .conftest import SHIPPED_MATRIX, shipped_raw
+
+
+def run(capsys, *argv):
+    with pytest.raises(SystemExit) as exited:
+        main(list(argv))
+        raise SystemExit(0)
+    out, err = capsys.readouterr()
+    return exited.value.code or 0, out, err
+
+
+def test_check_shipped_matrix_passes(capsys):
+    code, out, _ = run(capsys, "image", "check", str(SHIPPED_MATRIX))
+    assert code == 0
+    assert "17 rules, 0 failed, matrix is compatible" in out
+
+
+def test_check_json_lists_every_rule(capsys):
+    code, out, _ = run(capsys, "image", "check", str(SHIPPED_MATRIX), "--output", "json")
+    report = json.loads(out)
+    assert code == 0 and report["failed"] == 0 and len(report["rules"]) == 17
+    assert {r["status"] for r in report["rules"]} == {"pass"}
+
+
+def test_check_broken_matrix_exits_1_and_names_the_clash(capsys, tmp_path):
+    raw = shipped_raw()
+    raw["versions"]["nvidia_driver"] = "570.124.06"
+    broken = tmp_path / "versions.yaml"
+    broken.write_text(yaml.safe_dump(raw))
+    code, out, _ = run(capsys, "image", "check", str(broken), "-o", "json")
+    report = json.loads(out)
+    assert code == 1 and report["failed"] >= 1
+    clash = next(r for r in report["rules"] if r["status"] == "fail")
+    assert "570.124.06" in clash["detail"] and "13.0.2" in clash["detail"]
+
+
+def test_unreadable_matrix_is_a_one_line_error(capsys, tmp_path):
+    bad = tmp_path / "versions.yaml"
+    bad.write_text("schema_version: 1\nversions: [\n")
+    code, out, err = run(capsys, "image", "check", str(bad))
+    assert code == 2 and out == ""
+    assert err.startswith("gpucloud: error: ") and err.count("\n") == 1 and "not valid YAML" in err
+
+
+def test_render_writes_the_documents(capsys, tmp_path):
+    code, out, _ = run(capsys, "image", "render", "--matrix", str(SHIPPED_MATRIX), "--out", str(tmp_path / "out"))
+    assert code == 0 and "wrote 7 component documents" in out
+    written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert written[-1] == "versions.env" and len(written) == 8
+    assert yaml.safe_load((tmp_path / "out" / "gpucloud-40-efa.yaml").read_text())["schemaVersion"] == 1.0

@@ -1,0 +1,147 @@
+"""The job commands from the shell: one-line errors for bad input, JSON output, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpucloud.cli import main
+from gpucloud.jobs.sqlite_queue import SqliteQueue
+
+from .conftest import wait_for
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code: int | str | None = 0
+    try:
+        main(list(argv))
+    except SystemExit as exit_info:
+        code = exit_info.code
+    out, err = capsys.readouterr()
+    return (0 if code is None else code), out, err
+
+
+def one_line_error(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("gpucloud: error: "), err
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["job", "show", "nope"], "no job 'nope'"),
+        (["spot-train", "--no-imds", "--job-id", "nope"], "no job 'nope'"),
+        (["jobs", "--queue", "postgres://db/jobs"], "allowed: sqlite:///PATH"),
+        (["jobs", "--queue", "aws://us-east-1/jobs"], "AWS queue backend is not available"),
+        (["jobs", "--queue", "sqlite:///"], "names no file"),
+        (["spot-train", "--no-imds"], "missing command after --"),
+        (["spot-train", "--no-imds", "--"], "missing command after --"),
+        (["submit"], "missing command after --"),
+        (["submit", "--job-id", "../escape", "--", "true"], "job id '../escape'"),
+        (["submit", "--env", "NOEQUALS", "--", "true"], "--env 'NOEQUALS'"),
+        (["spot-train", "--no-imds", "--grace", "5", "--stop-margin", "5", "--", "true"], "--stop-margin"),
+        (["spot-train", "--imds-endpoint", "ftp://x", "--", "true"], "--imds-endpoint"),
+    ],
+)
+def test_bad_input_is_one_line_naming_what_is_wrong(capsys, argv, expected):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert expected in one_line_error(err)
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["spot-train", "--poll-interval", "-1", "--", "true"], "--poll-interval"),
+        (["spot-train", "--ack-timeout", "soon", "--", "true"], "--ack-timeout"),
+        (["worker", "--max-jobs", "0"], "--max-jobs"),
+        (["jobs", "--state", "sleeping"], "--state"),
+    ],
+)
+def test_bad_flags_are_rejected_by_name(capsys, argv, expected):
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and expected in err and "Traceback" not in err
+
+
+def test_a_corrupt_queue_file_is_a_one_line_error_and_is_left_untouched(capsys, tmp_path):
+    db = tmp_path / "queue.db"
+    db.write_bytes(b"this is not sqlite" * 100)
+    code, _, err = run(capsys, "jobs", "--queue", f"sqlite:///{db}")
+    assert code == 2 and "not a usable SQLite database" in one_line_error(err)
+    assert db.read_bytes() == b"this is not sqlite" * 100
+
+
+def test_spot_train_with_a_job_id_refuses_a_different_command(capsys, tmp_path):
+    run(capsys, "submit", "--job-id", "fixed", "--", "true")
+    code, _, err = run(capsys, "spot-train", "--no-imds", "--job-id", "fixed", "--", "false")
+    assert code == 2 and "omit the command" in one_line_error(err)
+    code, _, err = run(capsys, "spot-train", "--no-imds", "--job-id", "fixed", "--max-attempts", "5")
+    assert code == 2 and "only apply to new jobs" in one_line_error(err)
+
+
+def test_submit_list_and_show_as_json(capsys):
+    code, out, _ = run(capsys, "submit", "--job-id", "train-1", "--gpus-per-node", "8", "--output", "json", "--", "python", "train.py")
+    assert code == 0 and json.loads(out)["job_id"] == "train-1"
+    code, out, _ = run(capsys, "jobs", "--output", "json")
+    assert [(j["job_id"], j["state"], j["command"]) for j in json.loads(out)] == [("train-1", "queued", ["python", "train.py"])]
+    code, out, _ = run(capsys, "job", "show", "train-1", "--output", "json")
+    report = json.loads(out)
+    assert report["state"] == "queued" and report["gpus_per_node"] == 8 and report["timeline"][0]["kind"] == "submitted"
+
+
+def test_spot_train_runs_a_command_to_completion_and_prints_json(capsys):
+    code, out, err = run(capsys, "spot-train", "--no-imds", "--output", "json", "--", sys.executable, "-c", "print('hello')")
+    summary = json.loads(out)  # the command's own stdout went to stderr, not into the JSON
+    assert code == 0 and summary["state"] == "finished" and summary["exit_code"] == 0
+    assert "hello" in err
+
+
+def test_spot_train_exits_with_the_commands_code_when_it_fails(capsys):
+    code, out, _ = run(capsys, "spot-train", "--no-imds", "--max-attempts", "1", "--output", "json", "--",
+                       sys.executable, "-c", "import sys; sys.exit(4)")
+    assert code == 4 and json.loads(out)["state"] == "failed"
+
+
+def test_worker_once_runs_a_queued_job_and_exits_when_idle(capsys):
+    run(capsys, "submit", "--job-id", "w-1", "--", sys.executable, "-c", "pass")
+    code, out, _ = run(capsys, "worker", "--no-imds", "--once", "--output", "json")
+    assert code == 0 and json.loads(out)["jobs"] == [{"job_id": "w-1", "state": "finished", "exit_code": 0}]
+    code, out, _ = run(capsys, "worker", "--no-imds", "--once", "--output", "json")
+    assert code == 0 and json.loads(out)["jobs"] == []
+
+
+def test_sigterm_to_spot_train_is_a_notice_that_still_stops_a_command_ignoring_the_api(tmp_path, gpucloud_home):
+    loop = tmp_path / "loop.py"
+    loop.write_text("import time\nwhile True:\n    time.sleep(0.01)\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpucloud", "spot-train", "--no-imds", "--grace", "10", "--ack-timeout", "1",
+         "--output", "json", "--", sys.executable, str(loop)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+    )
+    db = Path(gpucloud_home) / "queue.db"
+    wait_for(lambda: db.exists() and _started(db), timeout=30, what="the attempt to start")
+    sent = time.time()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 75, err
+    summary = json.loads(out)
+    assert summary["state"] == "queued" and summary["attempt"] == 2
+    events = {e.kind: e for e in SqliteQueue(db).events(summary["job_id"])}
+    assert events["notice"].data["kind"] == "sigterm"
+    assert events["stop"].data["signal"] == "SIGTERM" and events["stop"].at < sent + 10
+
+
+def _started(db: Path) -> bool:
+    q = SqliteQueue(db)
+    try:
+        return any(e.kind == "started" for j in q.list_jobs() for e in q.events(j.id))
+    finally:
+        q.close()

@@ -1,0 +1,224 @@
+"""The queue contract: every backend must pass this suite (parametrised in conftest.BACKENDS)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+
+import pytest
+
+from gpucloud.errors import UserError
+from gpucloud.jobs.model import AttemptEnd, AttemptState, JobSpec, JobState
+from gpucloud.jobs.queue import UnknownJob
+
+from .conftest import wait_for
+
+SPEC = JobSpec(command=["python", "train.py"], gpus_per_node=8, max_attempts=2)
+
+
+def requeued(step: int | None = 10) -> AttemptEnd:
+    return AttemptEnd(state=AttemptState.REQUEUED, exit_code=75, committed_step=step, last_step=step, reason="notice")
+
+
+def test_submit_records_a_queued_job_with_attempt_one(jq):
+    job = jq.submit(SPEC)
+    assert job.state is JobState.QUEUED and job.attempt == 1
+    assert jq.get(job.id).spec == SPEC
+    assert [a.number for a in jq.attempts(job.id)] == [1]
+    assert [e.kind for e in jq.events(job.id)] == ["submitted"]
+
+
+def test_submit_with_an_existing_id_is_refused_and_keeps_the_first(jq):
+    jq.submit(SPEC, job_id="run-1")
+    with pytest.raises(UserError, match="already exists"):
+        jq.submit(JobSpec(command=["other"]), job_id="run-1")
+    assert jq.get("run-1").spec.command == ["python", "train.py"]
+
+
+@pytest.mark.parametrize("bad", ["", "../x", "-lead", "a b", "x" * 200])
+def test_submit_rejects_ids_unusable_in_checkpoint_paths(jq, bad):
+    with pytest.raises(UserError, match="job id"):
+        jq.submit(SPEC, job_id=bad)
+
+
+def test_unknown_job_is_a_user_error_naming_the_id(jq):
+    with pytest.raises(UnknownJob, match="'nope'"):
+        jq.get("nope")
+    with pytest.raises(UnknownJob):
+        jq.events("nope")
+
+
+def test_list_filters_by_state_oldest_first(jq):
+    a = jq.submit(SPEC)
+    b = jq.submit(SPEC)
+    jq.claim("w", lease_seconds=60)
+    assert [j.id for j in jq.list_jobs()] == [a.id, b.id]
+    assert [j.id for j in jq.list_jobs([JobState.QUEUED])] == [b.id]
+    assert [j.id for j in jq.list_jobs([JobState.RUNNING])] == [a.id]
+
+
+def test_claim_gives_one_job_to_one_worker(open_backend):
+    first, second = open_backend(), open_backend()
+    job = first.submit(SPEC)
+    got = [first.claim("w1", lease_seconds=60), second.claim("w2", lease_seconds=60)]
+    assert [g.id if g else None for g in got] == [job.id, None]
+    assert first.get(job.id).worker == "w1"
+
+
+def test_racing_claims_from_threads_hand_out_each_job_once(open_backend):
+    submitter = open_backend()
+    ids = {submitter.submit(SPEC).id for _ in range(6)}
+    clients = [open_backend() for _ in range(6)]
+    barrier = threading.Barrier(len(clients))
+    won: list[str] = []
+
+    def worker(i: int) -> None:
+        barrier.wait()
+        while (job := clients[i].claim(f"w{i}", lease_seconds=60)) is not None:
+            won.append(job.id)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(clients))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(won) == sorted(ids)
+
+
+def test_claim_of_a_named_job(jq):
+    jq.submit(SPEC)
+    wanted = jq.submit(SPEC)
+    assert jq.claim("w", lease_seconds=60, job_id=wanted.id).id == wanted.id
+    assert jq.claim("w", lease_seconds=60, job_id=wanted.id) is None  # held, lease live
+
+
+def test_heartbeat_extends_only_the_holders_lease(jq):
+    job = jq.submit(SPEC)
+    jq.claim("w1", lease_seconds=5)
+    before = jq.get(job.id).lease_until
+    assert jq.heartbeat(job.id, 1, "w1", lease_seconds=60)
+    assert jq.get(job.id).lease_until > before
+    assert not jq.heartbeat(job.id, 1, "intruder", lease_seconds=60)
+    assert not jq.heartbeat(job.id, 2, "w1", lease_seconds=60)
+
+
+def test_an_expired_lease_makes_the_job_claimable_as_the_next_attempt(jq):
+    job = jq.submit(SPEC)
+    jq.claim("dead", lease_seconds=0.05)
+    taken = wait_for(lambda: jq.claim("alive", lease_seconds=60), what="lease expiry")
+    assert taken.id == job.id and taken.attempt == 2 and taken.worker == "alive"
+    states = {a.number: a.state for a in jq.attempts(job.id)}
+    assert states == {1: AttemptState.LOST, 2: AttemptState.RUNNING}
+    assert "lease-expired" in [e.kind for e in jq.events(job.id)]
+    # The dead worker, if it wakes up, can neither renew nor end the attempt it lost.
+    assert not jq.heartbeat(job.id, 1, "dead", lease_seconds=60)
+    assert not jq.end_attempt(job.id, 1, requeued()).applied
+    assert jq.get(job.id).attempt == 2
+
+
+def test_requeue_creates_attempt_k_plus_one_once_however_often_it_is_called(jq):
+    job = jq.submit(SPEC)
+    jq.claim("w", lease_seconds=60)
+    results = [jq.end_attempt(job.id, 1, requeued()) for _ in range(5)]
+    assert [r.applied for r in results] == [True, False, False, False, False]
+    after = jq.get(job.id)
+    assert after.state is JobState.QUEUED and after.attempt == 2 and after.crashes == 0
+    assert [(a.number, a.state) for a in jq.attempts(job.id)] == [(1, AttemptState.REQUEUED), (2, AttemptState.QUEUED)]
+    assert [e.kind for e in jq.events(job.id)].count("requeue") == 1
+
+
+def test_racing_requeues_from_threads_yield_exactly_one_new_attempt(open_backend):
+    first = open_backend()
+    job = first.submit(SPEC)
+    first.claim("w", lease_seconds=60)
+    clients = [open_backend() for _ in range(8)]
+    barrier = threading.Barrier(len(clients))
+    applied: list[bool] = []
+
+    def race(client) -> None:
+        barrier.wait()
+        applied.append(client.end_attempt(job.id, 1, requeued()).applied)
+
+    threads = [threading.Thread(target=race, args=(c,)) for c in clients]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert applied.count(True) == 1
+    assert [a.number for a in first.attempts(job.id)] == [1, 2]
+
+
+def _requeue_in_child(db_path: str, job_id: str, barrier, results) -> None:
+    from gpucloud.jobs.sqlite_queue import SqliteQueue
+
+    q = SqliteQueue(db_path)
+    barrier.wait()
+    results.put(q.end_attempt(job_id, 1, requeued()).applied)
+    q.close()
+
+
+@pytest.mark.slow
+def test_racing_requeues_from_processes_yield_exactly_one_new_attempt(jq, tmp_path):
+    if jq.uri.startswith("sqlite"):
+        job = jq.submit(SPEC)
+        jq.claim("w", lease_seconds=60)
+        ctx = multiprocessing.get_context("fork")
+        barrier, results = ctx.Barrier(6), ctx.Queue()
+        procs = [ctx.Process(target=_requeue_in_child, args=(str(tmp_path / "contract.db"), job.id, barrier, results)) for _ in range(6)]
+        for p in procs:
+            p.start()
+        outcomes = [results.get(timeout=60) for _ in procs]
+        for p in procs:
+            p.join(timeout=60)
+        assert outcomes.count(True) == 1
+        assert [a.number for a in jq.attempts(job.id)] == [1, 2]
+        assert jq.get(job.id).attempt == 2
+
+
+def test_crashes_are_retried_until_max_attempts_then_the_job_fails_with_the_reason(jq):
+    job = jq.submit(SPEC)  # max_attempts=2
+    jq.claim("w", lease_seconds=60)
+    t1 = jq.end_attempt(job.id, 1, AttemptEnd(state=AttemptState.CRASHED, exit_code=3, reason="command exited with code 3"))
+    assert t1.job.state is JobState.QUEUED and t1.job.crashes == 1
+    jq.claim("w", lease_seconds=60)
+    t2 = jq.end_attempt(job.id, 2, AttemptEnd(state=AttemptState.CRASHED, exit_code=3, reason="command exited with code 3"))
+    assert t2.job.state is JobState.FAILED and t2.job.exit_code == 3
+    assert "code 3" in t2.job.reason and "2 of 2" in t2.job.reason
+    assert jq.claim("w", lease_seconds=60) is None
+    assert [e.kind for e in jq.events(job.id)][-1] == "failed"
+
+
+def test_noticed_stops_never_count_as_crashes(jq):
+    job = jq.submit(SPEC)  # max_attempts=2
+    for k in range(1, 5):
+        jq.claim("w", lease_seconds=60)
+        assert jq.end_attempt(job.id, k, requeued(step=k)).applied
+    assert jq.get(job.id).state is JobState.QUEUED and jq.get(job.id).attempt == 5
+
+
+def test_finish_is_terminal(jq):
+    job = jq.submit(SPEC)
+    jq.claim("w", lease_seconds=60)
+    t = jq.end_attempt(job.id, 1, AttemptEnd(state=AttemptState.FINISHED, exit_code=0, last_step=100))
+    assert t.applied and t.job.state is JobState.FINISHED
+    assert not jq.end_attempt(job.id, 1, requeued()).applied
+    assert jq.claim("w", lease_seconds=60) is None
+
+
+def test_the_timeline_keeps_the_time_events_happened(jq):
+    job = jq.submit(SPEC)
+    jq.claim("w", lease_seconds=60)
+    jq.record(job.id, 1, "ack", at=1000.5, data={"step": 7})
+    jq.update_attempt(job.id, 1, resumed_step=3, last_step=7)
+    ack = [e for e in jq.events(job.id) if e.kind == "ack"][0]
+    assert (ack.at, ack.data) == (1000.5, {"step": 7})
+    attempt = jq.attempts(job.id)[0]
+    assert (attempt.resumed_step, attempt.last_step) == (3, 7)
+
+
+def test_unknown_timeline_kinds_are_refused(jq):
+    job = jq.submit(SPEC)
+    with pytest.raises(ValueError, match="unknown timeline event"):
+        jq.record(job.id, 1, "exploded")
+    with pytest.raises(UnknownJob):
+        jq.record("nope", 1, "ack")

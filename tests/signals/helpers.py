@@ -1,0 +1,29 @@
+"""Test helpers: a hand-moved clock and a bounded wait for a condition."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+
+class FakeClock:
+    """A clock tests move by hand; shared by the emulator and the poller so 'at' times line up."""
+
+    def __init__(self, start: float | None = None) -> None:
+        self.now = time.time() if start is None else start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
+    """Poll ``condition`` until true or fail after ``timeout`` seconds (no fixed sleeps)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)

@@ -1,0 +1,224 @@
+"""Every validation rule, triggered through `gpucloud plan --stack-file`: one line, exit 2, no traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from gpucloud.cli import main
+from gpucloud.spec import load_stack_file
+from gpucloud.spec.rules import RULES
+
+Mutation = Callable[[dict[str, Any]], None]
+
+
+def _set(path: str, value: Any) -> Mutation:
+    """_set("gpucloud:nodeGroups.1.capacity.type", "x") sets that key of the base config."""
+
+    def mutate(config: dict[str, Any]) -> None:
+        head, *rest = path.split(".")
+        node: Any = config
+        keys: list[Any] = [head] + [int(p) if p.isdigit() else p for p in rest]
+        for key in keys[:-1]:
+            node = node[key]
+        node[keys[-1]] = value
+
+    return mutate
+
+
+def _drop(key: str) -> Mutation:
+    return lambda config: config.pop(key)
+
+
+def _both(*mutations: Mutation) -> Mutation:
+    def mutate(config: dict[str, Any]) -> None:
+        for m in mutations:
+            m(config)
+
+    return mutate
+
+
+CR = "cr-0123456789abcdef0"
+G1 = "gpucloud:nodeGroups.1"
+
+# (rule that must fire or None for schema errors, mutation, key shown, text that must appear)
+CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
+    "unknown-instance-type": ("known_instance_type", _set("gpucloud:nodeGroups.0.instanceType", "p5.24xlarge"),
+                              "gpucloud:nodeGroups[0].instanceType = 'p5.24xlarge'", "known types: g5.12xlarge"),
+    "efa-unsupported": ("efa_supported", _set("gpucloud:nodeGroups.0.efa", {"mode": "on"}),
+                        "gpucloud:nodeGroups[0].efa.mode", "g6.xlarge does not support EFA"),
+    "efa-several-subnets": ("efa_single_subnet", _set("gpucloud:network", {
+        "vpcId": "vpc-0123abcd", "subnetIds": ["subnet-0123abcd", "subnet-0456abcd"]}),
+        "gpucloud:network.subnetIds", "EFA does not work across subnets"),
+    "placement-with-capacity-block": ("placement_group_with_capacity_block", _both(
+        _set(f"{G1}.capacity", {"type": "capacity-block", "reservationId": CR}),
+        _set(f"{G1}.placementGroup", True)), "gpucloud:nodeGroups[1].placementGroup = True", "capacity block"),
+    "placement-unsupported": ("cluster_placement_supported", _both(
+        _set("gpucloud:nodeGroups.0.placementGroup", True),
+        lambda c: None), "", ""),  # replaced below: every catalog type supports cluster placement
+    "spot-with-reservation": ("spot_with_reservation", _set(f"{G1}.capacity.reservationId", CR),
+                              "gpucloud:nodeGroups[1].capacity.reservationId", "spot capacity cannot use a reservation"),
+    "reservation-without-id": ("reservation_id_present", _set(f"{G1}.capacity", {"type": "capacity-reservation"}),
+                               "gpucloud:nodeGroups[1].capacity.reservationId", "required when capacity.type"),
+    "reservation-id-format": ("reservation_id_present", _set(f"{G1}.capacity", {
+        "type": "capacity-block", "reservationId": "cr-123"}), "= 'cr-123'", "17 hex digits"),
+    "usage-class": ("usage_class_supported", _set("gpucloud:nodeGroups.0.capacity", {
+        "type": "capacity-block", "reservationId": CR}), "gpucloud:nodeGroups[0].capacity.type",
+        "g6.xlarge is not offered as capacity-block"),
+    "on-demand-base-not-spot": ("spot_settings_only_for_spot", _set(f"{G1}.capacity", {
+        "type": "on-demand", "onDemandBase": 1}), "gpucloud:nodeGroups[1].capacity.onDemandBase", "only spot groups"),
+    "fsx-size": ("fsx_size", _set("gpucloud:storage.fsx.sizeGiB", 3000),
+                 "gpucloud:storage.fsx.sizeGiB = 3000", "1200 or a multiple of 2400"),
+    "fsx-throughput": ("fsx_throughput", _set("gpucloud:storage.fsx.throughputPerTiB", 200),
+                       "gpucloud:storage.fsx.throughputPerTiB = 200", "allowed: 125, 250, 500, 1000"),
+    "fsx-path": ("fsx_paths", _set("gpucloud:storage.fsx.mountPath", "fsx"), "gpucloud:storage.fsx.mountPath",
+                 "an absolute path"),
+    "negative-count": ("node_counts", _set("gpucloud:nodeGroups.0.minNodes", -1),
+                       "gpucloud:nodeGroups[0].minNodes = -1", "0 or more"),
+    "min-above-desired": ("node_counts", _set("gpucloud:nodeGroups.0.minNodes", 2), "gpucloud:nodeGroups[0]",
+                          "minNodes <= desiredNodes <= maxNodes, got 2 <= 1 <= 2"),
+    "max-zero": ("node_counts", _both(_set("gpucloud:nodeGroups.0.maxNodes", 0),
+                                      _set("gpucloud:nodeGroups.0.desiredNodes", 0)),
+                 "gpucloud:nodeGroups[0].maxNodes = 0", "at least 1"),
+    "cidr-invalid": ("vpc_cidr_valid", _set("gpucloud:network.vpcCidr", "10.0.0.300/16"),
+                     "gpucloud:network.vpcCidr = '10.0.0.300/16'", "not a valid IPv4 network"),
+    "cidr-host-bits": ("vpc_cidr_valid", _set("gpucloud:network.vpcCidr", "10.0.0.1/16"),
+                       "gpucloud:network.vpcCidr", "host bits zero"),
+    "cidr-too-small": ("vpc_cidr_valid", _set("gpucloud:network.vpcCidr", "10.0.0.0/26"),
+                       "gpucloud:network.vpcCidr", "/16 to /24"),
+    "cost-ceiling": ("cost_ceiling", _set("gpucloud:costCeilingUsdPerHour", 10),
+                     "gpucloud:costCeilingUsdPerHour = 10", "max nodes at on-demand price cost 67.15 USD/hour, above the ceiling"),
+    "cost-ceiling-unknown-price": ("cost_ceiling", _set("gpucloud:nodeGroups.0.instanceType", "p5e.48xlarge"),
+                                   "gpucloud:costCeilingUsdPerHour", "no on-demand price in the catalog for p5e"),
+    "group-name": ("group_names", _set("gpucloud:nodeGroups.0.name", "Dev Group"),
+                   "gpucloud:nodeGroups[0].name", "lower-case letters"),
+    "group-name-duplicate": ("group_names", _set("gpucloud:nodeGroups.1.name", "dev"),
+                             "gpucloud:nodeGroups[1].name = 'dev'", "must be unique"),
+    "no-groups": ("at_least_one_group", _set("gpucloud:nodeGroups", []), "gpucloud:nodeGroups",
+                  "at least one node group"),
+    "cluster-name": ("cluster_name_format", _set("gpucloud:clusterName", "My_Cluster"), "gpucloud:clusterName",
+                     "lower-case letters"),
+    "region": ("region_format", _both(_set("aws:region", "useast1"), _drop("gpucloud:availabilityZone")), "aws:region = 'useast1'", "not an AWS region"),
+    "az-other-region": ("availability_zone_in_region", _set("gpucloud:availabilityZone", "eu-west-1a"),
+                        "gpucloud:availabilityZone = 'eu-west-1a'", "must be a zone of region us-east-1"),
+    "root-volume": ("node_group_sizes", _set("gpucloud:nodeGroups.0.rootVolumeGiB", 8),
+                    "gpucloud:nodeGroups[0].rootVolumeGiB = 8", "30 to 16384"),
+    "checkpoint-days": ("checkpoint_lifecycle", _set("gpucloud:storage.checkpointBucket", {"expiryDays": 0}),
+                        "gpucloud:storage.checkpointBucket.expiryDays = 0", "1 or more"),
+    "vpc-and-cidr": ("network_choice", _set("gpucloud:network", {
+        "vpcCidr": "10.0.0.0/16", "vpcId": "vpc-0123abcd", "subnetIds": ["subnet-0123abcd"]}),
+        "gpucloud:network.vpcCidr", "either vpcCidr"),
+    "subnets-without-vpc": ("network_choice", _set("gpucloud:network", {"subnetIds": ["subnet-0123abcd"]}),
+                            "gpucloud:network.vpcId", "required with subnetIds"),
+    "ssh-open-world": ("ssh_access", _set("gpucloud:access", {"sshKeyName": "me", "sshCidrs": ["0.0.0.0/0"]}),
+                       "gpucloud:access.sshCidrs[0] = '0.0.0.0/0'", "not allowed"),
+    "ami-both": ("ami_choice", _set("gpucloud:ami", {"id": "ami-0123456789abcdef0", "flavour": "x"}),
+                 "gpucloud:ami.id", "either ami.id or ami.flavour"),
+    "ami-id": ("ami_choice", _set("gpucloud:ami", {"id": "ami-xyz"}), "gpucloud:ami.id = 'ami-xyz'", "8 or 17 hex"),
+    "tag-reserved": ("tag_keys", _set("gpucloud:tags", {"gpucloud:stack": "x"}),
+                     "gpucloud:tags.gpucloud:stack", "may not start with"),
+    "job-plane": ("job_plane_limits", _set("gpucloud:jobPlane", {"maxReceiveCount": 0}),
+                  "gpucloud:jobPlane.maxReceiveCount = 0", "1 to 1000"),
+    # schema errors (pydantic), formatted the same way
+    "typo-top-level": (None, _set("gpucloud:costCeilingUSD", 5), "gpucloud:costCeilingUSD",
+                       "unknown key (did you mean 'costCeilingUsdPerHour'?); allowed keys here: access, ami"),
+    "typo-nested": (None, _set(f"{G1}.capacity.reservationID", CR),
+                    "gpucloud:nodeGroups[1].capacity.reservationID", "did you mean 'reservationId'?"),
+    "bad-enum": (None, _set(f"{G1}.capacity.type", "spott"), "gpucloud:nodeGroups[1].capacity.type = 'spott'",
+                 "allowed: 'spot', 'on-demand', 'capacity-block' or 'capacity-reservation'"),
+    "bad-type": (None, _set("gpucloud:nodeGroups.0.maxNodes", "many"), "gpucloud:nodeGroups[0].maxNodes = 'many'",
+                 "valid integer"),
+    "missing-region": (None, _drop("aws:region"), "aws:region", "required"),
+    "missing-required": (None, _set("gpucloud:nodeGroups.0", {"name": "x"}), "gpucloud:nodeGroups[0].instanceType",
+                         "required key is missing"),
+    "unknown-namespace": (None, _set("gpucould:costCeiling", 1), "gpucould:costCeiling", "unknown namespace"),
+    "region-in-our-namespace": (None, _set("gpucloud:region", "us-east-1"), "gpucloud:region", "aws:region"),
+    "secret-value": (None, _set("gpucloud:tags", {"secure": "AAAB"}), "gpucloud:tags", "secrets are not used"),
+}
+del CASES["placement-unsupported"]
+
+
+def run_plan(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    out, err = capsys.readouterr()
+    return int(exit_info.value.code or 0), out, err
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_bad_setting_is_one_clear_line(case: str, write_stack, capsys) -> None:
+    _, mutate, key, text = CASES[case]
+    path: Path = write_stack(mutate)
+    code, out, err = run_plan(["plan", "--stack-file", str(path), "--output", "json"], capsys)
+    assert code == 2
+    assert out == ""
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"gpucloud: error: {path}: ")
+    assert key in lines[0] and text in lines[0], lines[0]
+
+
+def test_every_rule_has_a_case_that_triggers_it() -> None:
+    covered = {rule for rule, *_ in CASES.values() if rule}
+    # every catalog type supports cluster placement, so that rule is tested directly below
+    missing = {r.__name__ for r in RULES} - covered - {"cluster_placement_supported"}
+    assert not missing
+
+
+def test_cluster_placement_rule_fires_for_a_type_without_it(write_stack) -> None:
+    from gpucloud.catalog import load_catalog
+    from gpucloud.spec.rules import cluster_placement_supported
+
+    catalog = load_catalog()
+    no_cluster = catalog.instance_types["g6.xlarge"].model_copy(update={"placement_strategies": ["spread"]})
+    patched = catalog.model_copy(update={"instance_types": {**catalog.instance_types, "g6.xlarge": no_cluster}})
+    spec = load_stack_file(write_stack())
+    spec = spec.model_copy(update={"node_groups": [spec.node_groups[0].model_copy(update={"placement_group": True})]})
+    problems = list(cluster_placement_supported(spec, patched))
+    assert [p.key for p in problems] == ["gpucloud:nodeGroups[0].placementGroup"]
+    assert "does not support cluster placement" in problems[0].message
+
+
+def test_several_problems_are_each_reported_on_their_own_line(write_stack, capsys) -> None:
+    path = write_stack(_both(_set("gpucloud:storage.fsx.sizeGiB", 3000), _set("gpucloud:network.vpcCidr", "bad")))
+    code, _, err = run_plan(["plan", "--stack-file", str(path)], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 2
+    assert "sizeGiB" in lines[0] and "vpcCidr" in lines[1] and str(path) in lines[1]
+
+
+@pytest.mark.parametrize(
+    ("content", "text"),
+    [("config: [1, 2\n", "not valid YAML at line"),
+     ("- just\n- a list\n", "expected a mapping with a 'config:' section"),
+     ("config:\n  aws:region: us-east-1\nconfg: {}\n", "unknown top-level key 'confg'"),
+     ("config: 3\n", "'config:' must be a mapping"),
+     (b"\xff\xfe garbage", "cannot read the stack file")],
+)
+def test_unreadable_stack_files(tmp_path: Path, capsys, content: str | bytes, text: str) -> None:
+    path = tmp_path / "Pulumi.bad.yaml"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    code, _, err = run_plan(["plan", "--stack-file", str(path)], capsys)
+    assert code == 2 and text in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_missing_stack_file(tmp_path: Path, capsys) -> None:
+    code, _, err = run_plan(["plan", "--stack-file", str(tmp_path / "Pulumi.none.yaml")], capsys)
+    assert code == 2 and "stack file not found" in err
+
+
+def test_unknown_stack_lists_the_shipped_ones(capsys) -> None:
+    code, _, err = run_plan(["plan", "--stack", "p5-spot"], capsys)
+    assert code == 2
+    assert "no stack named 'p5-spot'" in err and "dev, p4d-spot, p5-capacity-block" in err
+
+
+def test_stack_and_stack_file_are_exclusive(write_stack, capsys) -> None:
+    code, _, err = run_plan(["plan", "--stack", "dev", "--stack-file", str(write_stack())], capsys)
+    assert code == 2 and "exactly one of --stack NAME or --stack-file PATH" in err

@@ -47,7 +47,7 @@ TAIL_STEPS = 45  # steps after the notice position: the baseline must still be t
 
 def notice_driven(queue: SqliteQueue, work: Path, position: int, args: argparse.Namespace) -> dict:
     job = queue.submit(_spec(work, position, args, "notice"), job_id=f"notice-{position}")
-    config = SupervisorConfig(poll_interval=args.poll_interval, stop_margin=0.5, exit_grace=5.0)
+    config = SupervisorConfig(stop_margin=0.5, exit_grace=5.0)
     with ImdsEmulator() as emulator, imds_hub(emulator.endpoint, args.poll_interval) as hub:
         injector = SpotInjector(emulator, position, lead_seconds=args.lead_seconds)
         with open(work / f"{job.id}-1.log", "w") as log:

@@ -84,7 +84,7 @@ class TinyJob:
     """A single-process training job with model, AdamW, dropout, python RNG and a data position."""
 
     def __init__(self, uri: str, *, job_id: str = "job", control_dir: str | None = None,
-                 local_dir: str | None = None, **session_kwargs) -> None:
+                 local_dir: str | None = None, width: int = 16, **session_kwargs) -> None:
         import random
 
         import torch
@@ -93,8 +93,8 @@ class TinyJob:
 
         torch.manual_seed(0)
         random.seed(0)
-        self.model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.2),
-                                         torch.nn.BatchNorm1d(16), torch.nn.Linear(16, 1))
+        self.model = torch.nn.Sequential(torch.nn.Linear(8, width), torch.nn.Dropout(0.2),
+                                         torch.nn.BatchNorm1d(width), torch.nn.Linear(width, 1))
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-2)
         self.data = Counter()
         self.session = TrainingSession(self.model, self.optimizer, extra_state={"data": self.data},

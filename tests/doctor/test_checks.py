@@ -34,6 +34,7 @@ def test_p5_capture_against_p5en_expects_16_efa_devices(p5):
         (checks.gpu_count, cap.NVIDIA_SMI_QUERY, None, "fail", "nvidia-smi not found", "driver"),
         (checks.gpu_model, cap.NVIDIA_SMI_QUERY, "nvidia-smi-query-g5.csv", "fail", "NVIDIA A10G", "launch template"),
         (checks.driver_supports_toolkit, cap.CUDA_VERSION_JSON, "cuda-version-13.1.json", "fail", "toolkit 13.1.0", "upgrade the driver"),
+        (checks.driver_supports_toolkit, cap.NVIDIA_SMI, "nvidia-smi-old-driver.txt", "fail", "driver CUDA 12.4, toolkit 13.0.2", "upgrade the driver"),
         (checks.driver_supports_toolkit, cap.NVIDIA_SMI, "nvidia-smi-driver-gone.txt", "fail", "no 'Driver Version", "driver"),
         (checks.cuda_toolkit_version, cap.CUDA_VERSION_JSON, "cuda-version-truncated.json", "fail", "no cuda.version", "cuda.sh"),
         (checks.cuda_toolkit_version, cap.CUDA_VERSION_JSON, "cuda-version-13.1.json", "fail", "13.1.0", "rebuild the image"),
@@ -74,6 +75,13 @@ def test_old_driver_fails_the_matrix_comparison(p4d):
     outputs[cap.NVIDIA_SMI_QUERY] = p4d.get(cap.NVIDIA_SMI_QUERY).replace("580.105.08", "550.90.07")
     result = checks.driver_version(type(p4d)(outputs), expect())
     assert (result.status, result.observed, result.expected) == ("fail", "550.90.07", "580.105.08")
+
+
+def test_p5en_with_late_efa_initialisation_fails_until_all_16_appear(p5):
+    # p5en is known to enumerate its EFA devices late after boot; doctor reports what it sees now.
+    node = with_output(p5, cap.FI_INFO_EFA, "fi_info-p5en-late-init.txt")
+    result = checks.efa_device_count(node, expect("p5en.48xlarge"))
+    assert (result.status, result.observed) == ("fail", "12") and "p5en may need a few seconds" in result.fix
 
 
 def test_version_checks_skip_without_a_matrix(p4d):

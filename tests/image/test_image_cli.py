@@ -1,13 +1,14 @@
 """`gpucloud image check|render` through the real CLI entry point (exit codes, one-line errors)."""
 
 import json
+import shutil
 
 import pytest
 import yaml
 
 from gpucloud.cli import main
 
-from .conftest import SHIPPED_MATRIX, shipped_raw
+from .conftest import REPO, SHIPPED_MATRIX, shipped_raw
 
 
 def run(capsys, *argv):
@@ -29,6 +30,7 @@ def test_check_json_lists_every_rule(capsys):
     report = json.loads(out)
     assert code == 0 and report["failed"] == 0 and len(report["rules"]) == 17
     assert {r["status"] for r in report["rules"]} == {"pass"}
+    assert [c["name"] for c in report["components"]][:2] == ["gpucloud-10-base", "gpucloud-20-nvidia-driver"]
 
 
 def test_check_broken_matrix_exits_1_and_names_the_clash(capsys, tmp_path):
@@ -49,6 +51,14 @@ def test_unreadable_matrix_is_a_one_line_error(capsys, tmp_path):
     code, out, err = run(capsys, "image", "check", str(bad))
     assert code == 2 and out == ""
     assert err.startswith("gpucloud: error: ") and err.count("\n") == 1 and "not valid YAML" in err
+
+
+def test_check_catches_a_malformed_component_document(capsys, tmp_path):
+    images = tmp_path / "images"
+    shutil.copytree(REPO / "images", images)
+    (images / "components" / "30-cuda.yaml").write_text("name: gpucloud-30-cuda\nschemaVersion: 1.0\nphases: []\n")
+    code, out, err = run(capsys, "image", "check", str(SHIPPED_MATRIX), "--images-dir", str(images))
+    assert code == 2 and "30-cuda.yaml: phases must be a non-empty list" in err
 
 
 def test_render_writes_the_documents(capsys, tmp_path):

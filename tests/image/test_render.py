@@ -92,6 +92,7 @@ def test_wheel_parameters_come_from_the_matrix_pin(shipped):
     [
         ("https://example.com/gpucloud-0.1.0-py3-none-any.whl", "must be an s3://bucket/key"),
         ("s3://bucket/wheels/", "must be an s3://bucket/key"),
+        ("s3:///gpucloud-0.1.0-py3-none-any.whl", "must be an s3://bucket/key"),
         ("s3://bucket/gpucloud-0.2.0-py3-none-any.whl", "does not match the matrix pin gpucloud 0.1.0"),
         ("s3://bucket/gpucloud-0.1.0.tar.gz", "does not match the matrix pin"),
     ],

@@ -97,6 +97,15 @@ def test_submit_list_and_show_as_json(capsys):
     assert report["state"] == "queued" and report["gpus_per_node"] == 8 and report["timeline"][0]["kind"] == "submitted"
 
 
+def test_job_show_prints_attempts_timeline_and_gpu_hours_for_humans(capsys):
+    code, out, _ = run(capsys, "spot-train", "--no-imds", "--gpus-per-node", "4", "--", sys.executable, "-c", "pass")
+    job_id = json.loads(run(capsys, "jobs", "--output", "json")[1])[0]["job_id"]
+    code, out, _ = run(capsys, "job", "show", job_id)
+    assert code == 0
+    for expected in ("attempts", "timeline", "claimed", "started", "finish", "GPU-hours used"):
+        assert expected in out
+
+
 def test_spot_train_runs_a_command_to_completion_and_prints_json(capsys):
     code, out, err = run(capsys, "spot-train", "--no-imds", "--output", "json", "--", sys.executable, "-c", "print('hello')")
     summary = json.loads(out)  # the command's own stdout went to stderr, not into the JSON

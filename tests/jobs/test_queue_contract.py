@@ -216,6 +216,15 @@ def test_the_timeline_keeps_the_time_events_happened(jq):
     assert (attempt.resumed_step, attempt.last_step) == (3, 7)
 
 
+def test_the_timeline_is_in_the_order_things_happened_not_the_order_they_were_recorded(jq):
+    job = jq.submit(SPEC)
+    jq.claim("w", lease_seconds=60)
+    now = jq.events(job.id)[-1].at
+    jq.record(job.id, 1, "commit", at=now + 2.0, data={"step": 5})
+    jq.record(job.id, 1, "ack", at=now + 1.0, data={"step": 5})  # seen later, happened earlier
+    assert [e.kind for e in jq.events(job.id)][-2:] == ["ack", "commit"]
+
+
 def test_unknown_timeline_kinds_are_refused(jq):
     job = jq.submit(SPEC)
     with pytest.raises(ValueError, match="unknown timeline event"):

@@ -99,6 +99,7 @@ def test_a_command_that_ignores_the_api_gets_sigterm_after_the_ack_timeout_befor
     assert notice.received_at + FAST.ack_timeout <= got_sigterm < notice.deadline - FAST.stop_margin
     stop = [e for e in q.events(job.id) if e.kind == "stop"]
     assert [e.data["signal"] for e in stop] == ["SIGTERM"] and "ack" in stop[0].data["reason"]
+    assert stop[0].data["phase"] == "flagged"  # the session never acknowledged
     assert q.get(job.id).state is JobState.QUEUED and q.get(job.id).attempt == 2
 
 

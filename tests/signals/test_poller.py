@@ -133,6 +133,9 @@ def test_scheduled_events(scene, clock):
     assert notice.kind == "scheduled-maintenance" and notice.action == "instance-stop"
     assert notice.deadline == pytest.approx(clock.now + 3600, abs=1.0)
     assert notice.payload["EventId"] == event_id
+    emu.set_scheduled_event_state(event_id, "canceled")  # canceled later: nothing new, nothing broken
+    clock.advance(1)
+    assert poller.poll_once() == [] and poller.health.malformed == 0
 
 
 # -- faults: never a false positive, and the notice still arrives afterwards -----------------------

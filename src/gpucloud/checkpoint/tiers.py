@@ -18,6 +18,7 @@ from typing import Protocol
 
 from gpucloud.checkpoint import layout
 from gpucloud.checkpoint.manifest import Manifest, ManifestError, fsync_dir, write_json_atomic
+from gpucloud.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +245,36 @@ class S3Tier:
                 self.client.delete_objects(Bucket=self.location.bucket, Delete={"Objects": keys, "Quiet": True})
 
 
+# Tuning knobs for the S3 tier (environment, so that a job can be tuned without code changes).
+PART_SIZE_ENV = "GPUCLOUD_S3_PART_SIZE_MB"
+CONCURRENCY_ENV = "GPUCLOUD_S3_CONCURRENCY"
+_MIN_PART_MB = 5  # S3's minimum multipart part size (all parts but the last)
+_MAX_PART_MB = 5 * 1024
+
+
+def s3_transfer_settings(environ: dict[str, str] | None = None) -> dict[str, int]:
+    """Part size and concurrency for S3 transfers from the environment (defaults 64 MiB, 32)."""
+    env = os.environ if environ is None else environ
+    part_mb = _int_setting(env, PART_SIZE_ENV, 64, _MIN_PART_MB, _MAX_PART_MB)
+    concurrency = _int_setting(env, CONCURRENCY_ENV, 32, 1, 512)
+    part = part_mb * 1024 * 1024
+    return {"multipart_threshold": part, "multipart_chunksize": part, "max_concurrency": concurrency}
+
+
+def _int_setting(env, name: str, default: int, low: int, high: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise UserError(f"{name}={raw!r} is not a whole number; allowed {low}..{high}") from None
+    if not low <= value <= high:
+        raise UserError(f"{name}={value} is out of range; allowed {low}..{high}")
+    return value
+
+
 def open_tier(location: layout.Location) -> LocalTier | S3Tier:
     if isinstance(location, layout.S3Location):
-        return S3Tier(location)
+        return S3Tier(location, **s3_transfer_settings())
     return LocalTier(location.root)

@@ -23,24 +23,34 @@ def image() -> None:
 
 @image.command("check")
 @click.argument("matrix_file", metavar="[FILE]", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--images-dir", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
+              help="Also render components/ and scripts/ from here for this matrix.  [default: this checkout's images/]")
 @output_option()
-def check(matrix_file: Path | None, output: str) -> None:
+def check(matrix_file: Path | None, images_dir: Path | None, output: str) -> None:
     """Check the version matrix FILE (default: images/versions.yaml) against the compatibility rules.
 
     Each rule prints pass, warn (a version newer than the known tables: check it by hand) or fail,
-    with the two versions that clash and why. Exits 1 when any rule fails, 2 when the file is unreadable.
+    with the two versions that clash and why. The Image Builder documents are rendered for the
+    matrix too, so a broken component file is caught here rather than in a paid build. Exits 1
+    when any rule fails, 2 when a file is unreadable or a document is malformed.
 
     \b
     Example:
       gpucloud image check images/versions.yaml --output json
     """
     from gpucloud.image.matrix import load_matrix
+    from gpucloud.image.render import MAX_DOCUMENT_CHARS, default_image_dir, render_components
     from gpucloud.image.rules import check_matrix, failed
 
-    results = check_matrix(load_matrix(matrix_file))
+    matrix = load_matrix(matrix_file)
+    results = check_matrix(matrix)
+    images = images_dir or default_image_dir()
+    components = render_components(matrix, images) if images.is_dir() else []
     if output == "json":
         print_json({"file": str(matrix_file or "images/versions.yaml"), "rules": [r.to_dict() for r in results],
-                    "failed": len(failed(results))})
+                    "failed": len(failed(results)),
+                    "components": [{"name": c.name, "characters": len(c.document), "digest": c.digest}
+                                   for c in components]})
     else:
         print_table(
             "Image version matrix",
@@ -49,6 +59,10 @@ def check(matrix_file: Path | None, output: str) -> None:
         )
         bad = failed(results)
         click.echo(f"{len(results)} rules, {len(bad)} failed" + ("" if bad else ", matrix is compatible"))
+        if components:
+            largest = max(len(c.document) for c in components)
+            click.echo(f"{len(components)} Image Builder documents render from {images} "
+                       f"(largest {largest} of {MAX_DOCUMENT_CHARS} characters)")
     if failed(results):
         raise click.exceptions.Exit(1)
 

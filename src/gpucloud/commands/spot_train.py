@@ -45,12 +45,12 @@ def supervisor_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-def supervisor_config(*, poll_interval: float, ack_timeout: float, stop_margin: float, kill_after: float, grace: float):
+def supervisor_config(*, ack_timeout: float, stop_margin: float, kill_after: float, grace: float):
     from gpucloud.jobs.supervisor import SupervisorConfig
 
     if stop_margin >= grace:
         raise UserError(f"--stop-margin ({stop_margin:g}s) must be smaller than --grace ({grace:g}s)")
-    return SupervisorConfig(poll_interval=poll_interval, ack_timeout=ack_timeout, stop_margin=stop_margin, kill_after=kill_after)
+    return SupervisorConfig(ack_timeout=ack_timeout, stop_margin=stop_margin, kill_after=kill_after)
 
 
 def print_event(kind: str, data: dict[str, Any]) -> None:
@@ -92,7 +92,7 @@ def spot_train(
     from gpucloud.jobs.runner import supervise_job
     from gpucloud.signals.imds import resolve_endpoint
 
-    config = supervisor_config(poll_interval=poll_interval, ack_timeout=ack_timeout, stop_margin=stop_margin, kill_after=kill_after, grace=grace)
+    config = supervisor_config(ack_timeout=ack_timeout, stop_margin=stop_margin, kill_after=kill_after, grace=grace)
     endpoint = None if no_imds else resolve_endpoint(imds_endpoint)  # validate before recording anything
     queue = open_queue(queue_uri)
     if job_id is not None:

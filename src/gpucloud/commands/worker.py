@@ -38,7 +38,7 @@ def worker(queue_uri, imds_endpoint, no_imds, poll_interval, grace, ack_timeout,
     from gpucloud.jobs.runner import default_worker_id, supervise_job
     from gpucloud.signals.imds import resolve_endpoint
 
-    config = supervisor_config(poll_interval=poll_interval, ack_timeout=ack_timeout, stop_margin=stop_margin, kill_after=kill_after, grace=grace)
+    config = supervisor_config(ack_timeout=ack_timeout, stop_margin=stop_margin, kill_after=kill_after, grace=grace)
     endpoint = None if no_imds else resolve_endpoint(imds_endpoint)
     queue = open_queue(queue_uri)
     me = default_worker_id()

@@ -21,7 +21,7 @@ from gpucloud.errors import UserError
 from gpucloud.image.matrix import VersionMatrix
 
 ON_INSTANCE_DIR = "/opt/gpucloud/image"
-MAX_DOCUMENT_CHARS = 16000  # CreateComponent "data" limit
+MAX_DOCUMENT_CHARS = 16000  # CreateComponent "data" limit (larger documents must come from S3)
 PHASES = ("build", "validate", "test")
 _SCRIPT_CALL = re.compile(rf"^bash {re.escape(ON_INSTANCE_DIR)}/scripts/(?P<script>[\w.-]+\.sh) (install|validate)$")
 
@@ -57,7 +57,8 @@ def parent_image(matrix: VersionMatrix) -> str:
 
 def wheel_parameters(matrix: VersionMatrix, wheel_s3_uri: str) -> dict[str, str]:
     """Values for the pytorch layer's parameters: where the gpucloud wheel is and what it is called."""
-    if not wheel_s3_uri.startswith("s3://") or wheel_s3_uri.endswith("/"):
+    bucket, _, key = wheel_s3_uri.removeprefix("s3://").partition("/")
+    if not wheel_s3_uri.startswith("s3://") or not bucket or not key or key.endswith("/"):
         raise UserError(f"gpucloud wheel URI {wheel_s3_uri!r} must be an s3://bucket/key of a .whl file")
     file_name = wheel_s3_uri.rsplit("/", 1)[-1]
     expected = f"gpucloud-{matrix.versions.gpucloud}-"

@@ -13,7 +13,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 import pulumi
 from pulumi.runtime import MockCallArgs, MockResourceArgs, Mocks, set_all_config, set_mocks, settings
@@ -163,12 +163,23 @@ class PreviewMocks(Mocks):
         return {}
 
 
+class _Registration(NamedTuple):
+    urn: str
+    type: str
+    custom: bool
+    parent: str | None
+    inputs: dict[str, Any]
+    id: str
+    property_dependencies: dict[str, list[str]]
+
+
 class _ParentRecordingMonitor(MockMonitor):
-    """The stock mock monitor, plus the parent URN of each registration (for the resource tree)."""
+    """The stock mock monitor, plus what the engine would also know of each registration: its
+    parent (for the resource tree) and its property dependencies (for the policy pack)."""
 
     def __init__(self, mocks: Mocks) -> None:
         super().__init__(mocks)
-        self.registrations: list[tuple[str, str, bool, str | None, dict[str, Any], str, dict[str, list[str]]]] = []
+        self.registrations: list[_Registration] = []  # appended from Pulumi's RPC threads
 
     def RegisterResource(self, request):  # noqa: N802 - gRPC method name
         response = super().RegisterResource(request)
@@ -178,9 +189,8 @@ class _ParentRecordingMonitor(MockMonitor):
             if parent is not None and parent.split("::")[2].split("$")[-1] == "pulumi:pulumi:Stack":
                 parent = None  # top-level resources: the stack itself is not shown as a parent
             dependencies = {key: list(deps.urns) for key, deps in request.propertyDependencies.items() if deps.urns}
-            self.registrations.append(
-                (response.urn, request.type, bool(request.custom), parent, inputs, response.id, dependencies)
-            )
+            self.registrations.append(_Registration(
+                response.urn, request.type, bool(request.custom), parent, inputs, response.id, dependencies))
         return response
 
 
@@ -220,9 +230,9 @@ def mocked_runtime(stack_name: str, region: str, availability_zone: str | None =
 
 def recorded_resources(monitor: "_ParentRecordingMonitor") -> list[RecordedResource]:
     return [
-        RecordedResource(type=typ, name=urn.rsplit("::", 1)[-1], inputs=_plain(inputs), custom=custom,
-                         parent=parent, urn=urn, id=resource_id, property_dependencies=deps)
-        for urn, typ, custom, parent, inputs, resource_id, deps in monitor.registrations
+        RecordedResource(type=r.type, name=r.urn.rsplit("::", 1)[-1], inputs=_plain(r.inputs), custom=r.custom,
+                         parent=r.parent, urn=r.urn, id=r.id, property_dependencies=r.property_dependencies)
+        for r in monitor.registrations
     ]
 
 

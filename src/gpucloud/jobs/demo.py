@@ -122,7 +122,7 @@ def run_demo(options: DemoOptions, *, progress: Progress | None = None) -> DemoR
         raise UserError(f"--workdir {workdir} is not empty; give a new or empty directory")
     workdir.mkdir(parents=True, exist_ok=True)
     say = progress or (lambda kind, data: None)
-    config = SupervisorConfig(poll_interval=options.poll_interval, ack_timeout=30.0, stop_margin=5.0)
+    config = SupervisorConfig(ack_timeout=30.0, stop_margin=5.0)
     queue = SqliteQueue(workdir / "queue.db")
     try:
         suffix = uuid.uuid4().hex[:6]

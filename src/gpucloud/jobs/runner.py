@@ -33,6 +33,7 @@ from gpucloud.jobs.supervisor import (
     SupervisorConfig,
     classify_exit,
     decide_stop,
+    phase_of,
     plan_stop,
     spot_train_exit_code,
     tighten,
@@ -194,14 +195,18 @@ def run_attempt(
             plan=plan, now=now, acked=seen.acked is not None,
             committed_at=_written_at(seen.committed), terminated_at=terminated_at, killed=killed, config=config,
         )
-        if decision.action == "terminate":
-            group.send(signal.SIGTERM)
-            terminated_at = now
-            record("stop", signal="SIGTERM", reason=decision.reason)
-        elif decision.action == "kill":
-            group.send(signal.SIGKILL)
-            killed = True
-            record("stop", signal="SIGKILL", reason=decision.reason)
+        if decision.action in ("terminate", "kill"):
+            # The phase says how far the session got: flagged (no ack), acked (no commit), committed.
+            phase = phase_of(plan=plan, acked=seen.acked is not None, committed=seen.committed is not None,
+                             terminated=terminated_at is not None, killed=killed)
+            if decision.action == "terminate":
+                group.send(signal.SIGTERM)
+                terminated_at = now
+            else:
+                group.send(signal.SIGKILL)
+                killed = True
+            record("stop", signal="SIGTERM" if decision.action == "terminate" else "SIGKILL",
+                   reason=decision.reason, phase=phase.value)
         if exit_code is not None and group.alive() and plan is None and terminated_at is None:
             # The leader is gone but ranks it started linger (torchrun killed hard): clean them up.
             group.send(signal.SIGTERM)

@@ -26,7 +26,6 @@ from gpucloud.signals.events import Notice
 
 @dataclasses.dataclass(frozen=True)
 class SupervisorConfig:
-    poll_interval: float = 1.0  # IMDS poll period (the notice source's concern; reported only)
     tick: float = 0.05  # how often the supervisor looks at control files and the process group
     ack_timeout: float = 30.0  # longest wait for the session's ack; never past the deadline
     stop_margin: float = 5.0  # the commit must land this long before the notice deadline
@@ -35,7 +34,7 @@ class SupervisorConfig:
     lease_seconds: float = 60.0  # worker lease on the job; renewed every lease_seconds / 4
 
     def __post_init__(self) -> None:
-        for name in ("poll_interval", "tick", "ack_timeout", "exit_grace", "kill_after", "lease_seconds"):
+        for name in ("tick", "ack_timeout", "exit_grace", "kill_after", "lease_seconds"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.stop_margin < 0:

@@ -108,6 +108,7 @@ class SignalHub:
                 poller.start()
 
     def stop(self) -> None:
+        """Stop the pollers; on the main thread also put the previous signal handlers back."""
         self._started = False
         for poller in self._pollers:
             poller.stop()

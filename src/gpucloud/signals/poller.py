@@ -5,7 +5,8 @@ when the instance-action item is absent or failed (it is the legacy view of the 
 then the rebalance recommendation, the ASG target lifecycle state and the scheduled events. Each
 item is read on its own, so an item answering an error or a malformed body never hides another
 one; when the service does not answer at all (refused, timed out) the round ends at once, so a
-round never takes longer than one timeout.
+dead or hanging service costs a round one timeout, not one per item. Notices are handed to
+``on_notice`` as soon as their item is read, not at the end of the round.
 
 Nothing but a well-formed, current payload makes a notice: 404, 5xx, 401 after the retry,
 timeouts, refused connections and malformed bodies are counted and logged (once per change of
@@ -67,6 +68,7 @@ class ImdsPoller:
         self._seen: set[str] = set()
         self._logged: set[str] = set()  # problems already logged, so an outage is one line, not thousands
         self._stale_logged: set[str] = set()
+        self._round_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.health = PollerHealth()
@@ -74,35 +76,41 @@ class ImdsPoller:
     # -- one round -----------------------------------------------------------------------------
     def poll_once(self) -> list[Notice]:
         """Read every item once; report (``on_notice``) and return the notices not seen before."""
+        with self._round_lock:  # a manual round and the thread's never interleave
+            return self._round()
+
+    def _round(self) -> list[Notice]:
         now = self._clock()
-        found: list[Notice] = []
         problems: list[str] = []
+        fresh: list[Notice] = []
+        rules = self.rules
+
+        def item(path: str, build: Callable[[str], Notice | list[Notice] | None]) -> bool:
+            """Read and interpret one item, report its new notices at once; True if it was usable."""
+            text = self._read(path, problems)
+            if text is None:
+                return False
+            notices = self._interpret(path, problems, lambda: build(text))
+            fresh.extend(self._report(notices or [], now))
+            return notices is not None
 
         try:
-            action = self._read(interpret.INSTANCE_ACTION, problems)
-            from_action = None
-            if isinstance(action, str):
-                from_action = self._interpret(interpret.INSTANCE_ACTION, problems, lambda: interpret.instance_action_notice(action, now, self.rules))
-                found += from_action or []
-            if from_action is None:  # absent, failed or malformed: the legacy item may still carry the notice
-                stamp = self._read(interpret.TERMINATION_TIME, problems)
-                if isinstance(stamp, str):
-                    found += self._interpret(interpret.TERMINATION_TIME, problems, lambda: interpret.termination_time_notice(stamp, now, self.rules)) or []
-            rebalance = self._read(interpret.REBALANCE, problems)
-            if isinstance(rebalance, str):
-                found += self._interpret(interpret.REBALANCE, problems, lambda: interpret.rebalance_notice(rebalance, now)) or []
-            state = self._read(interpret.TARGET_LIFECYCLE_STATE, problems)
-            if isinstance(state, str):
-                found += self._interpret(interpret.TARGET_LIFECYCLE_STATE, problems, lambda: interpret.lifecycle_notice(state, now, self.rules)) or []
-            events = self._read(interpret.SCHEDULED_EVENTS, problems)
-            if isinstance(events, str):
-                found += self._interpret(interpret.SCHEDULED_EVENTS, problems, lambda: self._scheduled(events, now, problems)) or []
+            if not item(interpret.INSTANCE_ACTION, lambda text: interpret.instance_action_notice(text, now, rules)):
+                # Absent, failed or malformed: the legacy item may still carry the notice.
+                item(interpret.TERMINATION_TIME, lambda text: interpret.termination_time_notice(text, now, rules))
+            item(interpret.REBALANCE, lambda text: interpret.rebalance_notice(text, now))
+            item(interpret.TARGET_LIFECYCLE_STATE, lambda text: interpret.lifecycle_notice(text, now, rules))
+            item(interpret.SCHEDULED_EVENTS, lambda text: self._scheduled(text, now, problems))
         except _Unreachable:
             pass  # the service did not answer at all: the rest of the round would only wait too
-
         self.health.rounds += 1
         self._log_problems(problems, now)
-        fresh = [notice for notice in found if notice.event_id not in self._seen]
+        return fresh
+
+    def _report(self, notices: list[Notice], now: float) -> list[Notice]:
+        """Hand new notices to ``on_notice`` right away (not at the end of the round: a later item
+        may take a whole timeout to fail)."""
+        fresh = [notice for notice in notices if notice.event_id not in self._seen]
         for notice in fresh:
             self._seen.add(notice.event_id)
             self.health.notices += 1
@@ -116,8 +124,8 @@ class ImdsPoller:
                 log.exception("on_notice handler failed for %s", notice.event_id)
         return fresh
 
-    def _read(self, path: str, problems: list[str]) -> str | None | object:
-        """The 200 body, None for 404, ``_FAILED`` when the item could not be read this round."""
+    def _read(self, path: str, problems: list[str]) -> str | None:
+        """The 200 body; None when the item is absent (404) or answered an error this round."""
         self.health.requests += 1
         try:
             response = self.client.get(path)
@@ -126,15 +134,14 @@ class ImdsPoller:
             raise _Unreachable from err
         if response.ok:
             return response.text
-        if response.absent:
-            return None
-        return self._failed(problems, f"IMDS {path} answered HTTP {response.status}; no notice assumed")
+        if not response.absent:
+            self._failed(problems, f"IMDS {path} answered HTTP {response.status}; no notice assumed")
+        return None
 
-    def _failed(self, problems: list[str], message: str) -> object:
+    def _failed(self, problems: list[str], message: str) -> None:
         self.health.failed_requests += 1
         self.health.last_error = message
         problems.append(message)
-        return _FAILED
 
     def _interpret(self, path: str, problems: list[str], build: Callable[[], Notice | list[Notice] | None]) -> list[Notice] | None:
         """The notices in a 200 body; None when the body is malformed."""
@@ -202,8 +209,6 @@ class ImdsPoller:
                 log.exception("IMDS poll round failed unexpectedly; polling continues")
             self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
 
-
-_FAILED = object()
 
 
 def _when(deadline: float | None, now: float) -> str:

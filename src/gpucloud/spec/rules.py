@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 
 from gpucloud.catalog import Catalog, InstanceType
 from gpucloud.infra.cost import GroupSizing, estimate_cost
-from gpucloud.spec.decisions import efa_enabled, uses_placement_group
+from gpucloud.spec.decisions import efa_enabled
 from gpucloud.spec.model import RESERVED_CAPACITY, ClusterSpec, NodeGroup
 from gpucloud.spec.problems import Problem, key_path
 

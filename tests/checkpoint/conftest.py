@@ -60,8 +60,12 @@ def moto_s3(monkeypatch):
     }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
+    import urllib.request
+
     import boto3
 
+    # moto keeps its backends in process-global state: start every test from an empty account.
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")).read()
     boto3.client("s3").create_bucket(Bucket="ckpt-bucket")
     yield endpoint
     server.stop()

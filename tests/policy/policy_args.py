@@ -10,6 +10,7 @@ from pulumi_policy import (
     ResourceValidationArgs,
     StackValidationArgs,
 )
+from pulumi_policy.proxy import unknown_checking_proxy
 
 from gpucloud.policy.pack import POLICIES
 
@@ -35,14 +36,15 @@ def check_resource(policy_name: str, resource_type: str, props: dict[str, Any], 
                    stack: str = STACK) -> list[str]:
     """Messages the named resource policy reports for one resource."""
     found: list[str] = []
-    args = ResourceValidationArgs(resource_type, props, urn(resource_type, name, stack), name, options(), None, {})
+    # the engine wraps props in Mapping/Sequence proxies (not dict/list): test through the same wrapper
+    args = ResourceValidationArgs(resource_type, unknown_checking_proxy(props), urn(resource_type, name, stack), name, options(), None, {})
     policy_named(policy_name).validate(args, lambda message, urn=None: found.append(message))
     return found
 
 
 def resource(resource_type: str, name: str, props: dict[str, Any],
              deps: dict[str, list[PolicyResource]] | None = None) -> PolicyResource:
-    return PolicyResource(resource_type, props, urn(resource_type, name), name, options(), None, None, [], deps or {})
+    return PolicyResource(resource_type, unknown_checking_proxy(props), urn(resource_type, name), name, options(), None, None, [], deps or {})
 
 
 def check_stack(policy_name: str, resources: list[PolicyResource]) -> list[tuple[str, str | None]]:

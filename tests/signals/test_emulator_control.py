@@ -72,6 +72,7 @@ def test_control_faults(emulator):
         (lambda c: c.set_scheduled_event_state("instance-event-nope", "canceled"), "no scheduled event 'instance-event-nope'"),
         (lambda c: c.fail_with(200, 1), "status: Input should be greater than or equal to 400"),
         (lambda c: c.refuse_connections(0), "needs 'seconds' > 0"),
+        (lambda c: c.hang(1, target="/etc/passwd"), "is not one of any, token, metadata or a /latest/... path"),
         (lambda c: c._post("teleport"), "unknown control request 'teleport'"),
         (lambda c: c._post("rebalance", colour="red"), "colour: Extra inputs are not permitted"),
     ],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -176,6 +177,19 @@ def test_a_failing_item_does_not_hide_another(scene):
     emu.fail_with(500, 1)  # the first GET of the round (instance-action) fails
     emu.rebalance()
     assert kinds(poller.poll_once()) == [("rebalance", "rebalance")]
+
+
+def test_a_notice_is_reported_before_a_later_item_times_out(scene):
+    emu, poller, _ = scene
+    reported_at = []
+    poller.on_notice = lambda notice: reported_at.append(time.monotonic())
+    emu.spot_interruption()
+    emu.hang(2, count=1, target=interpret.SCHEDULED_EVENTS)
+    started = time.monotonic()
+    assert len(poller.poll_once()) == 1
+    ended = time.monotonic()
+    assert ended - started >= 0.3  # the scheduled-events read timed out (read timeout 0.3 s)...
+    assert reported_at[0] - started < ended - started - 0.2  # ...but the notice went out first
 
 
 def test_outage_is_logged_once_not_every_round(scene, clock, caplog):

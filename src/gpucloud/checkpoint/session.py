@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
 
 from gpucloud import control, jobenv
 from gpucloud.checkpoint import commit as commit_protocol
@@ -187,7 +188,10 @@ class TrainingSession:
             log.warning("checkpoint in %s has no state for extra_state[%r]; it keeps its current state", directory, name)
         target = state.template(self.model, self.optimizer, restorable, source_rank=source_rank,
                                 has_extra=bool(restorable))
-        dcp_io.load(target, directory, process_group=self.ranks.checkpoint_group)
+        try:
+            dcp_io.load(target, directory, process_group=self.ranks.checkpoint_group)
+        except CheckpointException as exc:  # a BaseException: `except Exception` misses it
+            raise UserError(f"checkpoint {directory} does not fit this model/optimizer: {_root_cause(exc)}") from None
         return state.apply(target, self.model, self.optimizer, restorable, source_rank=source_rank)
 
     # ------------------------------------------------------------------------------ step boundary
@@ -331,18 +335,29 @@ class TrainingSession:
                 pass
             self._settle(pending)
 
+    def save_now(self, step: int | None = None) -> Manifest | None:
+        """Synchronously save and commit ``step`` (default: the last completed step), e.g. a
+        final checkpoint after the loop. A collective: call it on every rank."""
+        step = self.step if step is None else step
+        self.wait()
+        if self.last_committed == step:
+            return None
+        started = time.monotonic()
+        live = state.capture(self.model, self.optimizer, self.extra, rank=self.ranks.rank, step=step)
+        ctx = commit_protocol.SaveContext(self.store, step, f"a{self.attempt}", self.attempt)
+        manifest = self._write_and_commit(ctx, live)
+        elapsed = time.monotonic() - started
+        self.last_committed = step
+        self.save_count += 1
+        self.history = SaveHistory(last_step=step, last_time=started, stall_seconds=elapsed, persist_seconds=elapsed)
+        return manifest
+
     # ------------------------------------------------------------------------------ emergency
     def _emergency(self, step: int) -> None:
         notice = control.read(self.control_dir, control.PREEMPT) or {}
         if self.ranks.is_node_leader and self.control_dir:
             control.write(self.control_dir, control.ACK, {"step": step, "notice_kind": notice.get("kind")})
-        self.wait()
-        if self.last_committed != step:
-            live = state.capture(self.model, self.optimizer, self.extra, rank=self.ranks.rank, step=step)
-            ctx = commit_protocol.SaveContext(self.store, step, f"a{self.attempt}", self.attempt)
-            self._write_and_commit(ctx, live)
-            self.last_committed = step
-            self.save_count += 1
+        self.save_now(step)  # waits for an async save in flight first; no-op if it was this step
         if self.ranks.is_node_leader and self.control_dir:
             control.write(self.control_dir, control.COMMITTED,
                           {"step": step, "uri": self.store.durable_description(step)})
@@ -375,6 +390,13 @@ def _attempt_from_env() -> int:
     if value < 0:
         raise UserError(f"{jobenv.ATTEMPT}={raw!r} must be >= 0")
     return value
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The last "SomeError: message" line of DCP's aggregated per-rank traceback text."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.split(":", 1)[0].endswith(("Error", "Exception")) and ":" in ln]
+    return errors[-1] if errors else (lines[0] if lines else type(exc).__name__)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -9,7 +9,7 @@ outputs (``id``, ``arn``, ``bucket``), which is what a hand-written literal refe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pulumi_policy import PolicyResource
@@ -32,8 +32,8 @@ def referenced_strings(value: Any) -> set[str]:
             found.add(item)
         elif isinstance(item, Mapping):
             stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
+        elif isinstance(item, Sequence) and not isinstance(item, bytes):
+            stack.extend(item)  # engine props are Sequence proxies, not lists
     return found
 
 

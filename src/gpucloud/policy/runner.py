@@ -25,6 +25,7 @@ from pulumi_policy import (
     StackValidationArgs,
     StackValidationPolicy,
 )
+from pulumi_policy.proxy import unknown_checking_proxy
 
 from gpucloud.policy.pack import POLICIES
 from gpucloud.policy.references import referenced_strings
@@ -78,7 +79,7 @@ def to_policy_resources(
     policy_resources = [
         PolicyResource(
             r.type,
-            dict(r.inputs),
+            unknown_checking_proxy(dict(r.inputs)),  # the same Mapping/Sequence wrappers the engine uses
             getattr(r, "urn", None) or urn_for(stack, project, r.type, r.name),
             r.name,
             _options(getattr(r, "parent", None)),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -52,7 +53,7 @@ def _stack_tag(props: Any, resource_type: str) -> tuple[Any, bool]:
         return None, False
     for key in ("tags", "tagsAll"):  # tagsAll: provider default tags, seen in outputs
         tags = props.get(key)
-        if isinstance(tags, dict) and STACK_TAG in tags:
+        if isinstance(tags, Mapping) and STACK_TAG in tags:
             return tags[STACK_TAG], True
     return None, True
 

@@ -20,17 +20,22 @@ import threading
 import time
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpucloud.signals import interpret
 from gpucloud.signals.imds import MAX_TOKEN_TTL, MIN_TOKEN_TTL, TOKEN_HEADER, TOKEN_PATH, TOKEN_TTL_HEADER
 
-HangTarget = Literal["any", "token", "metadata"]
+# What a hang fault stalls: any request, token PUTs only, metadata GETs only, or one metadata path.
+HANG_TARGETS = ("any", "token", "metadata")
+HangTarget = str
 
 _VERSIONED_TOKEN_PATH = re.compile(r"^/[^/]+/api/token/?$")
 _NOT_FOUND_BODY = (
     '<?xml version="1.0" encoding="iso-8859-1"?>\n<!DOCTYPE html>\n<html><head><title>404 - Not Found</title>'
     "</head><body><h1>404 - Not Found</h1></body></html>\n"
+)
+_META_DATA_INDEX = "\n".join(
+    ["ami-id", "autoscaling/", "events/", "instance-id", "instance-life-cycle", "instance-type", "local-ipv4", "placement/", "spot/"]
 )
 _MALFORMED_BODY = '{"action": "terminate", "time": "20'  # truncated JSON: what a proxy cut-off looks like
 
@@ -226,11 +231,13 @@ class EmulatorScenario:
             self._faults.status, self._faults.status_count = status, count
 
     def hang(self, seconds: float, count: int = 1, *, target: HangTarget = "any") -> None:
-        """Stall the next ``count`` requests (``token``: only token PUTs, the hop-limit failure)."""
+        """Stall the next ``count`` matching requests. ``target``: ``any``; ``token`` (token PUTs:
+        the hop-limit failure); ``metadata`` (GETs); or one path such as
+        ``/latest/meta-data/events/maintenance/scheduled``."""
         if seconds < 0:
             raise ValueError(f"hang seconds must be >= 0, got {seconds}")
-        if target not in ("any", "token", "metadata"):
-            raise ValueError(f"hang target {target!r} is not one of any, token, metadata")
+        if target not in HANG_TARGETS and not target.startswith("/latest/"):
+            raise ValueError(f"hang target {target!r} is not one of {', '.join(HANG_TARGETS)} or a /latest/... path")
         _check_count(count)
         with self._lock:
             self._faults.hang_seconds, self._faults.hang_count, self._faults.hang_target = float(seconds), count, target
@@ -272,7 +279,7 @@ class EmulatorScenario:
         with self._lock:
             self._count(f"{method} {path}")
             is_token = path.rstrip("/") == TOKEN_PATH or bool(_VERSIONED_TOKEN_PATH.match(path))
-            hang = self._take_hang("token" if is_token and method == "PUT" else "metadata")
+            hang = self._take_hang("token" if is_token and method == "PUT" else "metadata", path)
             if method == "PUT":
                 answer = self._token_put(path, headers) if is_token else _text(403, "Forbidden")
             elif method in ("GET", "HEAD"):
@@ -285,9 +292,9 @@ class EmulatorScenario:
     def _count(self, key: str) -> None:
         self._stats[key] = self._stats.get(key, 0) + 1
 
-    def _take_hang(self, kind: str) -> float:
+    def _take_hang(self, kind: str, path: str) -> float:
         faults = self._faults
-        if faults.hang_count > 0 and faults.hang_target in ("any", kind):
+        if faults.hang_count > 0 and faults.hang_target in ("any", kind, path.rstrip("/")):
             faults.hang_count -= 1
             return faults.hang_seconds
         return 0.0
@@ -326,7 +333,7 @@ class EmulatorScenario:
         if faults.malformed > 0:
             faults.malformed -= 1
             return _text(200, _MALFORMED_BODY, extra)
-        body = self._item(path.rstrip("/") if path != "/latest/meta-data/" else path, now)
+        body = self._item(path.rstrip("/"), now)
         if body is None:
             return _text(404, _NOT_FOUND_BODY)
         return _text(200, body, extra)
@@ -346,8 +353,8 @@ class EmulatorScenario:
         }
         if path in static:
             return static[path]
-        if path == "/latest/meta-data/":
-            return "\n".join(sorted({p.split("/")[3] + ("/" if p.count("/") > 3 else "") for p in static if p.startswith("/latest/meta-data/")} | {"spot/", "autoscaling/", "events/"}))
+        if path == "/latest/meta-data":
+            return _META_DATA_INDEX
         if path == interpret.INSTANCE_ACTION:
             spot = _visible(self._spot, now)
             return json.dumps(spot) if spot is not None else None
@@ -432,4 +439,11 @@ class FaultRequest(_Request):
     count: int = Field(1, ge=0)
     status: int = Field(500, ge=400, le=599)
     seconds: float = Field(0.0, ge=0)  # hang: stall per request; refuse: how long to refuse
-    target: HangTarget = "any"
+    target: str = Field("any", description="any, token, metadata, or a /latest/... path")
+
+    @field_validator("target")
+    @classmethod
+    def _known_target(cls, value: str) -> str:
+        if value not in HANG_TARGETS and not value.startswith("/latest/"):
+            raise ValueError(f"{value!r} is not one of {', '.join(HANG_TARGETS)} or a /latest/... path")
+        return value

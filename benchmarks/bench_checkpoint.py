@@ -69,7 +69,7 @@ def raw_write(tensors: list[torch.Tensor], path: Path) -> float:
     start = time.perf_counter()
     with open(path, "wb", buffering=0) as fh:
         for t in tensors:
-            fh.write(memoryview(t.contiguous().view(torch.uint8).numpy()))
+            fh.write(memoryview(t.contiguous().reshape(-1).view(torch.uint8).numpy()))
         os.fsync(fh.fileno())
     return time.perf_counter() - start
 

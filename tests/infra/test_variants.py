@@ -73,3 +73,24 @@ def test_lifecycle_rule_names_every_group() -> None:
     rule = next(r for r in preview.of_type("aws:cloudwatch/eventRule:EventRule") if r.name.endswith("asg-terminate"))
     names = json.loads(rule.inputs["eventPattern"])["detail"]["AutoScalingGroupName"]
     assert sorted(names) == ["variant-group-a-asg", "variant-group-b-asg"]
+
+
+def test_image_pipeline_section_builds_the_pipeline_and_exports_its_parameter() -> None:
+    from gpucloud.policy.runner import run_policies
+
+    preview = plan(**{"gpucloud:image": {"wheelS3Uri": "s3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl",
+                                         "amiParameter": "/gpucloud/images/ami-id"}})
+    distribution = preview.of_type("aws:imagebuilder/distributionConfiguration:DistributionConfiguration")
+    assert len(distribution) == 1
+    ssm = distribution[0].inputs["distributions"][0]["ssmParameterConfigurations"][0]
+    assert ssm["parameterName"] == "/gpucloud/images/ami-id"
+    assert preview.of_type("aws:imagebuilder/imagePipeline:ImagePipeline")
+    # the pipeline's resources pass the same policy pack as the cluster's
+    assert [v for v in run_policies(preview.resources, stack="variant") if v.enforcement == "mandatory"] == []
+
+
+def test_ami_from_an_image_pipeline_parameter() -> None:
+    preview = plan(**{"gpucloud:ami": {"parameter": "/gpucloud/images/ami-id"}})
+    names = [c.args.get("name") for c in preview.invokes if c.token == "aws:ssm/getParameter:getParameter"]
+    assert names == ["/gpucloud/images/ami-id"]
+    assert not preview.of_type("aws:imagebuilder/imagePipeline:ImagePipeline")

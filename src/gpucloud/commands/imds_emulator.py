@@ -6,11 +6,15 @@ import errno
 import signal
 import sys
 import threading
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from gpucloud.errors import UserError
 from gpucloud.output import output_option, print_json
+
+if TYPE_CHECKING:  # the module itself is imported only when the command runs
+    from gpucloud.signals.imds_emulator import ImdsEmulator
 
 
 def _seconds(value: float | None, flag: str) -> float | None:
@@ -137,7 +141,7 @@ def imds_emulator(
 
 
 def _apply_schedule(
-    emulator,
+    emulator: ImdsEmulator,
     started: float,
     spot_notice_after: float | None,
     action: str,
@@ -147,8 +151,9 @@ def _apply_schedule(
     scheduled_event: str | None,
     scheduled_in: float,
     stale_termination_time: float | None,
-) -> list[dict]:
-    schedule: list[dict] = []
+) -> list[dict[str, Any]]:
+    """Put the flags' scenario into the emulator; one line per event, for the start message."""
+    schedule: list[dict[str, Any]] = []
     if spot_notice_after is not None:
         emulator.spot_interruption(action, lead_seconds=lead, at=started + spot_notice_after)
         detail = "hibernate now" if action == "hibernate" else f"{action} {lead:g}s later"
@@ -169,7 +174,7 @@ def _apply_schedule(
     return sorted(schedule, key=lambda line: line["after"])
 
 
-def _serve_until_interrupted(emulator) -> None:
+def _serve_until_interrupted(emulator: ImdsEmulator) -> None:
     """Block until Ctrl-C or SIGTERM, then close the socket."""
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())

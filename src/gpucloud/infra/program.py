@@ -7,7 +7,7 @@ call ``build_cluster``, so the preview shows exactly what a deployment creates.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import pulumi
 import pulumi_aws as aws
@@ -26,6 +26,9 @@ from gpucloud.infra.tags import Tagging
 from gpucloud.infra.userdata import user_data_output
 from gpucloud.spec.model import ClusterSpec
 
+if TYPE_CHECKING:
+    from gpucloud.infra.image import ImagePipeline
+
 
 @dataclasses.dataclass
 class ClusterOutputs:
@@ -38,6 +41,7 @@ class ClusterOutputs:
     job_table_name: pulumi.Output[str]
     asg_names: dict[str, pulumi.Output[str]]
     fsx_dns_name: Optional[pulumi.Output[str]]
+    ami_parameter_name: Optional[str] = None  # set when the stack runs the image pipeline
 
     def export(self) -> None:
         pulumi.export("vpcId", self.vpc_id)
@@ -49,6 +53,8 @@ class ClusterOutputs:
         pulumi.export("autoscalingGroups", self.asg_names)
         if self.fsx_dns_name is not None:
             pulumi.export("fsxDnsName", self.fsx_dns_name)
+        if self.ami_parameter_name is not None:
+            pulumi.export("amiParameterName", self.ami_parameter_name)
 
 
 def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = None) -> ClusterOutputs:
@@ -81,6 +87,7 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
     ))
     identity = NodeIdentity(f"{cluster}-node", NodeIdentityArgs(tagging=tagging, ssm=spec.access.ssm))
     image = resolve_image(spec.ami)
+    pipeline = _image_pipeline(spec, cluster, tagging, first_subnet, security.node_group_id, catalog)
 
     groups: dict[str, NodeGroup] = {}
     for gp in plan.groups:
@@ -136,4 +143,25 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
         job_table_name=jobs.table.name,
         asg_names={name: g.asg.name for name, g in groups.items()},
         fsx_dns_name=fsx.dns_name if fsx is not None else None,
+        ami_parameter_name=pipeline.ami_parameter_name if pipeline is not None else None,
     )
+
+
+def _image_pipeline(
+    spec: ClusterSpec, cluster: str, tagging: Tagging, subnet_id: pulumi.Input[str],
+    security_group_id: pulumi.Input[str], catalog: Catalog | None,
+) -> Optional["ImagePipeline"]:
+    """Our own AMI pipeline, when the stack file has an ``image`` section (its AMI id goes to SSM,
+    where other stacks read it with ``ami: {parameter: ...}``)."""
+    if spec.image is None:
+        return None
+    from gpucloud.image.matrix import load_matrix
+    from gpucloud.infra.image import ImagePipeline, ImagePipelineArgs
+
+    settings = spec.image
+    return ImagePipeline(f"{cluster}-image", ImagePipelineArgs(
+        tagging=tagging, matrix=load_matrix(settings.matrix_file), subnet_id=subnet_id,
+        security_group_ids=[security_group_id], gpucloud_wheel_s3_uri=settings.wheel_s3_uri,
+        build_instance_types=tuple(settings.build_instance_types), ami_parameter_name=settings.ami_parameter,
+        schedule_expression=settings.schedule, root_volume_gib=settings.root_volume_gib,
+    ), catalog=catalog)

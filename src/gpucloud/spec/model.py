@@ -98,11 +98,25 @@ class Storage(SpecModel):
 class Ami(SpecModel):
     flavour: str | None = None  # DLAMI flavour, resolved through its SSM public parameter
     id: str | None = None  # or a fixed AMI id
+    parameter: str | None = None  # or an SSM parameter holding the AMI id (our image pipeline's)
 
     @property
     def ssm_parameter(self) -> str:
+        if self.parameter is not None:
+            return self.parameter
         flavour = self.flavour or DEFAULT_DLAMI_FLAVOUR
         return f"/aws/service/deeplearning/ami/x86_64/{flavour}/latest/ami-id"
+
+
+class ImageBuild(SpecModel):
+    """Our own AMI, built by EC2 Image Builder from ``images/`` (the key's presence enables it)."""
+
+    wheel_s3_uri: str  # the gpucloud wheel the image installs, uploaded before a build
+    build_instance_types: list[str] = ["g5.2xlarge"]  # a GPU type: the validate phase needs GPUs
+    schedule: str | None = None  # "cron(...)" / "rate(...)"; None: build on demand
+    ami_parameter: str | None = None  # default /gpucloud/<stack>/ami-id
+    matrix_file: str | None = None  # default images/versions.yaml
+    root_volume_gib: int = Field(default=100, alias="rootVolumeGiB")
 
 
 class Network(SpecModel):
@@ -135,6 +149,7 @@ class ClusterSpec(SpecModel):
     network: Network = Network()
     storage: Storage = Storage()
     ami: Ami = Ami()
+    image: ImageBuild | None = None
     access: Access = Access()
     job_plane: JobPlane = JobPlane()
     tags: dict[str, str] = {}

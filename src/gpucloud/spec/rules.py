@@ -27,6 +27,9 @@ FLAVOUR_RE = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
 REGION_RE = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
 VPC_ID_RE = re.compile(r"^vpc-[0-9a-f]{8,17}$")
 SUBNET_ID_RE = re.compile(r"^subnet-[0-9a-f]{8,17}$")
+SSM_PARAMETER_RE = re.compile(r"^/[A-Za-z0-9_.\-/]+$")
+WHEEL_URI_RE = re.compile(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]/.+\.whl$")
+SCHEDULE_RE = re.compile(r"^(cron|rate)\(.+\)$")
 TAG_KEY_RESERVED = ("aws:", "gpucloud:")
 
 
@@ -344,8 +347,19 @@ def ssh_access(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
 
 def ami_choice(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     ami = spec.ami
-    if ami.id is not None and ami.flavour is not None:
-        yield Problem(key_path("ami", "id"), "give either ami.id or ami.flavour, not both", ami.id)
+    chosen = [key for key in ("id", "flavour", "parameter") if getattr(ami, key) is not None]
+    if len(chosen) > 1:
+        yield Problem(
+            key_path("ami", chosen[0]),
+            f"give one of ami.id, ami.flavour or ami.parameter, not {' and '.join('ami.' + k for k in chosen)}",
+            getattr(ami, chosen[0]),
+        )
+    if ami.parameter is not None and not SSM_PARAMETER_RE.match(ami.parameter):
+        yield Problem(
+            key_path("ami", "parameter"),
+            "an SSM parameter name starting with '/', e.g. '/gpucloud/image/ami-id'",
+            ami.parameter,
+        )
     if ami.id is not None and not AMI_ID_RE.match(ami.id):
         yield Problem(key_path("ami", "id"), "not an AMI id; expected 'ami-' and 8 or 17 hex digits", ami.id)
     if ami.flavour is not None and not FLAVOUR_RE.match(ami.flavour):
@@ -353,6 +367,48 @@ def ami_choice(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
             key_path("ami", "flavour"),
             "a DLAMI flavour as in its SSM parameter, e.g. 'base-oss-nvidia-driver-gpu-ubuntu-22.04'",
             ami.flavour,
+        )
+
+
+def image_pipeline_settings(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    image = spec.image
+    if image is None:
+        return
+    if not WHEEL_URI_RE.match(image.wheel_s3_uri):
+        yield Problem(
+            key_path("image", "wheelS3Uri"),
+            "the S3 URI of the gpucloud wheel, e.g. 's3://my-bucket/wheels/gpucloud-0.1.0-py3-none-any.whl'",
+            image.wheel_s3_uri,
+        )
+    for i, build_type in enumerate(image.build_instance_types):
+        itype = catalog.instance_types.get(build_type)
+        if itype is None or itype.gpus == 0:
+            gpu_types = sorted(n for n, t in catalog.instance_types.items() if t.gpus > 0)
+            yield Problem(
+                key_path("image", "buildInstanceTypes", i),
+                f"the image is validated on its build instance, which needs NVIDIA GPUs; one of {', '.join(gpu_types)}",
+                build_type,
+            )
+    if image.schedule is not None and not SCHEDULE_RE.match(image.schedule):
+        yield Problem(key_path("image", "schedule"), "an Image Builder schedule: 'cron(...)' or 'rate(...)'", image.schedule)
+    if image.ami_parameter is not None and not SSM_PARAMETER_RE.match(image.ami_parameter):
+        yield Problem(
+            key_path("image", "amiParameter"),
+            "an SSM parameter name starting with '/', e.g. '/gpucloud/image/ami-id'",
+            image.ami_parameter,
+        )
+    if spec.network.egress == "endpoints":
+        yield Problem(
+            key_path("network", "egress"),
+            "the image build downloads from NVIDIA, PyPI, EFA and FSx repositories; use egress 'nat' with image",
+            spec.network.egress,
+        )
+    if image.ami_parameter is not None and spec.ami.parameter == image.ami_parameter:
+        yield Problem(
+            key_path("ami", "parameter"),
+            "a stack cannot boot from the AMI its own pipeline has not built yet; "
+            "build the image in its own stack (or boot a DLAMI until the first build)",
+            spec.ami.parameter,
         )
 
 
@@ -443,6 +499,7 @@ RULES: tuple[Rule, ...] = (
     vpc_cidr_valid,
     ssh_access,
     ami_choice,
+    image_pipeline_settings,
     tag_keys,
     job_plane_limits,
     cost_ceiling,

@@ -5,8 +5,20 @@ from __future__ import annotations
 import datetime
 
 import pytest
-from aws_responses import c5_xlarge, g6_xlarge, p5_48xlarge, price_list_entry, spot_entry
-from stubbed_aws import NOW, expect_describe, expect_prices, expect_spot, stubbed_clients
+from aws_responses import (
+    c5_xlarge,
+    g6_xlarge,
+    p5_48xlarge,
+    price_list_entry,
+    spot_entry,
+)
+from stubbed_aws import (
+    NOW,
+    expect_describe,
+    expect_prices,
+    expect_spot,
+    stubbed_clients,
+)
 
 from gpucloud.catalog import Catalog, load_catalog
 from gpucloud.catalog_refresh import (

@@ -70,7 +70,9 @@ def test_corrupt_manifest_falls_back(three_steps, tiny_job, caplog):
 def test_latest_naming_a_missing_step_falls_back(three_steps, tiny_job):
     uri, job_dir = three_steps
     (job_dir / "LATEST").write_text("step-12\n")
-    assert _restore(tiny_job, uri) == 9
+    job = tiny_job(uri, every_steps=1)
+    assert job.run(10) == 9
+    assert not stale.exists(), "the next commit's retention removes a dead writer's staging"
     assert latest_committed(uri, "job") == 9
 
 
@@ -117,4 +119,6 @@ def test_stale_staging_from_a_killed_writer_is_ignored(three_steps, tiny_job):
     stale = job_dir / ".tmp-step-12-a0"
     stale.mkdir()
     (stale / "__0_0.distcp").write_bytes(b"partial")
-    assert _restore(tiny_job, uri) == 9
+    job = tiny_job(uri, every_steps=1)
+    assert job.run(10) == 9
+    assert not stale.exists(), "the next commit's retention removes a dead writer's staging"

@@ -301,8 +301,9 @@ class TrainingSession:
             # DCP raises CheckpointException, a BaseException: clean up, keep LATEST as it was.
             commit_protocol.discard(ctx)
             raise
-        if self.ranks.rank == 0:
-            self.store.apply_retention(self.keep_last)
+        # Safe to clean staging here: the next save cannot start writing before this rank reaches
+        # that save's prepare() barrier.
+        self.store.apply_retention(self.keep_last, durable=self.ranks.rank == 0, local=self.ranks.is_node_leader)
         return manifest
 
     def _reap_finished(self) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -146,20 +147,29 @@ class CheckpointStore:
             return None
 
     # -- retention ----------------------------------------------------------------------------
-    def apply_retention(self, keep_last: int, *, in_flight: int | None = None) -> list[int]:
-        """Delete committed steps beyond the newest ``keep_last`` on both tiers."""
+    def apply_retention(self, keep_last: int, *, durable: bool = True, local: bool = True) -> list[int]:
+        """Delete committed steps beyond the newest ``keep_last`` (never the one LATEST names),
+        and staging directories left by killed writers. Call only while no save is in flight."""
         latest = self.latest_durable()
-        doomed = steps_to_delete(self.committed_durable(), keep_last, protected=(latest, in_flight))
-        for step in doomed:
-            self.durable.delete_step(self.job_id, step)
-        if self.local is not None:
+        doomed: list[int] = []
+        if durable:
+            doomed = steps_to_delete(self.committed_durable(), keep_last, protected=(latest,))
+            for step in doomed:
+                self.durable.delete_step(self.job_id, step)
+            if isinstance(self.durable, LocalTier):
+                _remove_all(self.durable.stale_staging(self.job_id))
+        if local and self.local is not None:
             local_latest = read_latest(self.local, self.job_id)
-            local_doomed = steps_to_delete(
-                self.local.committed_steps(self.job_id), keep_last, protected=(latest, local_latest, in_flight)
-            )
-            for step in local_doomed:
+            for step in steps_to_delete(self.local.committed_steps(self.job_id), keep_last,
+                                        protected=(latest, local_latest)):
                 self.local.delete_step(self.job_id, step)
+            _remove_all(self.local.stale_staging(self.job_id))
         return doomed
+
+
+def _remove_all(paths: list[Path]) -> None:
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def latest_committed(uri: str, job_id: str) -> int | None:

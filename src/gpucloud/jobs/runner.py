@@ -125,151 +125,181 @@ def run_attempt(
     control_dir = (run_root / job.id / f"attempt-{number}" if run_root else run_dir(job.id, number)) / "control"
     control_dir.mkdir(parents=True, exist_ok=True)
     control.clear(control_dir)
-
-    def record(kind: str, /, at: float | None = None, **data: Any) -> None:
-        queue.record(job.id, number, kind, at=at, data=data)
-        if on_event is not None:
-            on_event(kind, {"attempt": number, "at": time.time() if at is None else at, **data})
-
+    timeline = _Timeline(queue, job.id, number, on_event)
     env = attempt_environment(job, control_dir=control_dir, local_dir=local_checkpoint_dir)
     try:
         group = ProcessGroup(job.spec.command, env=env, cwd=job.spec.workdir, sink=sink)
     except (CommandNotFound, NotADirectoryError, FileNotFoundError) as err:
         end = AttemptEnd(state=AttemptState.FAILED, exit_code=127, reason=str(err))
-        record("exit", exit_code=127, reason=str(err))
+        timeline.record("exit", exit_code=127, reason=str(err))
         return AttemptResult(number, end, queue.end_attempt(job.id, number, end), 127, None, [])
-    started = time.time()
-    queue.update_attempt(job.id, number, started_at=started)
-    record("started", at=started, pid=group.pid, command=job.spec.command)
-
-    seen = _Observed()
-    plan: StopPlan | None = None
-    stop_notice: Notice | None = None
-    handled: set[str] = set()
-    terminated_at: float | None = None
-    killed = False
-    lease_lost = False
-    next_heartbeat = started + config.lease_seconds / 4
-    next_scan = started
-
-    while True:
-        now = time.time()
-        notice = notices.get(timeout=config.tick)
-        now = time.time()
-        if notice is not None and notice.event_id not in handled:
-            handled.add(notice.event_id)
-            record(
-                "notice", at=notice.received_at, kind=notice.kind, source=notice.source,
-                deadline=notice.deadline, action=notice.action, event_id=notice.event_id,
-            )
-            if notice.is_stop:
-                if plan is None:
-                    stop_notice = notice
-                    plan = plan_stop(notice, now, config)
-                    control.write(control_dir, control.PREEMPT, notice.to_json())
-                    record("flag", deadline=plan.deadline, ack_by=plan.ack_by, commit_by=plan.commit_by)
-                else:
-                    plan = tighten(plan, notice, now, config)
-            elif plan is None:
-                control.write(control_dir, control.SAVE, notice.to_json())
-                record("save", kind=notice.kind)
-
-        _observe(control_dir, seen, record, queue, job.id, number)
-
-        if now >= next_scan:  # torchrun's ranks live in sessions of their own: keep track of them
-            group.refresh_descendants()
-            next_scan = now + 0.5
-        if now >= next_heartbeat and not lease_lost:
-            next_heartbeat = now + config.lease_seconds / 4
-            if not queue.heartbeat(job.id, number, worker, lease_seconds=config.lease_seconds):
-                lease_lost = True  # another worker took the job over; this attempt must not go on
-                if terminated_at is None:
-                    group.send(signal.SIGTERM)
-                    terminated_at = now
-                    record("stop", signal="SIGTERM", reason="lease lost to another worker")
-
-        exit_code = group.poll()
-        if exit_code is not None and not group.alive():
-            break
-        decision = decide_stop(
-            plan=plan, now=now, acked=seen.acked is not None,
-            committed_at=_written_at(seen.committed), terminated_at=terminated_at, killed=killed, config=config,
-        )
-        if decision.action in ("terminate", "kill"):
-            # The phase says how far the session got: flagged (no ack), acked (no commit), committed.
-            phase = phase_of(plan=plan, acked=seen.acked is not None, committed=seen.committed is not None,
-                             terminated=terminated_at is not None, killed=killed)
-            if decision.action == "terminate":
-                group.send(signal.SIGTERM)
-                terminated_at = now
-            else:
-                group.send(signal.SIGKILL)
-                killed = True
-            record("stop", signal="SIGTERM" if decision.action == "terminate" else "SIGKILL",
-                   reason=decision.reason, phase=phase.value)
-        if exit_code is not None and group.alive() and plan is None and terminated_at is None:
-            # The leader is gone but ranks it started linger (torchrun killed hard): clean them up.
-            group.send(signal.SIGTERM)
-            terminated_at = now
-            record("stop", signal="SIGTERM", reason="the command exited but processes it started are still running")
-
-    command_exit = group.wait()
-    group.close()
-    _observe(control_dir, seen, record, queue, job.id, number)
-    record("exit", exit_code=command_exit)
-
-    outcome = classify_exit(
-        exit_code=command_exit, stop_requested=plan is not None or lease_lost,
-        finished=seen.finished is not None, committed=seen.committed is not None,
-    )
-    reason = outcome.reason
-    if outcome.state is AttemptState.CRASHED:
-        tail = [line for line in group.tail() if line.strip()][-3:]
-        if tail:
-            reason = f"{reason}; last output: {' | '.join(tail)}"
-    if lease_lost:
-        outcome_state, reason = AttemptState.LOST, "lease lost to another worker"
-    else:
-        outcome_state = outcome.state
-    committed_step = _step_of(seen.committed)
-    end = AttemptEnd(
-        state=outcome_state,
-        exit_code=command_exit,
-        last_step=seen.last_step,
-        committed_step=committed_step,
-        resumed_step=_step_of(seen.resumed),
-        resume_from=committed_step if committed_step is not None else _latest_committed(job),
-        reason=reason,
-    )
+    attempt = _AttemptLoop(queue, job, worker, group, control_dir, config, timeline)
+    command_exit = attempt.run(notices)
+    end = attempt.ending(command_exit)
     transition = queue.end_attempt(job.id, number, end)
-    if on_event is not None and transition.applied:
-        kind = {JobState.QUEUED: "requeue", JobState.FINISHED: "finish", JobState.FAILED: "failed"}.get(
-            transition.job.state
+    if transition.applied:
+        kind = {JobState.QUEUED: "requeue", JobState.FINISHED: "finish", JobState.FAILED: "failed"}.get(transition.job.state)
+        if kind:  # already in the timeline (written by end_attempt); this only tells the live display
+            timeline.announce(kind, reason=end.reason, step=end.committed_step)
+    return AttemptResult(number, end, transition, command_exit, attempt.stop_notice, group.tail())
+
+
+class _Timeline:
+    """Records one attempt's events in the queue and tells the live display (``on_event``)."""
+
+    def __init__(self, queue: JobQueue, job_id: str, attempt: int, on_event: EventHook | None) -> None:
+        self.queue, self.job_id, self.attempt, self.on_event = queue, job_id, attempt, on_event
+
+    def record(self, kind: str, /, at: float | None = None, **data: Any) -> None:
+        self.queue.record(self.job_id, self.attempt, kind, at=at, data=data)
+        self.announce(kind, at=at, **data)
+
+    def announce(self, kind: str, /, at: float | None = None, **data: Any) -> None:
+        if self.on_event is not None:
+            self.on_event(kind, {"attempt": self.attempt, "at": time.time() if at is None else at, **data})
+
+
+class _AttemptLoop:
+    """The supervision loop of one running attempt: notices in, control files read, deadlines
+    enforced through the pure decisions of ``supervisor.py``."""
+
+    def __init__(self, queue: JobQueue, job: Job, worker: str, group: ProcessGroup, control_dir: Path,
+                 config: SupervisorConfig, timeline: _Timeline) -> None:
+        self.queue, self.job, self.worker, self.group = queue, job, worker, group
+        self.control_dir, self.config, self.timeline = control_dir, config, timeline
+        self.seen = _Observed()
+        self.plan: StopPlan | None = None
+        self.stop_notice: Notice | None = None
+        self.handled: set[str] = set()
+        self.terminated_at: float | None = None
+        self.killed = False
+        self.lease_lost = False
+        started = time.time()
+        queue.update_attempt(job.id, job.attempt, started_at=started)
+        timeline.record("started", at=started, pid=group.pid, command=job.spec.command)
+        self.next_heartbeat = started + config.lease_seconds / 4
+        self.next_scan = started
+
+    def run(self, notices: NoticeSource) -> int:
+        """Supervise until the command and everything it started are gone; its exit code."""
+        while True:
+            notice = notices.get(timeout=self.config.tick)
+            now = time.time()
+            if notice is not None and notice.event_id not in self.handled:
+                self._on_notice(notice, now)
+            self._read_control_files()
+            if now >= self.next_scan:  # torchrun's ranks live in sessions of their own: keep track of them
+                self.group.refresh_descendants()
+                self.next_scan = now + 0.5
+            if now >= self.next_heartbeat and not self.lease_lost:
+                self._renew_lease(now)
+            exit_code = self.group.poll()
+            if exit_code is not None and not self.group.alive():
+                break
+            self._enforce_deadlines(now)
+            if exit_code is not None and self.plan is None and self.terminated_at is None:
+                # The leader is gone but processes it started linger (torchrun killed hard): clean up.
+                self._signal(signal.SIGTERM, now, "the command exited but processes it started are still running")
+        command_exit = self.group.wait()
+        self.group.close()
+        self._read_control_files()
+        self.timeline.record("exit", exit_code=command_exit)
+        return command_exit
+
+    def _read_control_files(self) -> None:
+        """Read the session's control files; record each milestone once, at the time it happened."""
+        seen, control_dir, timeline = self.seen, self.control_dir, self.timeline
+        if seen.resumed is None and (payload := control.read(control_dir, control.RESUMED)) is not None:
+            seen.resumed = payload
+            self.queue.update_attempt(self.job.id, self.job.attempt, resumed_step=_step_of(payload))
+            details = {k: v for k, v in payload.items() if k not in ("step", "written_at")}
+            timeline.record("resume", at=_written_at(payload), step=_step_of(payload), **details)
+        seen.see_step(control.read(control_dir, control.PROGRESS))
+        if seen.acked is None and (payload := control.read(control_dir, control.ACK)) is not None:
+            seen.acked = payload
+            seen.see_step(payload)
+            timeline.record("ack", at=_written_at(payload), step=_step_of(payload))
+        if seen.committed is None and (payload := control.read(control_dir, control.COMMITTED)) is not None:
+            seen.committed = payload
+            seen.see_step(payload)
+            timeline.record("commit", at=_written_at(payload), step=_step_of(payload))
+        if seen.finished is None and (payload := control.read(control_dir, control.FINISHED)) is not None:
+            seen.finished = payload
+            seen.see_step(payload)
+
+    def _on_notice(self, notice: Notice, now: float) -> None:
+        self.handled.add(notice.event_id)
+        self.timeline.record(
+            "notice", at=notice.received_at, kind=notice.kind, source=notice.source,
+            deadline=notice.deadline, action=notice.action, event_id=notice.event_id,
         )
-        if kind:
-            on_event(kind, {"attempt": number, "at": time.time(), "reason": reason, "step": end.committed_step})
-    return AttemptResult(number, end, transition, command_exit, stop_notice, group.tail())
+        if not notice.is_stop:
+            if self.plan is None:  # a rebalance recommendation: checkpoint early, keep training
+                control.write(self.control_dir, control.SAVE, notice.to_json())
+                self.timeline.record("save", kind=notice.kind)
+            return
+        if self.plan is not None:
+            self.plan = tighten(self.plan, notice, now, self.config)
+            return
+        self.stop_notice = notice
+        self.plan = plan_stop(notice, now, self.config)
+        control.write(self.control_dir, control.PREEMPT, notice.to_json())
+        self.timeline.record("flag", deadline=self.plan.deadline, ack_by=self.plan.ack_by, commit_by=self.plan.commit_by)
 
+    def _renew_lease(self, now: float) -> None:
+        self.next_heartbeat = now + self.config.lease_seconds / 4
+        if self.queue.heartbeat(self.job.id, self.job.attempt, self.worker, lease_seconds=self.config.lease_seconds):
+            return
+        self.lease_lost = True  # another worker took the job over; this attempt must not go on
+        if self.terminated_at is None:
+            self._signal(signal.SIGTERM, now, "lease lost to another worker")
 
-def _observe(control_dir: Path, seen: _Observed, record: Callable[..., None], queue: JobQueue, job_id: str, number: int) -> None:
-    """Read the session's control files; record each milestone once, at the time it happened."""
-    if seen.resumed is None and (payload := control.read(control_dir, control.RESUMED)) is not None:
-        seen.resumed = payload
-        queue.update_attempt(job_id, number, resumed_step=_step_of(payload))
-        details = {k: v for k, v in payload.items() if k not in ("step", "written_at")}
-        record("resume", at=_written_at(payload), step=_step_of(payload), **details)
-    seen.see_step(control.read(control_dir, control.PROGRESS))
-    if seen.acked is None and (payload := control.read(control_dir, control.ACK)) is not None:
-        seen.acked = payload
-        seen.see_step(payload)
-        record("ack", at=_written_at(payload), step=_step_of(payload))
-    if seen.committed is None and (payload := control.read(control_dir, control.COMMITTED)) is not None:
-        seen.committed = payload
-        seen.see_step(payload)
-        record("commit", at=_written_at(payload), step=_step_of(payload))
-    if seen.finished is None and (payload := control.read(control_dir, control.FINISHED)) is not None:
-        seen.finished = payload
-        seen.see_step(payload)
+    def _enforce_deadlines(self, now: float) -> None:
+        decision = decide_stop(
+            plan=self.plan, now=now, acked=self.seen.acked is not None,
+            committed_at=_written_at(self.seen.committed), terminated_at=self.terminated_at,
+            killed=self.killed, config=self.config,
+        )
+        if decision.action == "terminate":
+            self._signal(signal.SIGTERM, now, decision.reason)
+        elif decision.action == "kill":
+            self._signal(signal.SIGKILL, now, decision.reason)
+
+    def _signal(self, sig: signal.Signals, now: float, reason: str) -> None:
+        # The phase says how far the session got: flagged (no ack), acked (no commit), committed.
+        phase = phase_of(plan=self.plan, acked=self.seen.acked is not None, committed=self.seen.committed is not None,
+                         terminated=self.terminated_at is not None, killed=self.killed)
+        self.group.send(sig)
+        if sig is signal.SIGKILL:
+            self.killed = True
+        else:
+            self.terminated_at = now
+        self.timeline.record("stop", signal=sig.name, reason=reason, phase=phase.value)
+
+    def ending(self, command_exit: int) -> AttemptEnd:
+        """How the attempt ended: control files first, exit code second (see ``classify_exit``)."""
+        outcome = classify_exit(
+            exit_code=command_exit, stop_requested=self.plan is not None or self.lease_lost,
+            finished=self.seen.finished is not None, committed=self.seen.committed is not None,
+        )
+        state, reason = outcome.state, outcome.reason
+        if self.lease_lost:
+            state, reason = AttemptState.LOST, "lease lost to another worker"
+        elif state is AttemptState.CRASHED:
+            tail = [line for line in self.group.tail() if line.strip()][-3:]
+            if tail:
+                reason = f"{reason}; last output: {' | '.join(tail)}"
+            self.timeline.record("crash", exit_code=command_exit, reason=reason)
+        committed_step = _step_of(self.seen.committed)
+        return AttemptEnd(
+            state=state,
+            exit_code=command_exit,
+            last_step=self.seen.last_step,
+            committed_step=committed_step,
+            resumed_step=_step_of(self.seen.resumed),
+            resume_from=committed_step if committed_step is not None else _latest_committed(self.job),
+            reason=reason,
+        )
 
 
 def supervise_job(

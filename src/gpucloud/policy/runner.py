@@ -109,8 +109,13 @@ def to_policy_resources(
 
 
 def _run(result: Any) -> None:
+    """Finish an async validation on its own loop, as the analyzer service does."""
     if result is not None and isawaitable(result):
-        asyncio.new_event_loop().run_until_complete(result)
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(result)
+        finally:
+            loop.close()
 
 
 def _level(policy: Policy) -> str:

@@ -100,3 +100,23 @@ def test_resume_with_a_different_world_size(tmp_path):
     got = _load(tmp_path / "one_at_two.pt")
     assert got["step"] == 4 and got["data_index"] == 4
     assert all(torch.equal(weights[k], got["weights"][k]) for k in weights)
+
+
+def test_two_ranks_commit_to_s3_and_resume_on_new_nodes(tmp_path, moto_s3, monkeypatch):
+    # Each rank uploads its own files (5 MiB parts), rank 0 puts the manifest and LATEST last.
+    monkeypatch.setenv("GPUCLOUD_S3_PART_SIZE_MB", "5")
+    uri = "s3://ckpt-bucket/mp"
+    base = ["--uri", uri, "--control", str(tmp_path / "ctl")]
+    first = run_ranks(2, ["--steps", "12", *base, "--local", str(tmp_path / "nvme-old"), "--every-steps", "2",
+                          "--preempt-at", "5", "--preempt-rank", "1", "--out", str(tmp_path / "saved.pt")])
+    assert _codes(first) == [75, 75], _explain(first)
+    assert latest_committed(uri, "job") == 5
+    control.clear(tmp_path / "ctl" / "node1")
+    second = run_ranks(2, ["--steps", "5", *base, "--local", str(tmp_path / "nvme-new"),
+                           "--dump-restored", str(tmp_path / "restored.pt")])
+    assert _codes(second) == [0, 0], _explain(second)
+    for node in ("node0", "node1"):
+        assert control.read(tmp_path / "ctl" / node, control.RESUMED)["source_tier"] == "durable"
+    saved, restored = _load(tmp_path / "saved.pt"), _load(tmp_path / "restored.pt")
+    assert restored["step"] == 5
+    assert all(torch.equal(saved[k], restored["weights"][k]) for k in saved)

@@ -79,3 +79,8 @@ def test_uncommitted_upload_without_manifest_is_invisible(moto_s3, tmp_path, tin
 def test_bad_s3_tuning_is_a_user_error(env, message):
     with pytest.raises(UserError, match=message):
         s3_transfer_settings(env)
+
+
+def test_missing_bucket_is_a_clear_error(moto_s3):
+    with pytest.raises(UserError, match="cannot read s3://no-such-bucket/job/LATEST: the bucket does not exist"):
+        latest_committed("s3://no-such-bucket", "job")

@@ -136,6 +136,8 @@ def test_bad_arguments_are_user_errors(tmp_path, monkeypatch):
         TrainingSession(model, opt, checkpoint_uri=str(tmp_path), job_id="j", keep_last=0)
     with pytest.raises(UserError, match=r"extra_state\['loader'\] \(int\) has no state_dict"):
         TrainingSession(model, opt, checkpoint_uri=str(tmp_path), job_id="j", extra_state={"loader": 3})
+    with pytest.raises(UserError, match=r"extra_state key 'data.pos' is not usable"):
+        TrainingSession(model, opt, checkpoint_uri=str(tmp_path), job_id="j", extra_state={"data.pos": opt})
     with pytest.raises(UserError, match="every_steps must be"):
         TrainingSession(model, opt, checkpoint_uri=str(tmp_path), job_id="j", every_steps=-2)
     monkeypatch.setenv(jobenv.ATTEMPT, "two")
@@ -160,3 +162,22 @@ def test_job_environment_supplies_defaults(tmp_path, monkeypatch):
     sess.finish()
     assert latest_committed(str(tmp_path / "ck"), "env-job") == 1
     assert control.read(tmp_path / "ctl", control.RESUMED)["attempt"] == 2
+
+
+def test_checkpoint_of_another_model_is_a_clear_error(tmp_path, tiny_job):
+    tiny_job(str(tmp_path / "ck"), every_steps=2).run(2)
+    other = tiny_job(str(tmp_path / "ck"), width=32)
+    with pytest.raises(UserError, match=r"does not fit this model/optimizer: .*Size mismatch") as info:
+        other.session.restore()
+    assert "\n" not in str(info.value)
+    assert latest_committed(str(tmp_path / "ck"), "job") == 2, "the checkpoint is left as it was"
+
+
+def test_auto_policy_saves_first_step_then_waits_young_daly_interval(tmp_path, tiny_job):
+    job = tiny_job(str(tmp_path / "ck"), auto=True, mtbi_hours=6.0)
+    job.run(5)
+    history = job.session.history
+    assert latest_committed(str(tmp_path / "ck"), "job") == 1
+    assert history.last_step == 1 and history.stall_seconds is not None
+    # sqrt(2 * C * 6 h) with any measured C > 0.05 ms is > 1 s: the next 4 quick steps did not save.
+    assert job.session.save_count == 1

@@ -127,6 +127,21 @@ def test_worker_once_runs_a_queued_job_and_exits_when_idle(capsys):
     assert code == 0 and json.loads(out)["jobs"] == []
 
 
+def test_worker_stops_after_max_jobs(capsys):
+    for n in range(3):
+        run(capsys, "submit", "--job-id", f"m-{n}", "--", sys.executable, "-c", "pass")
+    code, out, _ = run(capsys, "worker", "--no-imds", "--max-jobs", "2", "--output", "json")
+    assert code == 0 and [j["job_id"] for j in json.loads(out)["jobs"]] == ["m-0", "m-1"]
+    code, out, _ = run(capsys, "jobs", "--state", "queued", "--output", "json")
+    assert [j["job_id"] for j in json.loads(out)] == ["m-2"]
+
+
+def test_worker_idle_exit(capsys):
+    started = time.monotonic()
+    code, out, _ = run(capsys, "worker", "--no-imds", "--idle-exit", "0", "--output", "json")
+    assert code == 0 and json.loads(out)["jobs"] == [] and time.monotonic() - started < 10
+
+
 def test_sigterm_to_spot_train_is_a_notice_that_still_stops_a_command_ignoring_the_api(tmp_path, gpucloud_home):
     loop = tmp_path / "loop.py"
     loop.write_text("import time\nwhile True:\n    time.sleep(0.01)\n")
@@ -154,3 +169,22 @@ def _started(db: Path) -> bool:
         return any(e.kind == "started" for j in q.list_jobs() for e in q.events(j.id))
     finally:
         q.close()
+
+
+def test_a_job_row_damaged_outside_gpucloud_is_a_one_line_error(capsys, gpucloud_home):
+    import sqlite3
+
+    run(capsys, "submit", "--job-id", "hurt", "--", "true")
+    raw = sqlite3.connect(Path(gpucloud_home) / "queue.db")
+    raw.execute("UPDATE jobs SET spec = '{\"command\": []}' WHERE id = 'hurt'")
+    raw.commit()
+    raw.close()
+    code, _, err = run(capsys, "job", "show", "hurt")
+    assert code == 2 and "job 'hurt' in the queue is unreadable (command" in one_line_error(err)
+
+
+def test_a_queue_path_that_cannot_be_created_is_a_one_line_error(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, _, err = run(capsys, "jobs", "--queue", f"sqlite:///{blocker}/sub/queue.db")
+    assert code == 2 and "cannot create the queue directory" in one_line_error(err)

@@ -148,31 +148,30 @@ def test_racing_requeues_from_threads_yield_exactly_one_new_attempt(open_backend
     assert [a.number for a in first.attempts(job.id)] == [1, 2]
 
 
-def _requeue_in_child(db_path: str, job_id: str, barrier, results) -> None:
-    from gpucloud.jobs.sqlite_queue import SqliteQueue
+def _requeue_in_child(queue_uri: str, job_id: str, barrier, results) -> None:
+    from gpucloud.jobs.locations import open_queue
 
-    q = SqliteQueue(db_path)
+    q = open_queue(queue_uri)  # each process its own client, as separate supervisors would have
     barrier.wait()
     results.put(q.end_attempt(job_id, 1, requeued()).applied)
     q.close()
 
 
 @pytest.mark.slow
-def test_racing_requeues_from_processes_yield_exactly_one_new_attempt(jq, tmp_path):
-    if jq.uri.startswith("sqlite"):
-        job = jq.submit(SPEC)
-        jq.claim("w", lease_seconds=60)
-        ctx = multiprocessing.get_context("fork")
-        barrier, results = ctx.Barrier(6), ctx.Queue()
-        procs = [ctx.Process(target=_requeue_in_child, args=(str(tmp_path / "contract.db"), job.id, barrier, results)) for _ in range(6)]
-        for p in procs:
-            p.start()
-        outcomes = [results.get(timeout=60) for _ in procs]
-        for p in procs:
-            p.join(timeout=60)
-        assert outcomes.count(True) == 1
-        assert [a.number for a in jq.attempts(job.id)] == [1, 2]
-        assert jq.get(job.id).attempt == 2
+def test_racing_requeues_from_processes_yield_exactly_one_new_attempt(jq):
+    job = jq.submit(SPEC)
+    jq.claim("w", lease_seconds=60)
+    ctx = multiprocessing.get_context("fork")
+    barrier, results = ctx.Barrier(6), ctx.Queue()
+    procs = [ctx.Process(target=_requeue_in_child, args=(jq.uri, job.id, barrier, results)) for _ in range(6)]
+    for p in procs:
+        p.start()
+    outcomes = [results.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    assert outcomes.count(True) == 1
+    assert [a.number for a in jq.attempts(job.id)] == [1, 2]
+    assert jq.get(job.id).attempt == 2
 
 
 def test_crashes_are_retried_until_max_attempts_then_the_job_fails_with_the_reason(jq):

@@ -240,3 +240,51 @@ def test_a_missing_program_fails_the_job_with_a_clear_reason(q, tmp_path):
     r = supervise_job(q, job.id, notices=Inbox(), config=FAST, worker="w")
     assert r.exit_code == 127
     assert "command not found" in q.get(job.id).reason
+
+
+def test_an_attempt_whose_lease_was_taken_over_stops_and_is_not_requeued_twice(q, tmp_path):
+    import sqlite3
+
+    started = tmp_path / "started"
+    loop = script(tmp_path, "loop.py", """
+        import sys, time
+        open(sys.argv[1], "w").close()
+        while True:
+            time.sleep(0.01)
+    """)
+    job = q.submit(JobSpec(command=loop + [str(started)]))
+    config = SupervisorConfig(ack_timeout=0.5, stop_margin=1.0, kill_after=0.5, tick=0.02, lease_seconds=0.4)
+    thread, result = run_in_thread(q, job.id, Inbox(), config=config)
+    wait_for(started.exists, what="the command to start")
+    thief = SqliteQueue(tmp_path / "q.db")
+    raw = sqlite3.connect(tmp_path / "q.db", isolation_level=None)
+
+    def take_over():
+        raw.execute("UPDATE jobs SET lease_until = 0 WHERE id = ?", (job.id,))  # as if the worker had stalled
+        return thief.claim("thief", lease_seconds=60, job_id=job.id)
+
+    stolen = wait_for(take_over, what="another worker to take the job over")
+    thread.join(timeout=30)
+    r = result["r"]
+    assert stolen.attempt == 2 and r.attempts[0].end.state is AttemptState.LOST and not r.attempts[0].transition.applied
+    assert r.exit_code == 75
+    assert any(e.kind == "stop" and "lease lost" in e.data["reason"] for e in q.events(job.id))
+    assert q.get(job.id).worker == "thief" and [a.number for a in q.attempts(job.id)] == [1, 2]
+    raw.close()
+    thief.close()
+
+
+def test_garbage_in_control_files_is_ignored_not_trusted(q, tmp_path):
+    liar = script(tmp_path, "liar.py", """
+        import json, os, sys
+        ctl = os.environ["GPUCLOUD_CONTROL_DIR"]
+        open(os.path.join(ctl, "progress"), "w").write("{not json")
+        json.dump({"step": "seven"}, open(os.path.join(ctl, "committed"), "w"))
+        json.dump(["not", "an", "object"], open(os.path.join(ctl, "ack"), "w"))
+        sys.exit(75)
+    """)
+    job = q.submit(JobSpec(command=liar))
+    r = supervise_job(q, job.id, notices=Inbox(), config=FAST, worker="w")
+    end = r.attempts[0].end
+    assert end.state is AttemptState.REQUEUED and end.committed_step is None and end.last_step is None
+    assert "ack" not in kinds(q, job.id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import Any, Callable
 
@@ -42,6 +43,19 @@ def _both(*mutations: Mutation) -> Mutation:
 
 CR = "cr-0123456789abcdef0"
 G1 = "gpucloud:nodeGroups.1"
+FUTURE = "2099-01-01T00:00:00Z"
+
+
+def _minutes_from_now(minutes: int) -> str:
+    return (dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _block(end: str | dt.date | None = None, **more: Any) -> dict[str, Any]:
+    """A capacity-block ``capacity`` section for node group 1 (p4d.24xlarge)."""
+    capacity: dict[str, Any] = {"type": "capacity-block", "reservationId": CR, **more}
+    if end is not None:
+        capacity["blockEnd"] = end
+    return capacity
 
 # (rule that must fire or None for schema errors, mutation, key shown, text that must appear)
 CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
@@ -133,6 +147,31 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
                      "gpucloud:tags.gpucloud:stack", "may not start with"),
     "job-plane": ("job_plane_limits", _set("gpucloud:jobPlane", {"maxReceiveCount": 0}),
                   "gpucloud:jobPlane.maxReceiveCount = 0", "1 to 1000"),
+    "scaling-idle": ("scaling_idle_minutes", _set("gpucloud:nodeGroups.0.scaling", {"idleMinutes": 0}),
+                     "gpucloud:nodeGroups[0].scaling.idleMinutes = 0", "allowed: 1 to 1440 minutes"),
+    "scaling-warmup": ("scaling_instance_warmup", _set("gpucloud:nodeGroups.0.scaling", {"instanceWarmupSeconds": -5}),
+                       "gpucloud:nodeGroups[0].scaling.instanceWarmupSeconds = -5", "allowed: 0 to 3600 seconds"),
+    "block-end-past": ("capacity_block_end", _set(f"{G1}.capacity", _block(end="2020-01-01T00:00:00Z")),
+                       "gpucloud:nodeGroups[1].capacity.blockEnd = '2020-01-01T00:00:00+00:00'",
+                       "the capacity block has ended"),
+    "block-end-no-zone": ("capacity_block_end", _set(f"{G1}.capacity", _block(end="2099-01-01T00:00:00")),
+                          "gpucloud:nodeGroups[1].capacity.blockEnd", "give the time zone"),
+    "block-end-too-close": ("capacity_block_end", _set(f"{G1}.capacity", _block(end=_minutes_from_now(20))),
+                            "gpucloud:nodeGroups[1].capacity.blockEnd", "45 min before the end), which has passed"),
+    "block-end-not-a-block": ("capacity_block_end", _set("gpucloud:nodeGroups.0.capacity.blockEnd", FUTURE),
+                              "gpucloud:nodeGroups[0].capacity.blockEnd", "only capacity-block groups have an end"),
+    "block-lead-short": ("capacity_block_lead", _set(f"{G1}.capacity", _block(end=FUTURE, blockEndLeadMinutes=20)),
+                         "gpucloud:nodeGroups[1].capacity.blockEndLeadMinutes = 20", "allowed: 40 to 1440 minutes"),
+    "block-lead-without-end": ("capacity_block_lead", _set(f"{G1}.capacity", _block(blockEndLeadMinutes=60)),
+                               "gpucloud:nodeGroups[1].capacity.blockEndLeadMinutes = 60",
+                               "only used with capacity.blockEnd"),
+    "block-end-not-a-time": (None, _set(f"{G1}.capacity", _block(end="next tuesday")),
+                             "gpucloud:nodeGroups[1].capacity.blockEnd = 'next tuesday'",
+                             "not a time; expected an ISO 8601 time with zone, e.g. 2026-12-01T11:30:00Z"),
+    "block-end-date-only": (None, _set(f"{G1}.capacity", _block(end=dt.date(2099, 1, 1))),
+                            "gpucloud:nodeGroups[1].capacity.blockEnd", "a date without a time"),
+    "scaling-typo": (None, _set("gpucloud:nodeGroups.0.scaling", {"idleMinute": 5}),
+                     "gpucloud:nodeGroups[0].scaling.idleMinute", "did you mean 'idleMinutes'?"),
     # schema errors (pydantic), formatted the same way
     "typo-top-level": (None, _set("gpucloud:costCeilingUSD", 5), "gpucloud:costCeilingUSD",
                        "unknown key (did you mean 'costCeilingUsdPerHour'?); allowed keys here: access, ami"),

@@ -18,7 +18,6 @@ directory (a dot-name) that retention removes later.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import shutil
 from pathlib import Path
 from typing import Protocol
@@ -26,9 +25,6 @@ from typing import Protocol
 from gpucloud.checkpoint.manifest import FileEntry, Manifest
 from gpucloud.checkpoint.store import CheckpointStore
 from gpucloud.checkpoint.tiers import LocalTier, S3Tier
-
-log = logging.getLogger(__name__)
-
 
 class Group(Protocol):
     """The collectives the commit needs (a gloo group in a job, trivial in one process)."""

@@ -105,7 +105,7 @@ def read_manifest(directory: Path) -> Manifest:
     return Manifest.parse(text, str(directory))
 
 
-def write_json_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temp file, fsync, rename, fsync the directory."""
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     with open(tmp, "w") as fh:
@@ -122,12 +122,3 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def entries_for(directory: Path, names: list[str]) -> list[FileEntry]:
-    """Manifest entries computed by reading files back (used where no inline checksum exists)."""
-    out = []
-    for name in sorted(names):
-        size, crc = file_crc32(directory / name)
-        out.append(FileEntry(name=name, size=size, crc32=crc))
-    return out

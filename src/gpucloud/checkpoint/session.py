@@ -33,7 +33,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from gpucloud import control, jobenv
 from gpucloud.checkpoint import commit as commit_protocol
 from gpucloud.checkpoint import dcp_io, state
-from gpucloud.checkpoint.manifest import Manifest, verify_directory
+from gpucloud.checkpoint.manifest import Manifest, ManifestError, verify_directory
 from gpucloud.checkpoint.policy import SaveHistory, SavePolicy, should_save
 from gpucloud.checkpoint.ranks import Ranks
 from gpucloud.checkpoint.store import CheckpointStore
@@ -92,6 +92,8 @@ class TrainingSession:
             raise UserError(f"mtbi_hours must be a number of hours > 0, got {mtbi_hours!r}")
         extra = dict(extra_state or {})
         for name, obj in extra.items():
+            if not isinstance(name, str) or not name or "." in name:
+                raise UserError(f"extra_state key {name!r} is not usable; use a non-empty name without '.'")
             if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
                 raise UserError(
                     f"extra_state[{name!r}] ({type(obj).__name__}) has no state_dict()/load_state_dict(); "
@@ -125,19 +127,24 @@ class TrainingSession:
     # ------------------------------------------------------------------------------ restore
     def restore(self) -> int:
         """Load the newest committed checkpoint that verifies; return its step (0 when none)."""
+        failure: Exception | None = None
+        resolved = None
+        decision: dict[str, Any] = {}
         if self.ranks.rank == 0:
             try:
                 resolved = self.store.resolve()
-                decision: dict[str, Any] = {"step": None} if resolved is None else {
+                decision = {"step": None} if resolved is None else {
                     "step": resolved.step, "tier": resolved.tier, "manifest": resolved.manifest.to_json(),
                 }
-            except UserError as exc:
-                decision = {"error": str(exc)}
-        else:
-            resolved, decision = None, {}
+            except Exception as exc:  # noqa: BLE001 - every rank must learn of it, or they hang
+                failure = exc
+                decision = {"error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                            "user_error": isinstance(exc, UserError)}
         decision = self.ranks.broadcast_object(decision)
         if "error" in decision:
-            raise UserError(decision["error"])
+            if failure is not None:
+                raise failure
+            raise (UserError if decision["user_error"] else RuntimeError)(decision["error"])
         source_tier = None
         step = 0
         if decision["step"] is not None:
@@ -164,7 +171,7 @@ class TrainingSession:
             try:
                 verify_directory(local, manifest, checksums=False)
                 return local
-            except Exception:  # noqa: BLE001 - any defect means "not usable locally"
+            except ManifestError:
                 pass
         if isinstance(self.store.durable, S3Tier):
             assert self.store.local is not None

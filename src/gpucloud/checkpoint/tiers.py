@@ -10,17 +10,16 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 from pathlib import Path
 from typing import Protocol
 
-from gpucloud.checkpoint import layout
-from gpucloud.checkpoint.manifest import Manifest, ManifestError, fsync_dir, write_json_atomic
-from gpucloud.errors import UserError
+from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 
-log = logging.getLogger(__name__)
+from gpucloud.checkpoint import layout
+from gpucloud.checkpoint.manifest import Manifest, ManifestError, fsync_dir, write_text_atomic
+from gpucloud.errors import UserError
 
 _COPY_CHUNK = 16 * 1024 * 1024
 
@@ -59,7 +58,7 @@ class LocalTier:
             return None
 
     def write_latest(self, job_id: str, step: int) -> None:
-        write_json_atomic(self.job_dir(job_id) / layout.LATEST, layout.step_dir(step) + "\n")
+        write_text_atomic(self.job_dir(job_id) / layout.LATEST, layout.step_dir(step) + "\n")
 
     def committed_steps(self, job_id: str) -> list[int]:
         try:
@@ -86,7 +85,7 @@ class LocalTier:
 
     def commit_staging(self, job_id: str, step: int, staging: Path, manifest: Manifest) -> Path:
         """Write the manifest into ``staging`` and rename it to ``step-<n>`` (the commit)."""
-        write_json_atomic(staging / layout.MANIFEST, manifest.to_json())
+        write_text_atomic(staging / layout.MANIFEST, manifest.to_json())
         final = self.step_path(job_id, step)
         if final.exists():
             # The same step saved again (e.g. a rebalance save followed by an emergency save of
@@ -108,6 +107,16 @@ class LocalTier:
             return [p for p in self.job_dir(job_id).iterdir() if p.name.startswith(layout.TMP_PREFIX)]
         except FileNotFoundError:
             return []
+
+
+def _access_error(exc: ClientError, where: str) -> UserError:
+    code = exc.response.get("Error", {}).get("Code", "error")
+    hints = {
+        "NoSuchBucket": "the bucket does not exist (check the checkpoint URI and region)",
+        "AccessDenied": "access denied (the instance role needs s3:GetObject/PutObject/ListBucket/DeleteObject on it)",
+        "403": "access denied (the instance role needs s3:GetObject/PutObject/ListBucket/DeleteObject on it)",
+    }
+    return UserError(f"cannot read {where}: {hints.get(code, code)}")
 
 
 def _copy_durably(src: Path, dst: Path) -> None:
@@ -156,10 +165,15 @@ class S3Tier:
         return f"s3://{self.location.bucket}/{self._key(job_id)}"
 
     def read_latest(self, job_id: str) -> str | None:
+        key = self._key(job_id, layout.LATEST)
         try:
-            obj = self.client.get_object(Bucket=self.location.bucket, Key=self._key(job_id, layout.LATEST))
+            obj = self.client.get_object(Bucket=self.location.bucket, Key=key)
         except self.client.exceptions.NoSuchKey:
             return None
+        except ClientError as exc:
+            raise _access_error(exc, f"s3://{self.location.bucket}/{key}") from None
+        except (NoCredentialsError, EndpointConnectionError) as exc:
+            raise UserError(f"cannot read s3://{self.location.bucket}/{key}: {exc}") from None
         return obj["Body"].read().decode("utf-8", errors="replace")
 
     def write_latest(self, job_id: str, step: int) -> None:
@@ -233,7 +247,7 @@ class S3Tier:
                     future.result()
                 except Exception as exc:  # noqa: BLE001 - surfaced as a verification failure
                     raise ManifestError(f"{self.describe(job_id)}/{layout.step_dir(step)}: download failed: {exc}") from None
-        write_json_atomic(dst / layout.MANIFEST, manifest.to_json())
+        write_text_atomic(dst / layout.MANIFEST, manifest.to_json())
 
     def delete_step(self, job_id: str, step: int) -> None:
         prefix = self._key(job_id, layout.step_dir(step)) + "/"

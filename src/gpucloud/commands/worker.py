@@ -57,7 +57,11 @@ def worker(queue_uri, imds_endpoint, no_imds, poll_interval, grace, ack_timeout,
             if job is None:
                 if once or (idle_exit is not None and time.monotonic() - idle_since >= idle_exit):
                     break
-                time.sleep(IDLE_POLL_S)  # polling an embedded queue: nothing to wake us up
+                # Nothing to claim: wait for the next poll of the queue, waking early for a stop notice.
+                notice = hub.get(timeout=IDLE_POLL_S)
+                if notice is not None and notice.is_stop:
+                    click.echo(f"gpucloud: {notice.kind} notice; worker {me} takes no more jobs", err=True)
+                    break
                 continue
             click.echo(f"gpucloud: worker {me} runs job {job.id} attempt {job.attempt}", err=True)
             result = supervise_job(

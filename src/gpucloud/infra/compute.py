@@ -7,6 +7,10 @@ How each capacity type is expressed (ParallelCluster does the same):
 - capacity-block: ``instance_market_options.market_type = capacity-block`` plus the reservation id;
 - capacity-reservation (ODCR): the reservation id as the launch template's reservation target;
 - on-demand: neither.
+
+With scaling enabled the group also gets its backlog scale-out policy and, on a capacity block with
+an end time, the scheduled scale-down (``infra/scaling.py``); desired capacity then belongs to the
+policy and the agents, so a later ``pulumi up`` leaves it alone.
 """
 
 from __future__ import annotations
@@ -19,6 +23,14 @@ import pulumi_aws as aws
 
 from gpucloud.catalog import InstanceType
 from gpucloud.infra.efa_layout import NicPlan
+from gpucloud.infra.scaling import (
+    GROUP_METRICS,
+    BacklogScaling,
+    BacklogScalingArgs,
+    CapacityBlockWindDown,
+    CapacityBlockWindDownArgs,
+)
+from gpucloud.infra.scaling_plan import default_lead_minutes
 from gpucloud.infra.tags import NODE_GROUP_TAG, Tagging
 from gpucloud.spec.model import NodeGroup as NodeGroupSpec
 
@@ -62,6 +74,8 @@ class NodeGroupArgs:
 class NodeGroup(pulumi.ComponentResource):
     launch_template: aws.ec2.LaunchTemplate
     asg: aws.autoscaling.Group
+    scaling: Optional[BacklogScaling]
+    wind_down: Optional[CapacityBlockWindDown]
 
     def __init__(self, name: str, args: NodeGroupArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("gpucloud:compute:NodeGroup", name, None, opts)
@@ -128,8 +142,22 @@ class NodeGroup(pulumi.ComponentResource):
             # spot and reserved capacity may take long to arrive; do not hold `pulumi up` for it
             wait_for_capacity_timeout="0",
             tags=[aws.autoscaling.GroupTagArgs(key=k, value=v, propagate_at_launch=True) for k, v in tags.items()],
-            opts=child,
+            # the backlog alarm reads GroupDesiredCapacity, published only while collection is on
+            enabled_metrics=list(GROUP_METRICS) if g.scaling.enabled else None,
+            metrics_granularity="1Minute" if g.scaling.enabled else None,
+            # with scaling, desired capacity is the policy's and the agents' to set, not the stack's
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
+                ignore_changes=["desiredCapacity"] if g.scaling.enabled else None)),
         )
+        self.scaling = BacklogScaling(f"{name}-scaling", BacklogScalingArgs(
+            tagging=args.tagging, node_group=g.name, asg_name=self.asg.name, max_nodes=g.max_nodes,
+            instance_warmup_seconds=g.scaling.instance_warmup_seconds,
+        ), opts=child) if g.scaling.enabled else None
+        block_end = g.capacity.block_end if g.capacity.type == "capacity-block" else None
+        self.wind_down = CapacityBlockWindDown(f"{name}-block", CapacityBlockWindDownArgs(
+            asg_name=self.asg.name, block_end=block_end,
+            lead_minutes=g.capacity.block_end_lead_minutes or default_lead_minutes(g.drain_timeout_seconds),
+        ), opts=child) if block_end is not None else None
         self.register_outputs({"launchTemplateId": self.launch_template.id, "asgName": self.asg.name})
 
     @staticmethod

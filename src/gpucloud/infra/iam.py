@@ -1,5 +1,6 @@
 """IAM for the nodes: an instance role and profile, SSM core, and one inline policy scoped to exactly
-this cluster's bucket, queues, job table and autoscaling groups.
+this cluster's bucket, queues, job table and autoscaling groups (plus the two read-only describe
+calls and the metric publish that AWS only grants on "*", each said why below).
 
 The scoped policy is attached after the autoscaling groups exist because it names their ARNs; a
 node that boots in the seconds before sees AccessDenied and the agent retries (it never needs these
@@ -16,6 +17,7 @@ import pulumi
 import pulumi_aws as aws
 
 from gpucloud.infra.tags import Tagging
+from gpucloud.scaling_metric import NAMESPACE as METRIC_NAMESPACE
 
 SSM_CORE_POLICY = "policy/AmazonSSMManagedInstanceCore"
 
@@ -42,11 +44,31 @@ def node_policy_document(
          "Resource": [table_arn, f"{table_arn}/index/*"]},
     ]
     if asg_arns:
-        statements.append(
+        statements += [
             {"Sid": "DrainOnTermination", "Effect": "Allow",
              "Action": ["autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat"],
-             "Resource": list(asg_arns)}
-        )
+             "Resource": list(asg_arns)},
+            # The agent: scale-in protection while busy; on a notice, detach itself (the group
+            # launches a replacement) or raise desired capacity; when idle, terminate itself with
+            # a decrement. All four take the group's ARN as resource.
+            {"Sid": "NodeLifecycle", "Effect": "Allow",
+             "Action": ["autoscaling:SetInstanceProtection", "autoscaling:DetachInstances",
+                        "autoscaling:TerminateInstanceInAutoScalingGroup", "autoscaling:SetDesiredCapacity"],
+             "Resource": list(asg_arns)},
+            # The agent finds its own group (and its min/desired) by instance id. Describe actions
+            # support no resource-level permissions in the Service Authorization Reference, so
+            # "*" is the only resource they accept; they are read-only.
+            {"Sid": "FindOwnGroup", "Effect": "Allow",
+             "Action": ["autoscaling:DescribeAutoScalingInstances", "autoscaling:DescribeAutoScalingGroups"],
+             "Resource": ["*"]},
+        ]
+    # PutMetricData has no resource type either; the namespace condition limits it to our backlog
+    # metric. No ec2:DescribeInstances: gang peers publish their own private address with their
+    # slot claim (from their IMDS), so no node needs to look other instances up.
+    statements.append(
+        {"Sid": "PublishBacklog", "Effect": "Allow", "Action": ["cloudwatch:PutMetricData"], "Resource": ["*"],
+         "Condition": {"StringEquals": {"cloudwatch:namespace": METRIC_NAMESPACE}}}
+    )
     return {"Version": "2012-10-17", "Statement": statements}
 
 

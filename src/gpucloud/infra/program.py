@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Optional
 import pulumi
 import pulumi_aws as aws
 
-from gpucloud import __version__
+from gpucloud import __version__, scaling_metric
 from gpucloud.catalog import Catalog
 from gpucloud.infra.compute import DRAIN_HOOK, NodeGroup, NodeGroupArgs
 from gpucloud.infra.ami import resolve_image
@@ -41,6 +41,11 @@ class ClusterOutputs:
     job_table_name: pulumi.Output[str]
     asg_names: dict[str, pulumi.Output[str]]
     fsx_dns_name: Optional[pulumi.Output[str]]
+    # per node group with scaling enabled: the scale-out policy and the alarm that drives it
+    scaling_policy_arns: dict[str, pulumi.Output[str]] = dataclasses.field(default_factory=dict)
+    backlog_alarm_names: dict[str, pulumi.Output[str]] = dataclasses.field(default_factory=dict)
+    # per capacity-block group with an end time: when it scales to 0 (ISO 8601 UTC)
+    capacity_block_scale_down: dict[str, str] = dataclasses.field(default_factory=dict)
     ami_parameter_name: Optional[str] = None  # set when the stack runs the image pipeline
 
     def export(self) -> None:
@@ -51,6 +56,15 @@ class ClusterOutputs:
         pulumi.export("eventsQueueUrl", self.events_queue_url)
         pulumi.export("jobTableName", self.job_table_name)
         pulumi.export("autoscalingGroups", self.asg_names)
+        pulumi.export("scalingPolicies", self.scaling_policy_arns)
+        pulumi.export("backlogAlarms", self.backlog_alarm_names)
+        pulumi.export("backlogMetric", {
+            "namespace": scaling_metric.NAMESPACE,
+            "metrics": [scaling_metric.UNCLAIMED_SLOTS, scaling_metric.BUSY_NODES],
+            "dimensions": [scaling_metric.CLUSTER_DIMENSION, scaling_metric.NODE_GROUP_DIMENSION],
+        })
+        if self.capacity_block_scale_down:
+            pulumi.export("capacityBlockScaleDown", self.capacity_block_scale_down)
         if self.fsx_dns_name is not None:
             pulumi.export("fsxDnsName", self.fsx_dns_name)
         if self.ami_parameter_name is not None:
@@ -106,6 +120,8 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
             "GPUCLOUD_NVME_SCRATCH": "1" if spec.storage.nvme_scratch else "0",
             "GPUCLOUD_SCRATCH_PATH": spec.storage.scratch_path,
             "GPUCLOUD_PACKAGE": f"gpucloud=={__version__}",
+            scaling_metric.SCALE_IN_ENV: "1" if gp.group.scaling.enabled else "0",
+            scaling_metric.IDLE_MINUTES_ENV: str(gp.group.scaling.idle_minutes),
         }
         if fsx is not None and fsx_settings is not None:
             settings.update({
@@ -143,6 +159,10 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
         job_table_name=jobs.table.name,
         asg_names={name: g.asg.name for name, g in groups.items()},
         fsx_dns_name=fsx.dns_name if fsx is not None else None,
+        scaling_policy_arns={n: g.scaling.policy.arn for n, g in groups.items() if g.scaling is not None},
+        backlog_alarm_names={n: g.scaling.alarm.name for n, g in groups.items() if g.scaling is not None},
+        capacity_block_scale_down={n: g.wind_down.scale_down_at for n, g in groups.items()
+                                   if g.wind_down is not None},
         ami_parameter_name=pipeline.ami_parameter_name if pipeline is not None else None,
     )
 

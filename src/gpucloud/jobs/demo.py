@@ -10,6 +10,7 @@ identical.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import re
@@ -20,7 +21,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Iterator
 
 from pydantic import BaseModel
 
@@ -124,6 +125,7 @@ def run_demo(options: DemoOptions, *, progress: Progress | None = None) -> DemoR
     say = progress or (lambda kind, data: None)
     config = SupervisorConfig(ack_timeout=30.0, stop_margin=5.0)
     queue = SqliteQueue(workdir / "queue.db")
+    succeeded = False
     try:
         suffix = uuid.uuid4().hex[:6]
         durable = workdir / "durable"
@@ -154,15 +156,17 @@ def run_demo(options: DemoOptions, *, progress: Progress | None = None) -> DemoR
         if reference_error:
             raise reference_error[0]
         identical = weights_identical(workdir / "interrupted.pt", workdir / "reference.pt")
-        job_report = build_report(queue.get(job.id), queue.attempts(job.id), queue.events(job.id))
+        events = queue.events(job.id)
+        job_report = build_report(queue.get(job.id), queue.attempts(job.id), events)
+        succeeded = True
     finally:
         queue.close()
-        if not options.keep:
+        if succeeded and not options.keep:  # on a failure the logs named in the error stay
             shutil.rmtree(workdir, ignore_errors=True)
     stop = job_report.interruptions[0] if job_report.interruptions else None
-    resume_events = [e for e in job_report.timeline if e.kind == "resume" and e.attempt == 2]
-    notice_at = next((e.at for e in job_report.timeline if e.kind == "notice" and e.attempt == 1), None)
-    ack_at = next((e.at for e in job_report.timeline if e.kind == "ack" and e.attempt == 1), None)
+    resumed = next((e for e in events if e.kind == "resume" and e.attempt == 2), None)
+    notice_at = next((e.at for e in events if e.kind == "notice" and e.attempt == 1), None)
+    ack_at = next((e.at for e in events if e.kind == "ack" and e.attempt == 1), None)
     t0 = injector.announced_at
     return DemoReport(
         job_id=job.id,
@@ -171,7 +175,7 @@ def run_demo(options: DemoOptions, *, progress: Progress | None = None) -> DemoR
         notice_at_step=options.notice_at_step,
         stopped_at_step=stop.last_step if stop else None,
         resumed_at_step=stop.resumed_step if stop else None,
-        resumed_from_tier=_tier(resume_events[0].detail) if resume_events else None,
+        resumed_from_tier=resumed.data.get("source_tier") if resumed else None,
         steps_lost=job_report.steps_lost,
         announce_to_notice_s=round(notice_at - t0, 3) if t0 is not None and notice_at is not None else None,
         announce_to_ack_s=round(ack_at - t0, 3) if t0 is not None and ack_at is not None else None,
@@ -194,19 +198,16 @@ def _spec(options: DemoOptions, durable: Path, out: Path, *, name: str) -> JobSp
     return JobSpec(command=command, name=name, checkpoint_uri=str(durable), max_attempts=1)
 
 
-class imds_hub:
-    """A SignalHub watching one emulator, as a context manager."""
-
-    def __init__(self, endpoint: str, interval: float) -> None:
-        self.hub = SignalHub()
-        self.hub.add_imds(endpoint, interval=interval)
-
-    def __enter__(self) -> SignalHub:
-        self.hub.start()
-        return self.hub
-
-    def __exit__(self, *exc: object) -> None:
-        self.hub.stop()
+@contextlib.contextmanager
+def imds_hub(endpoint: str, interval: float) -> Iterator[SignalHub]:
+    """A started SignalHub watching one emulator (one "node")."""
+    hub = SignalHub()
+    hub.add_imds(endpoint, interval=interval)
+    hub.start()
+    try:
+        yield hub
+    finally:
+        hub.stop()
 
 
 def _attempt(queue: JobQueue, job_id: str, hub: SignalHub, config: SupervisorConfig, node: Path, *,
@@ -298,10 +299,3 @@ class SpotInjector:
             self.emulator.spot_interruption("terminate", lead_seconds=self.lead_seconds, at=self.announced_at)
             self.say("phase", {"text": f"emulator: spot interruption announced after step {step} "
                                        f"(terminate in {self.lead_seconds:.0f} s)"})
-
-
-def _tier(detail: str) -> str | None:
-    for part in detail.split(", "):
-        if part.startswith("source_tier="):
-            return part.split("=", 1)[1]
-    return None

@@ -123,7 +123,10 @@ def run_attempt(
     """
     number = job.attempt
     control_dir = (run_root / job.id / f"attempt-{number}" if run_root else run_dir(job.id, number)) / "control"
-    control_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        control_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"cannot create the control directory {control_dir}: {err.strerror} (set GPUCLOUD_HOME)") from err
     control.clear(control_dir)
     timeline = _Timeline(queue, job.id, number, on_event)
     env = attempt_environment(job, control_dir=control_dir, local_dir=local_checkpoint_dir)

@@ -17,6 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from pydantic import ValidationError
+
+from gpucloud.checkpoint.layout import validate_job_id
 from gpucloud.errors import UserError
 from gpucloud.jobs.model import (
     EVENT_KINDS,
@@ -29,7 +32,6 @@ from gpucloud.jobs.model import (
     JobState,
 )
 from gpucloud.jobs.queue import Transition, UnknownJob
-from gpucloud.checkpoint.layout import validate_job_id
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 30.0
@@ -88,7 +90,10 @@ class SqliteQueue:
         self.uri = uri or f"sqlite:///{self.path}"
         if self.path.is_dir():
             raise UserError(f"queue path {self.path} is a directory; give a file, e.g. sqlite:///{self.path}/queue.db")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise UserError(f"cannot create the queue directory {self.path.parent}: {err.strerror}") from err
         self._lock = threading.RLock()
         try:
             self._db = sqlite3.connect(
@@ -97,7 +102,8 @@ class SqliteQueue:
             self._db.row_factory = sqlite3.Row
             self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: durable at checkpoints, crash-safe
+            # FULL: a requeue that was acknowledged must survive a power cut, not only a process crash.
+            self._db.execute("PRAGMA synchronous = FULL")
             self._db.execute("PRAGMA foreign_keys = ON")
             with self._tx() as db:
                 for statement in _SCHEMA.split(";"):
@@ -342,8 +348,13 @@ def _insert_event(db: sqlite3.Connection, job_id: str, attempt: int, kind: str, 
 
 def _job(row: sqlite3.Row) -> Job:
     fields = dict(row)
-    fields["spec"] = JobSpec.model_validate_json(fields["spec"])
-    return Job(**fields)
+    try:
+        fields["spec"] = JobSpec.model_validate_json(fields["spec"])
+        return Job(**fields)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "spec"
+        raise UserError(f"job {fields['id']!r} in the queue is unreadable ({where}: {first['msg']}); it was not written by gpucloud") from err
 
 
 def _new_job_id() -> str:

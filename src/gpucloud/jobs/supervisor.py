@@ -186,7 +186,7 @@ def spot_train_exit_code(state: AttemptState, command_exit: int | None) -> int:
     """The exit-code contract: 0 finished, 75 checkpointed and requeued, other non-zero failed."""
     if state is AttemptState.FINISHED:
         return EXIT_OK
-    if state in (AttemptState.REQUEUED, AttemptState.LOST, AttemptState.QUEUED):
+    if state in (AttemptState.REQUEUED, AttemptState.LOST):
         return EXIT_REQUEUED
     if command_exit is None or command_exit in (EXIT_OK, EXIT_REQUEUED):
         return 1

@@ -12,6 +12,7 @@ from gpucloud.spec.model import (
     JobPlane,
     Network,
     NodeGroup,
+    Scaling,
     Storage,
 )
 
@@ -26,6 +27,7 @@ __all__ = [
     "JobPlane",
     "Network",
     "NodeGroup",
+    "Scaling",
     "Storage",
     "available_stacks",
     "load_stack_file",

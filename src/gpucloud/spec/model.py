@@ -10,6 +10,7 @@ in ``rules.py``, one small validator per rule.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -40,6 +41,26 @@ class Capacity(SpecModel):
     spot_allocation_strategy: SpotAllocationStrategy = "price-capacity-optimized"
     on_demand_base: int = 0  # spot groups: this many nodes are on-demand, the rest spot
     spot_max_price: float | None = None  # USD/h; unset = capped at the on-demand price (AWS default)
+    # capacity-block only: when the block ends (ISO 8601 with a zone, e.g. 2026-12-01T11:30:00Z) ...
+    block_end: dt.datetime | None = None
+    # ... and how long before it the group scales to 0; None: 30 min (AWS reclaims the nodes from
+    # then on) plus the drain timeout plus a margin, so checkpoints finish before AWS stops the nodes
+    block_end_lead_minutes: int | None = None
+
+    @field_validator("block_end", mode="before")
+    @classmethod
+    def _iso_time(cls, value: object) -> object:
+        # A bare date (YAML reads 2026-12-01 as one) or free text would get pydantic's generic
+        # message; say what form is wanted instead.
+        expected = "expected an ISO 8601 time with zone, e.g. 2026-12-01T11:30:00Z"
+        if isinstance(value, str):
+            try:
+                return dt.datetime.fromisoformat(value)
+            except ValueError:
+                raise ValueError(f"not a time; {expected}") from None
+        if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+            raise ValueError(f"a date without a time; {expected}")
+        return value
 
 
 class Efa(SpecModel):
@@ -57,6 +78,16 @@ class Efa(SpecModel):
         return value
 
 
+class Scaling(SpecModel):
+    """How a node group follows the queue: out on the backlog metric, in by idle agents."""
+
+    enabled: bool = True  # false: the group keeps the size you set (no alarm, agents never scale in)
+    idle_minutes: int = 10  # an agent idle this long terminates its node and lowers desired by one
+    # Step scaling's warmup: repeated alarms within it do not add the same nodes twice while the
+    # desired-capacity metric catches up with the last scale-out.
+    instance_warmup_seconds: int = 180
+
+
 class NodeGroup(SpecModel):
     name: str
     instance_type: str
@@ -68,6 +99,7 @@ class NodeGroup(SpecModel):
     placement_group: bool | None = None  # None: a cluster placement group whenever EFA is on
     root_volume_gib: int = Field(default=200, alias="rootVolumeGiB")
     drain_timeout_seconds: int = 600  # termination lifecycle hook heartbeat: time to checkpoint
+    scaling: Scaling = Scaling()
 
     @property
     def desired(self) -> int:

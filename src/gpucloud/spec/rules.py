@@ -7,12 +7,14 @@ once, by ``known_instance_type``.
 
 from __future__ import annotations
 
+import datetime as dt
 import ipaddress
 import re
 from typing import Callable, Iterator
 
 from gpucloud.catalog import Catalog, InstanceType
 from gpucloud.infra.cost import GroupSizing, estimate_cost
+from gpucloud.infra.scaling_plan import default_lead_minutes, minimum_lead_minutes, wind_down_time
 from gpucloud.spec.decisions import efa_enabled
 from gpucloud.spec.model import RESERVED_CAPACITY, ClusterSpec, NodeGroup
 from gpucloud.spec.problems import Problem, key_path
@@ -232,6 +234,72 @@ def node_group_sizes(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
                 "allowed: 30 to 7200 seconds (the lifecycle hook heartbeat range)",
                 group.drain_timeout_seconds,
             )
+
+
+def scaling_idle_minutes(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    for i, group in enumerate(spec.node_groups):
+        idle = group.scaling.idle_minutes
+        if not 1 <= idle <= 1440:
+            yield Problem(
+                key_path("nodeGroups", i, "scaling", "idleMinutes"),
+                "allowed: 1 to 1440 minutes an agent waits for work before it terminates its node",
+                idle,
+            )
+
+
+def scaling_instance_warmup(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    for i, group in enumerate(spec.node_groups):
+        warmup = group.scaling.instance_warmup_seconds
+        if not 0 <= warmup <= 3600:
+            yield Problem(
+                key_path("nodeGroups", i, "scaling", "instanceWarmupSeconds"),
+                "allowed: 0 to 3600 seconds (how long a scale-out is not repeated while it takes effect)",
+                warmup,
+            )
+
+
+def capacity_block_end(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    now = _utcnow()
+    for i, group in enumerate(spec.node_groups):
+        end = group.capacity.block_end
+        if end is None:
+            continue
+        key = key_path("nodeGroups", i, "capacity", "blockEnd")
+        shown = end.isoformat()
+        if group.capacity.type != "capacity-block":
+            yield Problem(key, "only capacity-block groups have an end time; remove it or set "
+                          "capacity.type: capacity-block", shown)
+        elif end.tzinfo is None:
+            yield Problem(key, "give the time zone, e.g. 2026-12-01T11:30:00Z (the block's end in UTC)", shown)
+        elif end <= now:
+            yield Problem(key, f"the capacity block has ended (now is {now:%Y-%m-%dT%H:%M}Z); "
+                          "remove the group or give the end of a current block", shown)
+        else:
+            lead = group.capacity.block_end_lead_minutes or default_lead_minutes(group.drain_timeout_seconds)
+            scale_down = wind_down_time(end, lead)
+            if scale_down <= now:
+                yield Problem(key, f"the group would have to scale to 0 at {scale_down:%Y-%m-%dT%H:%M}Z "
+                              f"({lead} min before the end), which has passed; the block is too close to "
+                              "its end to deploy", shown)
+
+
+def capacity_block_lead(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    for i, group in enumerate(spec.node_groups):
+        lead = group.capacity.block_end_lead_minutes
+        if lead is None:
+            continue
+        key = key_path("nodeGroups", i, "capacity", "blockEndLeadMinutes")
+        least = minimum_lead_minutes(group.drain_timeout_seconds)
+        if group.capacity.block_end is None:
+            yield Problem(key, "only used with capacity.blockEnd (the block's end time); add it or remove this key",
+                          lead)
+        elif not least <= lead <= 1440:
+            yield Problem(key, f"allowed: {least} to 1440 minutes: AWS reclaims the nodes 30 min before the end "
+                          f"and draining may take drainTimeoutSeconds ({group.drain_timeout_seconds} s) more", lead)
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
 
 
 def fsx_size(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
@@ -491,6 +559,10 @@ RULES: tuple[Rule, ...] = (
     usage_class_supported,
     spot_settings_only_for_spot,
     node_group_sizes,
+    scaling_idle_minutes,
+    scaling_instance_warmup,
+    capacity_block_end,
+    capacity_block_lead,
     fsx_size,
     fsx_throughput,
     fsx_paths,

@@ -1,0 +1,135 @@
+"""Autoscaling of one node group: scale out on the backlog, wind a capacity block down in time.
+
+- ``BacklogScaling``: a CloudWatch alarm on the shortfall ``BusyNodes + UnclaimedSlots -
+  GroupDesiredCapacity`` (names from ``gpucloud.scaling_metric``, the agents' side of the
+  contract) and a step scaling policy that adds that many nodes. Why step scaling and why it never
+  scales in: ``scaling_plan``'s docstring.
+- ``CapacityBlockWindDown``: a one-time scheduled action that sets the group to 0 nodes (min, max
+  and desired, so the backlog alarm cannot launch into the dying block) ahead of the block's end.
+
+Neither has tags in AWS (policies and scheduled actions are settings of the group); the alarm does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Optional
+
+import pulumi
+import pulumi_aws as aws
+
+from gpucloud import scaling_metric as metric
+from gpucloud.infra.scaling_plan import scale_out_steps, schedule_timestamp, wind_down_time
+from gpucloud.infra.tags import Tagging
+
+SHORTFALL_EXPRESSION = "busy + unclaimed - desired"
+# The ASG's own group metrics the alarm reads (collected at 1-minute granularity, free of charge);
+# the others are for operators' dashboards.
+GROUP_METRICS = ("GroupDesiredCapacity", "GroupInServiceInstances", "GroupPendingInstances",
+                 "GroupTerminatingInstances")
+
+
+def shortfall_queries(cluster: str, node_group: str, asg_name: pulumi.Input[str]
+                      ) -> list[aws.cloudwatch.MetricAlarmMetricQueryArgs]:
+    """The alarm's metric math: nodes wanted (busy + unclaimed) minus nodes already asked for."""
+
+    def stat(query_id: str, namespace: str, name: str, dims: dict) -> aws.cloudwatch.MetricAlarmMetricQueryArgs:
+        return aws.cloudwatch.MetricAlarmMetricQueryArgs(
+            id=query_id, return_data=False,
+            metric=aws.cloudwatch.MetricAlarmMetricQueryMetricArgs(
+                namespace=namespace, metric_name=name, dimensions=dims,
+                stat=metric.STATISTIC, period=metric.PERIOD_SECONDS,
+            ),
+        )
+
+    group_dims = {d["Name"]: d["Value"] for d in metric.dimensions(cluster, node_group)}
+    return [
+        stat("busy", metric.NAMESPACE, metric.BUSY_NODES, group_dims),
+        stat("unclaimed", metric.NAMESPACE, metric.UNCLAIMED_SLOTS, group_dims),
+        stat("desired", "AWS/AutoScaling", "GroupDesiredCapacity", {"AutoScalingGroupName": asg_name}),
+        aws.cloudwatch.MetricAlarmMetricQueryArgs(
+            id="shortfall", expression=SHORTFALL_EXPRESSION, label="Nodes short of busy + unclaimed",
+            return_data=True,
+        ),
+    ]
+
+
+@dataclasses.dataclass
+class BacklogScalingArgs:
+    tagging: Tagging
+    node_group: str
+    asg_name: pulumi.Input[str]
+    max_nodes: int
+    instance_warmup_seconds: int
+
+
+class BacklogScaling(pulumi.ComponentResource):
+    policy: aws.autoscaling.Policy
+    alarm: aws.cloudwatch.MetricAlarm
+
+    def __init__(self, name: str, args: BacklogScalingArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpucloud:scaling:BacklogScaling", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.policy = aws.autoscaling.Policy(
+            f"{name}-out",
+            autoscaling_group_name=args.asg_name,
+            policy_type="StepScaling",
+            adjustment_type="ChangeInCapacity",
+            metric_aggregation_type=metric.STATISTIC,
+            estimated_instance_warmup=args.instance_warmup_seconds,
+            # Only positive steps and no low alarm: this policy never scales in. Idle agents
+            # terminate their own nodes; busy nodes are protected from scale-in.
+            step_adjustments=[
+                aws.autoscaling.PolicyStepAdjustmentArgs(
+                    scaling_adjustment=step.add,
+                    metric_interval_lower_bound=str(step.lower),
+                    metric_interval_upper_bound=None if step.upper is None else str(step.upper),
+                )
+                for step in scale_out_steps(args.max_nodes)
+            ],
+            opts=child,
+        )
+        self.alarm = aws.cloudwatch.MetricAlarm(
+            f"{name}-backlog",
+            alarm_description=(f"gpucloud {args.tagging.cluster} {args.node_group}: gangs wait for nodes; "
+                               "adds busy + unclaimed - desired nodes"),
+            comparison_operator="GreaterThanThreshold",
+            threshold=0,
+            evaluation_periods=1,
+            datapoints_to_alarm=1,
+            metric_queries=shortfall_queries(args.tagging.cluster, args.node_group, args.asg_name),
+            # No publisher means no queued work (submit publishes for a group with no nodes yet).
+            treat_missing_data="notBreaching",
+            alarm_actions=[self.policy.arn],
+            tags=args.tagging.tags(f"{args.node_group}-backlog"),
+            opts=child,
+        )
+        self.register_outputs({"policyArn": self.policy.arn, "alarmName": self.alarm.name})
+
+
+@dataclasses.dataclass
+class CapacityBlockWindDownArgs:
+    asg_name: pulumi.Input[str]
+    block_end: dt.datetime
+    lead_minutes: int
+
+
+class CapacityBlockWindDown(pulumi.ComponentResource):
+    schedule: aws.autoscaling.Schedule
+    scale_down_at: str  # ISO 8601 UTC
+
+    def __init__(self, name: str, args: CapacityBlockWindDownArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpucloud:scaling:CapacityBlockWindDown", name, None, opts)
+        self.scale_down_at = schedule_timestamp(wind_down_time(args.block_end, args.lead_minutes))
+        self.schedule = aws.autoscaling.Schedule(
+            f"{name}-end",
+            autoscaling_group_name=args.asg_name,
+            scheduled_action_name=f"gpucloud-capacity-block-end-{args.block_end.astimezone(dt.timezone.utc):%Y%m%dT%H%MZ}",
+            start_time=self.scale_down_at,  # one-time: no recurrence
+            min_size=0,
+            max_size=0,
+            desired_capacity=0,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.register_outputs({"scaleDownAt": self.scale_down_at})

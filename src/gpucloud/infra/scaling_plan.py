@@ -1,0 +1,81 @@
+"""Pure planning for a node group's autoscaling (no Pulumi import): the scale-out steps and the
+capacity-block wind-down time. ``infra/scaling.py`` turns them into resources; the validators in
+``spec/rules.py`` use the same functions, so what is checked is what gets built.
+
+Why step scaling, not target tracking. Target tracking sets ``desired = current * metric / target``:
+with a per-instance backlog metric (AWS's "scaling based on Amazon SQS" recipe) the divisor is the
+in-service count, which is 0 exactly when a group scaled to zero has work again, and 0 times
+anything stays 0. A step policy adds a number of nodes, which works from zero. Its alarm watches
+the shortfall ``BusyNodes + UnclaimedSlots - GroupDesiredCapacity``; the steps add exactly that
+shortfall (one step per node count, up to the quota), so the group converges on
+``desired = busy + unclaimed``. Desired capacity already counts nodes that are still booting, so
+a backlog that stays unclaimed while they boot is not bought twice. AWS clamps every adjustment to
+``maxNodes``.
+
+Scale-in is never done by the policy: there is no low alarm and every step adds nodes. Idle agents
+terminate their own node with a decrement (only they know they are idle), and busy nodes hold
+scale-in protection, so neither the policy nor a lower desired capacity can take a node mid-job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+
+# EC2 Auto Scaling quota: step adjustments per step scaling policy.
+MAX_STEP_ADJUSTMENTS = 20
+# AWS starts terminating a Capacity Block's instances this long before the block's end time.
+CAPACITY_BLOCK_RECLAIM_MINUTES = 30
+WIND_DOWN_MARGIN_MINUTES = 5  # slack between our drain deadline and AWS's reclaim
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaleOutStep:
+    """Add ``add`` nodes while the shortfall is in ``[lower, upper)`` (``upper`` None: no bound).
+
+    Bounds are relative to the alarm threshold, which is 0, so they are shortfall values.
+    """
+
+    lower: int
+    upper: int | None
+    add: int
+
+
+def scale_out_steps(max_nodes: int) -> list[ScaleOutStep]:
+    """One step per shortfall of 1..N nodes (N = min(maxNodes, quota)); the last is open-ended.
+
+    The first step starts at 0 so it also catches a shortfall averaged below 1 and adds one node
+    (AWS requires the steps to leave no gap above the threshold). A shortfall above the quota adds
+    N now; the alarm fires again each minute it stays breached, so the rest follows.
+    """
+    if max_nodes < 1:
+        raise ValueError(f"max_nodes must be at least 1, got {max_nodes}")
+    top = min(max_nodes, MAX_STEP_ADJUSTMENTS)
+    steps = [ScaleOutStep(lower=0, upper=2 if top > 1 else None, add=1)]
+    for nodes in range(2, top + 1):
+        steps.append(ScaleOutStep(lower=nodes, upper=nodes + 1 if nodes < top else None, add=nodes))
+    return steps
+
+
+def minimum_lead_minutes(drain_timeout_seconds: int) -> int:
+    """Scale to 0 at least this long before a block ends: AWS reclaims nodes 30 min before the
+    end, and a node told to stop at our scale-down may take the drain timeout to checkpoint."""
+    return CAPACITY_BLOCK_RECLAIM_MINUTES + math.ceil(drain_timeout_seconds / 60)
+
+
+def default_lead_minutes(drain_timeout_seconds: int) -> int:
+    return minimum_lead_minutes(drain_timeout_seconds) + WIND_DOWN_MARGIN_MINUTES
+
+
+def wind_down_time(block_end: dt.datetime, lead_minutes: int) -> dt.datetime:
+    """When the scheduled action sets the group to 0 nodes: ``lead_minutes`` before the end, UTC,
+    whole seconds (the format scheduled actions take)."""
+    if block_end.tzinfo is None:
+        raise ValueError("block_end must be timezone-aware")
+    return (block_end - dt.timedelta(minutes=lead_minutes)).astimezone(dt.timezone.utc).replace(microsecond=0)
+
+
+def schedule_timestamp(moment: dt.datetime) -> str:
+    """``2026-12-01T10:55:00Z``: the ISO 8601 UTC form Auto Scaling's ``StartTime`` expects."""
+    return moment.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -115,6 +115,13 @@ def test_heartbeat_loop_stops_by_itself_on_validation_error(asg):
     assert loop.ended_by_aws and loop.beats == 2  # the throttled beat was logged, not fatal
 
 
+def test_heartbeat_loop_stops_on_any_validation_error(asg):
+    asg.fails("record_lifecycle_action_heartbeat", lifecycle_params(), "ValidationError",
+              "AutoScalingGroup name not found - AutoScalingGroup p5-spot-asg not found")
+    loop = LifecycleHeartbeat(asg.api, LifecycleAction(ASG, HOOK, I, TOKEN), interval=0.01).start()
+    assert loop.wait(timeout=10) and loop.ended_by_aws and loop.beats == 0
+
+
 def test_heartbeat_loop_stop_ends_it(asg):
     asg.ok("record_lifecycle_action_heartbeat", lifecycle_params())
     loop = LifecycleHeartbeat(asg.api, LifecycleAction(ASG, HOOK, I, TOKEN), interval=60).start()

@@ -211,6 +211,8 @@ def test_iam_scoped_to_the_cluster(previews, stack: str) -> None:
     known = {r.name for r in preview.custom_resources}
     for statement in document["Statement"]:
         assert all("*" not in action for action in statement["Action"])
+        if statement["Sid"] in {"FindOwnGroup", "PublishBacklog"}:  # AWS grants these only on "*"
+            continue
         for arn in statement["Resource"]:
             assert arn != "*"
             named = _resource_name(arn)

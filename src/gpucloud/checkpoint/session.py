@@ -210,13 +210,27 @@ class TrainingSession:
         self._reap_finished()
         preempt = control.exists(self.control_dir, control.PREEMPT)
         rebalance = self._consume_save_request()
-        periodic = should_save(self.policy, step, time.monotonic(), self.history)
+        now = time.monotonic()
+        periodic = should_save(self.policy, step, now, self._history_including_pending(now))
         preempt_all, save_all = self.ranks.agree_max([int(preempt), int(rebalance or periodic)])
         if preempt_all:
             self._emergency(step)
         if save_all and self.last_committed != step and (self._pending is None or self._pending.step != step):
             self._start_async_save(step)
         self._report_progress(step)
+
+    def _history_including_pending(self, now: float) -> SaveHistory:
+        """A save in flight counts as the last save: time-based triggers run from its start,
+        and ``auto`` uses its stall so far, instead of firing again while it is persisting."""
+        pending = self._pending
+        if pending is None:
+            return self.history
+        return SaveHistory(
+            last_step=pending.step,
+            last_time=pending.started,
+            stall_seconds=pending.stall if self.history.stall_seconds is None else self.history.stall_seconds,
+            persist_seconds=max(self.history.persist_seconds or 0.0, now - pending.started),
+        )
 
     def _consume_save_request(self) -> bool:
         # Consumed on read: a rank that sees the file removes it, so it cannot fire twice; the

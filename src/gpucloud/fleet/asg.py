@@ -253,10 +253,11 @@ class AutoScaling:
 
 class LifecycleHeartbeat:
     """Record heartbeats for one lifecycle action every ``interval`` seconds while the checkpoint is
-    written; stops by itself when the action is gone (completed, timed out) and on ``stop()``.
+    written; stops by itself on any ValidationError (the action is gone, or the group or hook is
+    wrong: retrying cannot help) and on ``stop()``.
 
-    A failed heartbeat other than "no active action" is logged and retried at the next interval:
-    one lost heartbeat must not end the wait, the hook's timeout is several intervals long.
+    Other failures (throttling, a network error surfaced by botocore) are logged and retried at the
+    next interval: one lost heartbeat must not end the wait, the hook's timeout is several intervals.
     """
 
     def __init__(self, asg: AutoScaling, action: LifecycleAction, *, interval: float) -> None:
@@ -295,5 +296,9 @@ class LifecycleHeartbeat:
                     return
                 self.beats += 1
             except AsgError as err:
-                log.warning("%s", err)
+                if err.code == "ValidationError":  # will never succeed (wrong group or hook): stop, as NTH does
+                    log.error("%s; heartbeats stopped", err)
+                    self.ended_by_aws = True
+                    return
+                log.warning("%s; retrying at the next interval", err)
             self._stop.wait(self._interval)

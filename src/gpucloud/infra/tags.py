@@ -28,6 +28,8 @@ UNTAGGABLE_TYPES: frozenset[str] = frozenset(
         "aws:cloudwatch/eventTarget:EventTarget",
         "aws:iam/rolePolicy:RolePolicy",
         "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
+        "aws:autoscaling/policy:Policy",
+        "aws:autoscaling/schedule:Schedule",
     }
 )
 

@@ -65,7 +65,8 @@ class AsgError(UserError):
         self.operation = operation
         self.code = code
         self.aws_message = message
-        super().__init__(f"autoscaling {operation} for {subject} failed: {code}: {message}".rstrip(": "))
+        reason = f"{code}: {message}" if message else code
+        super().__init__(f"autoscaling {operation} for {subject} failed: {reason}")
 
 
 class InstanceNotInGroup(AsgError):

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from gpucloud.checkpoint import layout
-from gpucloud.checkpoint.manifest import FileEntry, Manifest, ManifestError, file_crc32, verify_directory
+from gpucloud.checkpoint.manifest import FileEntry, Manifest, ManifestError, file_digest, verify_directory
 from gpucloud.errors import UserError
 
 
@@ -47,8 +47,8 @@ def test_step_dir_names_round_trip_and_reject_lookalikes():
 def _manifest_for(directory: Path, names: list[str]) -> Manifest:
     files = []
     for name in names:
-        size, crc = file_crc32(directory / name)
-        files.append(FileEntry(name=name, size=size, crc32=crc))
+        size, digest = file_digest(directory / name)
+        files.append(FileEntry(name=name, size=size, xxh3=digest))
     return Manifest(job_id="j", step=1, world_size=1, attempt=0, files=files)
 
 
@@ -80,7 +80,7 @@ def test_verify_detects_missing_truncated_and_flipped_files(tmp_path):
         (b'{"format": "gpucloud-checkpoint/1", "job_id": "j", "step": -1, "world_size": 1, "attempt": 0, "files": []}', "step"),
         (b'{"format": "other/9", "job_id": "j", "step": 1, "world_size": 1, "attempt": 0, "files": []}', "format"),
         (b'{"format": "gpucloud-checkpoint/1", "job_id": "j", "step": 1, "world_size": 1, "attempt": 0, '
-         b'"files": [{"name": "../evil", "size": 1, "crc32": "00000000"}]}', "files.0.name"),
+         b'"files": [{"name": "../evil", "size": 1, "xxh3": "0000000000000000"}]}', "files.0.name"),
     ],
 )
 def test_invalid_manifests_name_the_bad_field(text, where):

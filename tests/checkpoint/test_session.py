@@ -181,3 +181,39 @@ def test_auto_policy_saves_first_step_then_waits_young_daly_interval(tmp_path, t
     assert history.last_step == 1 and history.stall_seconds is not None
     # sqrt(2 * C * 6 h) with any measured C > 0.05 ms is > 1 s: the next 4 quick steps did not save.
     assert job.session.save_count == 1
+
+
+def test_failed_periodic_save_keeps_training_and_the_previous_checkpoint(tmp_path, tiny_job, caplog):
+    import logging
+
+    job = tiny_job(str(tmp_path / "ck"), every_steps=2)
+    job.session.restore()
+    # Something that is not a directory where step 4's staging directory must go: its save fails.
+    (tmp_path / "ck" / "job").mkdir(parents=True)
+    (tmp_path / "ck" / "job" / ".tmp-step-4-a0").write_text("in the way")
+    with caplog.at_level(logging.ERROR, logger="gpucloud.checkpoint"):
+        for step in range(5):
+            job.train_step()
+            job.session.step_done(step + 1)
+        job.session.wait()
+    assert "checkpoint of step 4 failed, the previous checkpoint stays current" in caplog.text
+    assert latest_committed(str(tmp_path / "ck"), "job") == 2
+    assert job.data.position == 5, "training went on"
+
+
+def test_failed_emergency_save_raises_a_clear_error_not_exit_75(tmp_path, tiny_job):
+    from gpucloud.checkpoint.session import CheckpointSaveError
+
+    ctl = tmp_path / "ctl"
+    job = tiny_job(str(tmp_path / "ck"), control_dir=str(ctl))
+    job.session.restore()
+    (tmp_path / "ck" / "job").mkdir(parents=True)
+    (tmp_path / "ck" / "job" / ".tmp-step-1-a0").write_text("in the way")
+    job.train_step()
+    control.write(ctl, control.PREEMPT, {"kind": "spot-interruption"})
+    with pytest.raises(CheckpointSaveError, match=r"checkpoint of step 1 failed: .*Error") as info:
+        job.session.step_done(1)
+    assert "\n" not in str(info.value)
+    assert control.read(ctl, control.ACK)["step"] == 1
+    assert not control.exists(ctl, control.COMMITTED)
+    assert latest_committed(str(tmp_path / "ck"), "job") is None

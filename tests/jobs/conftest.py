@@ -13,8 +13,10 @@ from gpucloud.jobs.queue import JobQueue
 from gpucloud.jobs.sqlite_queue import SqliteQueue
 from gpucloud.signals.events import Notice, event_id_for
 
-# Every backend the contract suite runs against; the AWS backend joins this list.
-BACKENDS = ["sqlite"]
+from .aws_fixtures import aws_job_plane, moto_server  # noqa: F401  (fixtures)
+
+# Every backend the contract suite runs against: the embedded file, and SQS + DynamoDB (moto).
+BACKENDS = ["sqlite", "aws"]
 
 
 @pytest.fixture(autouse=True)
@@ -30,12 +32,15 @@ def gpucloud_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def open_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], JobQueue]:
     """A factory of connections to one fresh queue (call it again for a second client)."""
     opened: list[JobQueue] = []
+    plane = request.getfixturevalue("aws_job_plane") if request.param == "aws" else None
 
     def factory() -> JobQueue:
         if request.param == "sqlite":
             q: JobQueue = SqliteQueue(tmp_path / "contract.db")
-        else:  # pragma: no cover - future backends
-            raise AssertionError(request.param)
+        else:
+            from gpucloud.jobs.locations import open_queue
+
+            q = open_queue(plane["uri"])
         opened.append(q)
         return q
 

@@ -2,7 +2,7 @@
 
 Order, per save (every rank runs this after its DCP writes returned):
 
-1. each rank knows (size, crc32) of the files it wrote; ranks exchange them so that every rank
+1. each rank knows (size, XXH3-64) of the files it wrote; ranks exchange them so that every rank
    holds the full manifest;
 2. two tiers: every rank copies (shared path) or uploads (S3, multipart) its own files into the
    durable tier; a barrier makes sure all are in;

@@ -3,7 +3,7 @@
 Why a custom file system under DCP's ``FileSystemWriter``: the manifest needs a checksum of every
 file. Reading the files back after the save would add a second pass over every byte; hashing the
 bytes as the writer threads stream them out costs only the CRC itself, spread over the writer
-threads (zlib releases the GIL on large buffers).
+threads.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import os
 import threading
-import zlib
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -22,7 +21,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.filesystem import FileSystem
 
-from gpucloud.checkpoint.manifest import FileEntry, crc32_hex
+from gpucloud.checkpoint.manifest import FileEntry, new_hasher
 
 # DCP's default of one writer thread is 2-3x slower than the disk (checkpoint-performance.md
 # §1.3); 8 threads reached raw-write speed there.
@@ -30,12 +29,12 @@ DEFAULT_WRITER_THREADS = 8
 
 
 class _ChecksummingStream(io.RawIOBase):
-    """A write-only file that keeps a running CRC-32 and byte count of what passes through."""
+    """A write-only file that keeps a running XXH3-64 and byte count of what passes through."""
 
     def __init__(self, raw: io.BufferedWriter, on_close) -> None:
         super().__init__()
         self._raw = raw
-        self._crc = 0
+        self._hasher = new_hasher()
         self._size = 0
         self._on_close = on_close
 
@@ -44,7 +43,7 @@ class _ChecksummingStream(io.RawIOBase):
 
     def write(self, b) -> int:
         view = memoryview(b)
-        self._crc = zlib.crc32(view, self._crc)
+        self._hasher.update(view)
         written = self._raw.write(view)
         self._size += view.nbytes
         return written if written is not None else view.nbytes
@@ -62,12 +61,12 @@ class _ChecksummingStream(io.RawIOBase):
     def close(self) -> None:
         if not self.closed:
             self._raw.close()
-            self._on_close(self._size, crc32_hex(self._crc))
+            self._on_close(self._size, self._hasher.hexdigest())
         super().close()
 
 
 class ChecksummingFileSystem(FileSystem):
-    """DCP's local file system, recording (size, crc32) of every file written through it."""
+    """DCP's local file system, recording (size, XXH3-64) of every file written through it."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -82,9 +81,9 @@ class ChecksummingFileSystem(FileSystem):
             return
         name = Path(path).name
 
-        def record(size: int, crc: str) -> None:
+        def record(size: int, digest: str) -> None:
             with self._lock:
-                self.written[name] = FileEntry(name=name, size=size, crc32=crc)
+                self.written[name] = FileEntry(name=name, size=size, xxh3=digest)
 
         stream = _ChecksummingStream(open(path, mode), record)
         try:

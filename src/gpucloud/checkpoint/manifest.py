@@ -1,20 +1,22 @@
 """The manifest written into every committed step: what the checkpoint holds and how to check it.
 
-Checksum choice: CRC-32 (zlib). The failures we defend against are accidental: a writer killed
-mid-file, a truncated copy or upload, a flipped block. CRC-32 detects all of those, and at ~4 GB/s
-per core it costs less than half of SHA-256 (~1.8 GB/s on the same machine) on the save path,
-where the goal is to stay within 80% of raw disk speed. Integrity against tampering is the
-storage's job (IAM, bucket policy, S3's own transfer checksums), not the manifest's.
+Checksum choice: XXH3-64. The failures we defend against are accidental: a writer killed
+mid-file, a truncated copy or upload, a flipped block. A 64-bit non-cryptographic hash detects
+all of those, and XXH3 runs at ~13 GB/s per core here against ~2.6-4 GB/s for CRC-32 and
+~1.8 GB/s for SHA-256. That matters because the hash is computed on the save path, whose goal is
+to stay within 80% of raw disk speed (measured: inline CRC-32 cost a third of the save
+throughput on 2 vCPUs). Integrity against tampering is the storage's job (IAM, bucket policy,
+S3's own transfer checksums), not the manifest's.
 """
 
 from __future__ import annotations
 
 import os
 import time
-import zlib
 from pathlib import Path
 from typing import Literal
 
+import xxhash
 from pydantic import BaseModel, Field, ValidationError
 
 FORMAT = "gpucloud-checkpoint/1"
@@ -28,7 +30,7 @@ class ManifestError(Exception):
 class FileEntry(BaseModel):
     name: str = Field(pattern=r"^[^/\\]+$")  # a plain file name inside the step directory
     size: int = Field(ge=0)
-    crc32: str = Field(pattern=r"^[0-9a-f]{8}$")
+    xxh3: str = Field(pattern=r"^[0-9a-f]{16}$")  # XXH3-64 of the file's bytes, hex
 
 
 class Manifest(BaseModel):
@@ -38,7 +40,7 @@ class Manifest(BaseModel):
     world_size: int = Field(ge=1)
     attempt: int = Field(ge=0)
     created_at: float = Field(default_factory=time.time)
-    checksum: Literal["crc32"] = "crc32"
+    checksum: Literal["xxh3-64"] = "xxh3-64"
     files: list[FileEntry]
 
     @property
@@ -58,22 +60,22 @@ class Manifest(BaseModel):
             raise ManifestError(f"{where}: invalid manifest ({loc}: {first.get('msg')})") from None
 
 
-def crc32_hex(value: int) -> str:
-    return f"{value & 0xFFFFFFFF:08x}"
+def new_hasher() -> "xxhash.xxh3_64":
+    return xxhash.xxh3_64()
 
 
-def file_crc32(path: str | os.PathLike[str]) -> tuple[int, str]:
-    """(size, crc32 hex) of a file, read in large chunks (zlib releases the GIL on them)."""
-    crc = 0
+def file_digest(path: str | os.PathLike[str]) -> tuple[int, str]:
+    """(size, XXH3-64 hex) of a file, read in large chunks."""
+    hasher = new_hasher()
     size = 0
     with open(path, "rb", buffering=0) as fh:
         while True:
             chunk = fh.read(_READ_CHUNK)
             if not chunk:
                 break
-            crc = zlib.crc32(chunk, crc)
+            hasher.update(chunk)
             size += len(chunk)
-    return size, crc32_hex(crc)
+    return size, hasher.hexdigest()
 
 
 def verify_directory(directory: Path, manifest: Manifest, *, checksums: bool = True) -> None:
@@ -89,10 +91,10 @@ def verify_directory(directory: Path, manifest: Manifest, *, checksums: bool = T
                 f"{directory}: {entry.name} has {actual_size} bytes, manifest says {entry.size}"
             )
         if checksums:
-            _, crc = file_crc32(path)
-            if crc != entry.crc32:
+            _, digest = file_digest(path)
+            if digest != entry.xxh3:
                 raise ManifestError(
-                    f"{directory}: {entry.name} checksum {crc} does not match manifest {entry.crc32}"
+                    f"{directory}: {entry.name} checksum {digest} does not match manifest {entry.xxh3}"
                 )
 
 

@@ -45,6 +45,10 @@ log = logging.getLogger("gpucloud.checkpoint")
 _PROGRESS_EVERY_S = 1.0
 
 
+class CheckpointSaveError(RuntimeError):
+    """A save could not be written or committed; LATEST still names the previous checkpoint."""
+
+
 class _PendingSave:
     """One asynchronous save in flight."""
 
@@ -318,8 +322,13 @@ class TrainingSession:
             files = dcp_io.save(state_dict, ctx.staging, process_group=self.ranks.checkpoint_group,
                                 thread_count=self.writer_threads)
             manifest = commit_protocol.commit(ctx, files, self.ranks)
+        except (CheckpointException, Exception) as exc:
+            # DCP's CheckpointException is a BaseException carrying every rank's traceback as
+            # text. Clean up, keep LATEST as it was, and report the root cause in one line.
+            commit_protocol.discard(ctx)
+            cause = _root_cause(exc) if isinstance(exc, CheckpointException) else _first_line(exc)
+            raise CheckpointSaveError(f"checkpoint of step {ctx.step} failed: {cause}") from exc
         except BaseException:
-            # DCP raises CheckpointException, a BaseException: clean up, keep LATEST as it was.
             commit_protocol.discard(ctx)
             raise
         # Safe to clean staging here: the next save cannot start writing before this rank reaches
@@ -339,7 +348,7 @@ class TrainingSession:
             pending.future.result()
         except BaseException as exc:  # noqa: BLE001 - a failed periodic save must not stop training
             log.error("checkpoint of step %d failed, the previous checkpoint stays current: %s",
-                      pending.step, _first_line(exc))
+                      pending.step, _first_line(exc) if not isinstance(exc, CheckpointSaveError) else str(exc))
             log.debug("checkpoint failure detail", exc_info=exc)
             return
         self.last_committed = pending.step

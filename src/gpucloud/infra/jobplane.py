@@ -16,8 +16,8 @@ import pulumi
 import pulumi_aws as aws
 
 from gpucloud.infra.tags import Tagging
+from gpucloud.jobs import aws_schema
 
-JOB_TABLE_KEY = "job_id"
 DLQ_RETENTION_SECONDS = 14 * 24 * 3600  # the SQS maximum: time to inspect poisoned jobs
 EVENTS_RETENTION_SECONDS = 3600  # an interruption event older than an hour is useless
 
@@ -33,11 +33,17 @@ def lifecycle_pattern(asg_names: Sequence[str]) -> dict:
     }
 
 
+JOB_QUEUE_MAX_RECEIVES = 5  # receives before a slot message moves to the dead-letter queue
+JOB_QUEUE_VISIBILITY_SECONDS = 900  # until a receiver claims and sets the lease as visibility
+JOB_QUEUE_RETENTION_SECONDS = 4 * 24 * 3600
+QUEUE_LONG_POLL_SECONDS = 20  # long polling: fewer empty receives
+
+
 @dataclasses.dataclass
 class JobPlaneArgs:
     tagging: Tagging
-    max_receive_count: int = 5
-    visibility_timeout_seconds: int = 900
+    max_receive_count: int = JOB_QUEUE_MAX_RECEIVES
+    visibility_timeout_seconds: int = JOB_QUEUE_VISIBILITY_SECONDS
 
 
 class JobPlane(pulumi.ComponentResource):
@@ -49,17 +55,28 @@ class JobPlane(pulumi.ComponentResource):
         super().__init__("gpucloud:jobs:JobPlane", name, None, opts)
         t = args.tagging
         self.job_queue, self.job_dlq = self._queue_pair(
-            name, "jobs", t, args.max_receive_count, args.visibility_timeout_seconds, 4 * 24 * 3600
+            name, "jobs", t, args.max_receive_count, args.visibility_timeout_seconds, JOB_QUEUE_RETENTION_SECONDS
         )
         self.events_queue, self.events_dlq = self._queue_pair(name, "events", t, 5, 60, EVENTS_RETENTION_SECONDS)
+        # Key design (one partition per job: meta, attempts, events; a by-state index for listing)
+        # is shared with the queue backend through gpucloud.jobs.aws_schema.
         self.table = aws.dynamodb.Table(
             f"{name}-jobs-table",
             billing_mode="PAY_PER_REQUEST",
-            hash_key=JOB_TABLE_KEY,
-            attributes=[aws.dynamodb.TableAttributeArgs(name=JOB_TABLE_KEY, type="S")],
+            hash_key=aws_schema.HASH_KEY,
+            range_key=aws_schema.RANGE_KEY,
+            attributes=[aws.dynamodb.TableAttributeArgs(name=n, type=t) for n, t in aws_schema.KEY_ATTRIBUTES],
+            global_secondary_indexes=[aws.dynamodb.TableGlobalSecondaryIndexArgs(
+                name=aws_schema.STATE_INDEX,
+                key_schemas=[
+                    aws.dynamodb.TableGlobalSecondaryIndexKeySchemaArgs(attribute_name=aws_schema.STATE_INDEX_HASH_KEY, key_type="HASH"),
+                    aws.dynamodb.TableGlobalSecondaryIndexKeySchemaArgs(attribute_name=aws_schema.STATE_INDEX_RANGE_KEY, key_type="RANGE"),
+                ],
+                projection_type="ALL",
+            )],
             point_in_time_recovery=aws.dynamodb.TablePointInTimeRecoveryArgs(enabled=True),
             server_side_encryption=aws.dynamodb.TableServerSideEncryptionArgs(enabled=True),
-            ttl=aws.dynamodb.TableTtlArgs(attribute_name="expires_at", enabled=True),
+            ttl=aws.dynamodb.TableTtlArgs(attribute_name=aws_schema.TTL_ATTRIBUTE, enabled=True),
             tags=t.tags("jobs"),
             opts=pulumi.ResourceOptions(parent=self),
         )
@@ -80,7 +97,7 @@ class JobPlane(pulumi.ComponentResource):
             f"{name}-{role}",
             visibility_timeout_seconds=visibility,
             message_retention_seconds=retention,
-            receive_wait_time_seconds=20,  # long polling: fewer empty receives
+            receive_wait_time_seconds=QUEUE_LONG_POLL_SECONDS,
             sqs_managed_sse_enabled=True,
             redrive_policy=dlq.arn.apply(
                 lambda arn: json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": max_receive})

@@ -2,6 +2,10 @@
 
 ``GPUCLOUD_HOME`` (default ``~/.gpucloud``) holds the default queue (``queue.db``), the durable
 checkpoint tier (``checkpoints/``) and per-attempt control and local-tier directories (``run/``).
+
+The default queue: ``$GPUCLOUD_QUEUE``; else, on a cluster node, the AWS queue the stack's
+environment names (``GPUCLOUD_REGION``, ``GPUCLOUD_JOB_TABLE``, ``GPUCLOUD_JOB_QUEUE_URL``); else
+the embedded SQLite file.
 """
 
 from __future__ import annotations
@@ -10,11 +14,13 @@ import os
 from pathlib import Path
 
 from gpucloud.errors import UserError
+from gpucloud.jobs.aws_uri import FORM as AWS_FORM
+from gpucloud.jobs.aws_uri import parse_aws_uri, uri_from_env
 from gpucloud.jobs.queue import JobQueue
 
 HOME_ENV = "GPUCLOUD_HOME"
 QUEUE_ENV = "GPUCLOUD_QUEUE"
-QUEUE_SCHEMES = ("sqlite:///PATH",)
+QUEUE_SCHEMES = ("sqlite:///PATH", AWS_FORM)
 
 
 def gpucloud_home() -> Path:
@@ -22,7 +28,7 @@ def gpucloud_home() -> Path:
 
 
 def default_queue_uri() -> str:
-    return os.environ.get(QUEUE_ENV) or f"sqlite:///{gpucloud_home() / 'queue.db'}"
+    return os.environ.get(QUEUE_ENV) or uri_from_env(os.environ) or f"sqlite:///{gpucloud_home() / 'queue.db'}"
 
 
 def default_checkpoint_uri() -> str:
@@ -35,7 +41,7 @@ def run_dir(job_id: str, attempt: int) -> Path:
 
 
 def open_queue(uri: str | None = None) -> JobQueue:
-    """The queue named by ``uri`` (default: ``$GPUCLOUD_QUEUE`` or the embedded SQLite file)."""
+    """The queue named by ``uri`` (default: ``default_queue_uri()``)."""
     uri = uri or default_queue_uri()
     if uri.startswith("sqlite:///"):
         path = uri[len("sqlite:///") :]
@@ -45,7 +51,8 @@ def open_queue(uri: str | None = None) -> JobQueue:
 
         return SqliteQueue(Path(path).expanduser(), uri=uri)
     if uri.startswith("aws://"):
-        raise UserError(
-            f"queue URI {uri!r}: the AWS queue backend is not available in this version; use sqlite:///PATH"
-        )
+        address = parse_aws_uri(uri)
+        from gpucloud.jobs.aws_queue import AwsQueue
+
+        return AwsQueue(address, uri=uri)
     raise UserError(f"unsupported queue URI {uri!r}; allowed: {', '.join(QUEUE_SCHEMES)}")

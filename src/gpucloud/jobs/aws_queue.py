@@ -1,0 +1,592 @@
+"""The AWS job queue: SQS slot messages + a DynamoDB job table, behind the ``JobQueue`` protocol.
+
+**DynamoDB is the truth** (key design in ``aws_schema``): the job item holds state, current attempt,
+lease and the slot message its holder keeps; attempts and timeline events are items beside it.
+Every transition that must happen once is a conditional write:
+
+* claim: one ``TransactWriteItems`` — job ``queued`` at attempt k -> ``running`` (condition on state
+  and attempt), attempt k -> running, a ``claimed`` event. Takeover after a lease expired adds
+  "attempt k -> LOST" and "put attempt k+1 if it does not exist".
+* end_attempt: one ``TransactWriteItems`` — attempt k ``running`` -> ended (the gate), the job item
+  (condition: still running at attempt k), for a requeue "put attempt k+1 if it does not exist",
+  and the timeline event. DynamoDB transactions are serializable and all-or-nothing, and a
+  condition is evaluated atomically with its write, so of any number of racing processes exactly
+  one commits; the rest are cancelled with ``ConditionalCheckFailed`` (-> ``applied=False``) or
+  ``TransactionConflict`` (-> re-read and retry, and the re-read sees the winner's result). Each
+  call carries a ``ClientRequestToken``, so botocore's retry of a transaction that committed but
+  whose answer was lost is answered as the success it was, not as a failed condition.
+* heartbeat: one conditional ``UpdateItem`` (state, attempt and worker must match).
+
+Leases compare the writer's clock with the stored ``lease_until``; nodes run chrony against the
+Amazon Time Sync Service, so skew is milliseconds against leases of a minute.
+
+**SQS carries one message per gang slot** (``aws_messages``): sent after the transaction that
+creates the attempt commits (so only the winner sends), kept hidden by its holder — every heartbeat
+calls ``ChangeMessageVisibility`` with the lease — and deleted when the attempt ends. If a worker
+dies, its message reappears when its lease runs out and the next receiver takes the job over. A
+crash between a commit and its send would strand a queued job without a message, so a claim that
+finds nothing in SQS also looks in the table's ``by-state`` index for a claimable job (the same
+conditional transaction decides).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import logging
+import random
+import threading
+import time
+import uuid
+from typing import Any, Callable, Iterable, Mapping, TypeVar
+
+from gpucloud.checkpoint.layout import validate_job_id
+from gpucloud.errors import UserError
+from gpucloud.jobs import aws_ops
+from gpucloud.jobs.aws_items import (
+    ATTEMPT_PREFIX,
+    EVENT_PREFIX,
+    META,
+    attempt_item,
+    attempt_sk,
+    event_item,
+    event_sk,
+    held_message,
+    item_to_attempt,
+    item_to_event,
+    item_to_job,
+    job_item,
+    job_pk,
+    key,
+)
+from gpucloud.jobs.aws_messages import (
+    Action,
+    MalformedMessage,
+    SlotMessage,
+    decide,
+    parse_slot_message,
+    send_entry,
+    slot_messages,
+    visibility_seconds,
+)
+from gpucloud.jobs.aws_schema import STATE_INDEX, STATE_INDEX_HASH_KEY
+from gpucloud.jobs.aws_uri import AwsQueueAddress
+from gpucloud.jobs.model import EVENT_KINDS, Attempt, AttemptEnd, AttemptState, Event, Job, JobSpec, JobState
+from gpucloud.jobs.queue import Transition, UnknownJob
+
+log = logging.getLogger(__name__)
+
+SLOTS_PER_ATTEMPT = 1  # the protocol claims whole jobs today; a gang of N nodes gets N slot messages
+MAX_RECEIVES_PER_CLAIM = 10  # stale and malformed messages a single claim clears before giving up
+CONFLICT_RETRIES = 8  # TransactionConflict: another transaction touched the same items; retry
+_ATTEMPT_FIELDS = ("started_at", "resumed_step", "last_step", "node")
+_CREDENTIAL_CODES = {
+    "UnrecognizedClientException", "InvalidClientTokenId", "ExpiredToken", "ExpiredTokenException",
+    "InvalidSignatureException", "SignatureDoesNotMatch", "AccessDenied", "AccessDeniedException",
+    "MissingAuthenticationToken",
+}
+_MISSING_CODES = {"ResourceNotFoundException", "AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
+_GONE_MESSAGE_CODES = {"ReceiptHandleIsInvalid", "MessageNotInflight", "InvalidParameterValue"}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _aws_call(doing: str) -> Callable[[F], F]:
+    """Turn credential, endpoint and missing-resource failures of one public call into one line."""
+
+    def wrap(method: F) -> F:
+        @functools.wraps(method)
+        def translated(self: "AwsQueue", *args: Any, **kwargs: Any) -> Any:
+            from botocore.exceptions import (
+                BotoCoreError,
+                ClientError,
+                ConnectTimeoutError,
+                EndpointConnectionError,
+                NoCredentialsError,
+                NoRegionError,
+                PartialCredentialsError,
+            )
+
+            try:
+                return method(self, *args, **kwargs)
+            except (NoCredentialsError, PartialCredentialsError) as err:
+                raise UserError(
+                    f"{doing} on {self.uri}: no usable AWS credentials ({err}); set AWS_PROFILE or "
+                    "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run on a node with its instance role"
+                ) from err
+            except (EndpointConnectionError, ConnectTimeoutError) as err:
+                raise UserError(f"{doing} on {self.uri}: cannot reach AWS ({err}); check the region, AWS_ENDPOINT_URL and the network") from err
+            except NoRegionError as err:  # pragma: no cover - the URI always names the region
+                raise UserError(f"{doing} on {self.uri}: no region ({err})") from err
+            except ClientError as err:
+                code = err.response.get("Error", {}).get("Code", "")
+                message = err.response.get("Error", {}).get("Message", "")
+                if code in _CREDENTIAL_CODES:
+                    raise UserError(f"{doing} on {self.uri}: AWS refused the credentials ({code}: {message})") from err
+                if code in _MISSING_CODES:
+                    raise UserError(
+                        f"{doing} on {self.uri}: the table or queue does not exist in {self.address.region} "
+                        f"({code}: {message}); check the stack outputs jobTableName and jobQueueUrl"
+                    ) from err
+                raise
+            except BotoCoreError as err:
+                raise UserError(f"{doing} on {self.uri}: {err}") from err
+
+        return translated  # type: ignore[return-value]
+
+    return wrap
+
+
+class AwsQueue:
+    """``JobQueue`` on SQS + DynamoDB. Thread-safe (boto3 clients are); one per process is enough."""
+
+    def __init__(self, address: AwsQueueAddress, *, uri: str | None = None) -> None:
+        import boto3
+        from botocore.config import Config
+
+        self.address = address
+        self.uri = uri or address.uri
+        self.table = address.table
+        self.queue_url = address.queue_url
+        config = Config(
+            retries={"mode": "standard", "max_attempts": 5},
+            connect_timeout=5,
+            read_timeout=address.wait_seconds + 20,  # a long poll holds the connection that long
+        )
+        session = boto3.session.Session(region_name=address.region)
+        self._ddb = session.client("dynamodb", config=config)
+        self._sqs = session.client("sqs", config=config)
+        self._writer = uuid.uuid4().hex[:8]
+        self._seq = itertools.count()
+        self._seq_lock = threading.Lock()
+        self.max_receives = self._read_max_receives()
+
+    @_aws_call("opening the job queue")
+    def _read_max_receives(self) -> int | None:
+        """The queue's redrive ``maxReceiveCount`` (None: no dead-letter queue). Also proves, at open,
+        that the credentials work and the queue exists."""
+        attributes = self._sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["RedrivePolicy"])
+        policy = attributes.get("Attributes", {}).get("RedrivePolicy")
+        if not policy:
+            return None
+        return int(json.loads(policy)["maxReceiveCount"])
+
+    def close(self) -> None:
+        self._ddb.close()
+        self._sqs.close()
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _event(self, job_id: str, attempt: int, kind: str, at: float, data: Mapping[str, Any]) -> dict[str, Any]:
+        if kind not in EVENT_KINDS:
+            raise ValueError(f"unknown timeline event {kind!r}; expected one of {', '.join(EVENT_KINDS)}")
+        with self._seq_lock:
+            sk = event_sk(time.time_ns(), self._writer, next(self._seq))
+        return {"Put": aws_ops.put(self.table, event_item(job_id, attempt, kind, at, data, sk))}
+
+    def _transact(self, items: list[dict[str, Any]]) -> list[str] | None:
+        """Run one transaction. None: committed. Otherwise the cancellation reason codes."""
+        from botocore.exceptions import ClientError
+
+        try:
+            self._ddb.transact_write_items(TransactItems=items, ClientRequestToken=uuid.uuid4().hex)
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+                raise
+            reasons = err.response.get("CancellationReasons") or []
+            return [str(r.get("Code", "None")) for r in reasons] or ["Unknown"]
+        return None
+
+    def _meta(self, job_id: str) -> dict[str, Any] | None:
+        return self._ddb.get_item(TableName=self.table, Key=key(job_id, META), ConsistentRead=True).get("Item")
+
+    def _job_update(self, job: Job, fields: Mapping[str, Any], *, condition: str, **values: Any) -> dict[str, Any]:
+        return {"Update": aws_ops.update(self.table, key(job.id, META), {**fields}, condition=condition, values=values)}
+
+    def _send_slots(self, job_id: str, attempt: int) -> None:
+        for message in slot_messages(job_id, attempt, SLOTS_PER_ATTEMPT):
+            self._sqs.send_message(QueueUrl=self.queue_url, **send_entry(message))
+
+    def _delete_message(self, receipt: str | None) -> None:
+        from botocore.exceptions import ClientError
+
+        if not receipt:
+            return
+        try:
+            self._sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=receipt)
+        except ClientError as err:
+            # Someone else received it since (its receipt is newer): it is stale now and the next
+            # receiver deletes it.
+            if err.response.get("Error", {}).get("Code") not in _GONE_MESSAGE_CODES:
+                raise
+
+    def _hide_message(self, receipt: str, seconds: int) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            self._sqs.change_message_visibility(QueueUrl=self.queue_url, ReceiptHandle=receipt, VisibilityTimeout=seconds)
+        except ClientError as err:
+            # Gone, received by another since, or past SQS's 12-hour total: the lease in the table
+            # still holds, and whoever receives the message next parks it for the holder.
+            if err.response.get("Error", {}).get("Code") in _GONE_MESSAGE_CODES:
+                log.debug("job queue message not re-hidden: %s", err)
+                return False
+            raise
+        return True
+
+    # -- jobs -------------------------------------------------------------------------------
+
+    @_aws_call("submitting a job")
+    def submit(self, spec: JobSpec, *, job_id: str | None = None) -> Job:
+        job_id = validate_job_id(job_id) if job_id is not None else f"j-{uuid.uuid4().hex[:10]}"
+        now = time.time()
+        job = Job(id=job_id, spec=spec, state=JobState.QUEUED, attempt=1, created_at=now, updated_at=now)
+        reasons = self._transact([
+            {"Put": aws_ops.put(self.table, job_item(job), condition="attribute_not_exists(#pk)")},
+            {"Put": aws_ops.put(self.table, attempt_item(job_id, 1, AttemptState.QUEUED, now))},
+            self._event(job_id, 1, "submitted", now, {"command": spec.command}),
+        ])
+        if reasons is not None:
+            if reasons[0] == "ConditionalCheckFailed":
+                raise UserError(f"job {job_id!r} already exists in {self.uri}; pick another --job-id")
+            raise UserError(f"submitting job {job_id!r} to {self.uri} was cancelled by DynamoDB ({', '.join(reasons)}); try again")
+        self._send_slots(job_id, 1)
+        return job
+
+    @_aws_call("reading a job")
+    def get(self, job_id: str) -> Job:
+        item = self._meta(job_id)
+        if item is None:
+            raise UnknownJob(job_id, self.uri)
+        return item_to_job(item, self.table)
+
+    @_aws_call("listing jobs")
+    def list_jobs(self, states: Iterable[JobState] | None = None) -> list[Job]:
+        # The index is eventually consistent (like every DynamoDB GSI): a job changed within the
+        # last moment may still be listed under its previous state.
+        wanted = [JobState(s) for s in states] if states is not None else list(JobState)
+        jobs = [item_to_job(item, self.table) for state in wanted for item in self._by_state(state)]
+        return sorted(jobs, key=lambda j: (j.created_at, j.id))
+
+    def _by_state(self, state: JobState, *, filter_expression: str | None = None, **values: Any) -> Iterable[dict]:
+        params: dict[str, Any] = {
+            "TableName": self.table,
+            "IndexName": STATE_INDEX,
+            "KeyConditionExpression": "#job_state = :state",
+            "ExpressionAttributeNames": {"#job_state": STATE_INDEX_HASH_KEY},
+            "ExpressionAttributeValues": {":state": {"S": state.value}},
+            "ScanIndexForward": True,  # oldest first
+        }
+        if filter_expression:
+            params["FilterExpression"] = filter_expression
+            params["ExpressionAttributeNames"].update(aws_ops.names_in(filter_expression))
+            params["ExpressionAttributeValues"].update(aws_ops.values_in(filter_expression, values))
+        for page in self._ddb.get_paginator("query").paginate(**params):
+            yield from page.get("Items", [])
+
+    # -- claiming and leases ----------------------------------------------------------------
+
+    @_aws_call("claiming a job")
+    def claim(
+        self, worker: str, *, lease_seconds: float, job_id: str | None = None, node: str | None = None
+    ) -> Job | None:
+        if job_id is not None:
+            item = self._meta(job_id)
+            return None if item is None else self._try_claim(item, worker, lease_seconds, node, None)
+        for _ in range(MAX_RECEIVES_PER_CLAIM):
+            received = self._sqs.receive_message(
+                QueueUrl=self.queue_url,
+                MaxNumberOfMessages=1,
+                WaitTimeSeconds=self.address.wait_seconds,
+                # Hidden for the lease from the start: if we claim, the holder's heartbeats extend it.
+                VisibilityTimeout=visibility_seconds(lease_seconds),
+                MessageSystemAttributeNames=["ApproximateReceiveCount"],
+            ).get("Messages", [])
+            if not received:
+                break
+            claimed = self._handle_message(received[0], worker, lease_seconds, node)
+            if claimed is not None:
+                return claimed
+        return self._sweep(worker, lease_seconds, node)
+
+    def _handle_message(self, message: dict[str, Any], worker: str, lease_seconds: float, node: str | None) -> Job | None:
+        message_id, receipt = message["MessageId"], message["ReceiptHandle"]
+        try:
+            slot = parse_slot_message(message.get("Body", ""))
+        except MalformedMessage as problem:
+            # Retrying a malformed body never helps; every receive brings it closer to the DLQ.
+            log.warning("job queue message %s is not a gpucloud slot message (%s); left for the dead-letter queue", message_id, problem)
+            self._hide_message(receipt, 0)
+            return None
+        item = self._meta(slot.job_id)
+        try:
+            job = None if item is None else item_to_job(item, self.table)
+        except UserError as problem:
+            log.warning("job queue message %s names an unreadable job (%s); left for the dead-letter queue", message_id, problem)
+            self._hide_message(receipt, 0)
+            return None
+        held_id, _ = held_message(item) if item is not None else (None, None)
+        decision = decide(
+            slot, job, message_id=message_id, held_message_id=held_id,
+            receive_count=int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1")),
+            max_receives=self.max_receives, now=time.time(),
+        )
+        if decision.action in (Action.CLAIM, Action.TAKEOVER):
+            claimed = self._try_claim(item, worker, lease_seconds, node, (message_id, receipt))
+            if claimed is None:
+                self._hide_message(receipt, 0)  # lost a race; the next receive sees the winner and decides again
+            return claimed
+        if decision.action is Action.DELETE:
+            log.info("job queue message %s deleted: %s", message_id, decision.reason)
+            self._delete_message(receipt)
+        elif decision.action is Action.PARK:
+            self._park(job, slot, message_id, receipt, decision.hide_seconds)
+        elif decision.action is Action.REPOST:
+            self._repost(job, slot, message_id, receipt, decision.hide_seconds)
+        return None
+
+    def _park(self, job: Job, slot: SlotMessage, message_id: str, receipt: str, hide: int) -> None:
+        """Hide the holder's message again and hand its new receipt to the holder's heartbeats."""
+        from botocore.exceptions import ClientError
+
+        if not self._hide_message(receipt, hide):
+            return
+        try:
+            self._ddb.update_item(**aws_ops.update(
+                self.table, key(job.id, META), {"receipt": receipt},
+                condition="#message_id = :mid AND #job_state = :running AND #attempt = :k",
+                values={"mid": message_id, "running": JobState.RUNNING.value, "k": job.attempt},
+            ))
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+
+    def _repost(self, job: Job, slot: SlotMessage, message_id: str, receipt: str, delay: int) -> None:
+        """Replace the holder's message by a fresh, delayed copy (receive count 0)."""
+        from botocore.exceptions import ClientError
+
+        fresh = self._sqs.send_message(QueueUrl=self.queue_url, **send_entry(slot, delay_seconds=delay))["MessageId"]
+        try:
+            self._ddb.update_item(**aws_ops.update(
+                self.table, key(job.id, META), {"message_id": fresh, "receipt": None},
+                condition="#message_id = :mid AND #job_state = :running AND #attempt = :k",
+                values={"mid": message_id, "running": JobState.RUNNING.value, "k": job.attempt},
+            ))
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            return  # the holder changed meanwhile: the fresh copy is a duplicate and will be deleted
+        self._delete_message(receipt)
+
+    def _sweep(self, worker: str, lease_seconds: float, node: str | None) -> Job | None:
+        """Claim straight from the table: the oldest queued job, else a running one whose lease expired."""
+        for item in self._by_state(JobState.QUEUED):
+            claimed = self._try_claim(item, worker, lease_seconds, node, None)
+            if claimed is not None:
+                return claimed
+        for item in self._by_state(JobState.RUNNING, filter_expression="#lease_until < :now", now=time.time()):
+            claimed = self._try_claim(item, worker, lease_seconds, node, None)
+            if claimed is not None:
+                return claimed
+        return None
+
+    def _try_claim(
+        self, item: dict[str, Any], worker: str, lease_seconds: float, node: str | None,
+        message: tuple[str, str] | None,
+    ) -> Job | None:
+        """One conditional transaction taking ``item``'s job as it was read; None when not claimable
+        or when another claimer won."""
+        job = item_to_job(item, self.table)
+        now = time.time()
+        message_id, receipt = message if message is not None else (None, None)
+        holder = {"worker": worker, "lease_until": now + lease_seconds, "updated_at": now,
+                  "message_id": message_id, "receipt": receipt}
+        if job.state is JobState.QUEUED:
+            number = job.attempt
+            items = [
+                self._job_update(job, {"job_state": JobState.RUNNING.value, **holder},
+                                 condition="#job_state = :queued AND #attempt = :k",
+                                 queued=JobState.QUEUED.value, k=number),
+                {"Update": aws_ops.update(
+                    self.table, key(job.id, attempt_sk(number)),
+                    {"state": AttemptState.RUNNING.value, "worker": worker, "node": node},
+                    condition="#state = :queued", values={"queued": AttemptState.QUEUED.value},
+                )},
+            ]
+        elif job.state is JobState.RUNNING and job.lease_until is not None and job.lease_until < now:
+            # The previous holder stopped renewing its lease: its attempt is lost, ours is k+1.
+            number = job.attempt + 1
+            items = [
+                self._job_update(job, {"attempt": number, **holder},
+                                 condition="#job_state = :running AND #attempt = :k AND #lease_until < :now",
+                                 running=JobState.RUNNING.value, k=job.attempt, now=now),
+                {"Update": aws_ops.update(
+                    self.table, key(job.id, attempt_sk(job.attempt)),
+                    {"state": AttemptState.LOST.value, "ended_at": now, "reason": f"lease of worker {job.worker} expired"},
+                    condition="#state = :running", values={"running": AttemptState.RUNNING.value},
+                )},
+                {"Put": aws_ops.put(
+                    self.table,
+                    attempt_item(job.id, number, AttemptState.RUNNING, now, worker=worker, node=node),
+                    condition="attribute_not_exists(#pk)",
+                )},
+                self._event(job.id, job.attempt, "lease-expired", now, {"worker": job.worker}),
+            ]
+        else:
+            return None
+        items.append(self._event(job.id, number, "claimed", now, {"worker": worker, "node": node}))
+        if self._transact(items) is not None:
+            return None  # another claimer's transaction won (or conflicted): not ours
+        return self.get(job.id)
+
+    @_aws_call("renewing a lease")
+    def heartbeat(self, job_id: str, attempt: int, worker: str, *, lease_seconds: float) -> bool:
+        from botocore.exceptions import ClientError
+
+        now = time.time()
+        try:
+            updated = self._ddb.update_item(
+                **aws_ops.update(
+                    self.table, key(job_id, META), {"lease_until": now + lease_seconds, "updated_at": now},
+                    condition="#job_state = :running AND #attempt = :k AND #worker = :w",
+                    values={"running": JobState.RUNNING.value, "k": attempt, "w": worker},
+                ),
+                ReturnValues="ALL_NEW",
+            )
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                return False
+            raise
+        # After the table write, so the message stays hidden at least as long as the lease lasts.
+        _, receipt = held_message(updated.get("Attributes", {}))
+        if receipt:
+            self._hide_message(receipt, visibility_seconds(lease_seconds))
+        return True
+
+    # -- the timeline -----------------------------------------------------------------------
+
+    @_aws_call("recording a timeline event")
+    def record(
+        self, job_id: str, attempt: int, kind: str, *, at: float | None = None, data: dict[str, Any] | None = None
+    ) -> None:
+        event = self._event(job_id, attempt, kind, time.time() if at is None else at, data or {})
+        reasons = self._transact([
+            {"ConditionCheck": aws_ops.check(self.table, key(job_id, META), "attribute_exists(#pk)")},
+            event,
+        ])
+        if reasons is not None:
+            if reasons[0] == "ConditionalCheckFailed":
+                raise UnknownJob(job_id, self.uri)
+            raise UserError(f"recording {kind!r} on job {job_id!r} in {self.uri} was cancelled by DynamoDB ({', '.join(reasons)})")
+
+    @_aws_call("updating an attempt")
+    def update_attempt(self, job_id: str, attempt: int, **fields: Any) -> None:
+        from botocore.exceptions import ClientError
+
+        unknown = set(fields) - set(_ATTEMPT_FIELDS)
+        if unknown:
+            raise ValueError(f"update_attempt cannot set {sorted(unknown)}; allowed: {', '.join(_ATTEMPT_FIELDS)}")
+        if not fields:
+            return
+        try:
+            # attribute_exists: never create a stray attempt item for a job or attempt that is not there.
+            self._ddb.update_item(**aws_ops.update(
+                self.table, key(job_id, attempt_sk(attempt)), fields, condition="attribute_exists(#pk)"
+            ))
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+
+    @_aws_call("ending an attempt")
+    def end_attempt(self, job_id: str, attempt: int, end: AttemptEnd) -> Transition:
+        for round_ in range(CONFLICT_RETRIES):
+            item = self._meta(job_id)
+            if item is None:
+                raise UnknownJob(job_id, self.uri)
+            job = item_to_job(item, self.table)
+            if job.state is not JobState.RUNNING or job.attempt != attempt:
+                return Transition(job=job, applied=False)  # already ended, or superseded by a takeover
+            _, receipt = held_message(item)
+            requeue, items = self._end_items(job, end)
+            reasons = self._transact(items)
+            if reasons is None:
+                self._delete_message(receipt)
+                if requeue:
+                    self._send_slots(job_id, attempt + 1)
+                return Transition(job=self.get(job_id), applied=True)
+            if "ConditionalCheckFailed" in reasons:
+                return Transition(job=self.get(job_id), applied=False)
+            # TransactionConflict: a racing transaction held these items; its outcome is visible to
+            # the next read. Jittered backoff keeps the racers from colliding again in lockstep.
+            time.sleep(random.uniform(0, 0.02 * (2 ** round_)))
+        raise UserError(f"ending attempt {attempt} of job {job_id!r} in {self.uri} kept conflicting with other writers; try again")
+
+    def _end_items(self, job: Job, end: AttemptEnd) -> tuple[bool, list[dict[str, Any]]]:
+        """(requeued?, the transaction) that ends ``job``'s running attempt as ``end`` says."""
+        now, number = time.time(), job.attempt
+        crashes = job.crashes + (1 if end.state is AttemptState.CRASHED else 0)
+        requeue = end.state in (AttemptState.REQUEUED, AttemptState.CRASHED) and crashes < job.spec.max_attempts
+        attempt_state = end.state
+        reason = end.reason
+        if not requeue and end.state not in (AttemptState.FINISHED,):
+            reason = end.reason or "failed"
+            if end.state is AttemptState.CRASHED:
+                reason = f"{reason} (attempt {number}; {crashes} of {job.spec.max_attempts} allowed attempts crashed)"
+                attempt_state = AttemptState.FAILED
+        attempt_fields: dict[str, Any] = {
+            "state": attempt_state.value, "ended_at": now, "exit_code": end.exit_code,
+            "committed_step": end.committed_step, "reason": end.reason,
+        }
+        # last and resumed step: keep what update_attempt recorded unless the end knows better.
+        if end.last_step is not None:
+            attempt_fields["last_step"] = end.last_step
+        if end.resumed_step is not None:
+            attempt_fields["resumed_step"] = end.resumed_step
+        released = {"worker": None, "lease_until": None, "message_id": None, "receipt": None, "updated_at": now}
+        gate = {"condition": "#job_state = :running AND #attempt = :k", "running": JobState.RUNNING.value, "k": number}
+        items: list[dict[str, Any]] = [{"Update": aws_ops.update(
+            self.table, key(job.id, attempt_sk(number)), attempt_fields,
+            condition="#state = :running", values={"running": AttemptState.RUNNING.value},
+        )}]
+        if requeue:
+            items += [
+                self._job_update(job, {"job_state": JobState.QUEUED.value, "attempt": number + 1, "crashes": crashes, **released}, **gate),
+                {"Put": aws_ops.put(self.table, attempt_item(job.id, number + 1, AttemptState.QUEUED, now),
+                                    condition="attribute_not_exists(#pk)")},
+                self._event(job.id, number, "requeue", now,
+                            {"next_attempt": number + 1, "reason": end.reason, "from_step": end.resume_from}),
+            ]
+        elif end.state is AttemptState.FINISHED:
+            items += [
+                self._job_update(job, {"job_state": JobState.FINISHED.value, "exit_code": end.exit_code, **released}, **gate),
+                self._event(job.id, number, "finish", now, {"step": end.last_step}),
+            ]
+        else:
+            items += [
+                self._job_update(job, {"job_state": JobState.FAILED.value, "crashes": crashes, "reason": reason,
+                                       "exit_code": end.exit_code, **released}, **gate),
+                self._event(job.id, number, "failed", now, {"reason": reason, "exit_code": end.exit_code}),
+            ]
+        return requeue, items
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _partition(self, job_id: str, prefix: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        for page in self._ddb.get_paginator("query").paginate(**aws_ops.key_condition(self.table, job_pk(job_id), prefix)):
+            items.extend(page.get("Items", []))
+        return items
+
+    @_aws_call("reading attempts")
+    def attempts(self, job_id: str) -> list[Attempt]:
+        self.get(job_id)
+        return [item_to_attempt(i, self.table) for i in self._partition(job_id, ATTEMPT_PREFIX)]
+
+    @_aws_call("reading the timeline")
+    def events(self, job_id: str) -> list[Event]:
+        self.get(job_id)
+        items = self._partition(job_id, EVENT_PREFIX)  # in sort-key (recording) order
+        events = [item_to_event(i, self.table) for i in items]
+        order = sorted(range(len(events)), key=lambda i: (events[i].at, i))
+        return [events[i] for i in order]

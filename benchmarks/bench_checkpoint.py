@@ -127,6 +127,9 @@ def main(argv: list[str]) -> int:
     best_threads = max(thread_counts, key=lambda t: raw_s / median(save_times[t]))
     report["save_vs_raw"] = raw_s / median(save_times[best_threads])
     report["save_vs_raw_default_threads"] = raw_s / median(save_times[max(thread_counts)])
+    # The shared virtual disk makes single writes vary 3-5x; the ratio of the fastest runs shows
+    # what each writer can do when the disk is not busy with someone else's I/O.
+    report["save_vs_raw_best_of_reps"] = min(raw_times) / min(save_times[best_threads])
     report["best_writer_threads"] = best_threads
 
     # Async stall: a save every 2nd step. The step after a save runs its forward/backward while
@@ -169,7 +172,8 @@ def main(argv: list[str]) -> int:
     print(f"raw sequential write: {report['raw_write']['gb_per_s']:.2f} GB/s ({raw_s:.2f} s)")
     for t, r in report["save"].items():
         print(f"checkpoint save, {t:>2} writer threads: {r['gb_per_s']:.2f} GB/s = {r['vs_raw']:.2f}x raw")
-    print(f"save_vs_raw (best, {best_threads} threads): {report['save_vs_raw']:.2f}  (goal >= 0.8)")
+    print(f"save_vs_raw (medians, {best_threads} threads): {report['save_vs_raw']:.2f}  (goal >= 0.8); "
+          f"fastest run vs fastest run: {report['save_vs_raw_best_of_reps']:.2f}")
     print(f"async stall {median(stalls) * 1000:.1f} ms vs sync save {sync_s * 1000:.0f} ms: "
           f"{report['stall_vs_sync']:.3f}  (goal <= 0.05)")
     print(f"wrote {RESULTS}")

@@ -7,8 +7,11 @@ change to the stack is a change to what these tests run against.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import socket
+import threading
 import urllib.request
 from collections.abc import Iterator
 
@@ -30,18 +33,51 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+# moto 5.2.5 serves requests on concurrent threads, and its TransactWriteItems is not atomic
+# against them: it snapshots whole tables, applies the items one by one, and on a cancellation
+# restores the snapshot, which erases any write another request committed in between (seen here as
+# two racing requeues both "applied"). Real DynamoDB transactions are serializable. One lock
+# around moto's item operations gives the emulator that property; our code is not touched.
+_SERIALIZED = ("put_item", "get_item", "query", "scan", "update_item", "delete_item", "transact_write_items")
+
+
+@contextlib.contextmanager
+def _serialized_dynamodb() -> Iterator[None]:
+    from moto.dynamodb.models import DynamoDBBackend
+
+    lock = threading.RLock()
+    originals = {name: getattr(DynamoDBBackend, name) for name in _SERIALIZED}
+
+    def locked(method):
+        @functools.wraps(method)
+        def call(*args, **kwargs):
+            with lock:
+                return method(*args, **kwargs)
+
+        return call
+
+    for name, method in originals.items():
+        setattr(DynamoDBBackend, name, locked(method))
+    try:
+        yield
+    finally:
+        for name, method in originals.items():
+            setattr(DynamoDBBackend, name, method)
+
+
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[str]:
     """One moto server for the session (it takes a second to start); tests reset its state."""
     from moto.server import ThreadedMotoServer
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port(), verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+    with _serialized_dynamodb():
+        server.start()
+        host, port = server.get_host_and_port()
+        try:
+            yield f"http://{host}:{port}"
+        finally:
+            server.stop()
 
 
 def create_job_plane(endpoint: str) -> dict[str, str]:

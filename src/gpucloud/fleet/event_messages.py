@@ -28,9 +28,9 @@ both through EventBridge and directly, is acted on once, and two instances never
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
+from gpucloud import payload
 from gpucloud.errors import UserError
 from gpucloud.fleet import lifecycle as lc
 from gpucloud.fleet.ids import check_hook_name, check_instance_id, check_name, check_token
@@ -56,7 +56,6 @@ _REPORTS = frozenset({
     "EC2 Instance Terminate Successful",
     "EC2 Instance Terminate Unsuccessful",
 })
-_PREVIEW = 100  # characters of a bad body quoted in an error
 
 
 class UnreadableEvent(ValueError):
@@ -189,22 +188,11 @@ def _lifecycle(detail: dict[str, Any], emitted: float, now: float, rules: QueueR
 
 # -- fields ----------------------------------------------------------------------------------
 def _json_object(text: str, what: str) -> dict[str, Any]:
-    if not isinstance(text, str) or not text.strip():
-        raise UnreadableEvent(f"{what} is empty")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise UnreadableEvent(f"{what} is not JSON ({err.msg} at char {err.pos}): {text[:_PREVIEW]!r}") from None
-    if not isinstance(data, dict):
-        raise UnreadableEvent(f"{what} is JSON {type(data).__name__}, expected an object: {text[:_PREVIEW]!r}")
-    return data
+    return payload.json_object(text, what, UnreadableEvent)
 
 
 def _text(data: dict[str, Any], key: str, what: str) -> str:
-    value = data.get(key)
-    if not isinstance(value, str) or not value.strip():
-        raise UnreadableEvent(f"{what} has no string {key!r}: {_preview(data)}")
-    return value.strip()
+    return payload.required_string(data, key, what, UnreadableEvent)
 
 
 def _instance(data: dict[str, Any], key: str, what: str) -> str:
@@ -221,5 +209,4 @@ def _time(data: dict[str, Any], key: str, what: str) -> float:
         raise UnreadableEvent(f"{what} {key}: {err}") from None
 
 
-def _preview(data: Any) -> str:
-    return json.dumps(data, sort_keys=True, default=str)[:_PREVIEW]
+_preview = payload.preview

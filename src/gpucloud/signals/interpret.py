@@ -29,6 +29,7 @@ import datetime as dt
 import json
 from typing import Any
 
+from gpucloud import payload
 from gpucloud.signals.events import Notice, event_id_for
 
 INSTANCE_ACTION = "/latest/meta-data/spot/instance-action"
@@ -106,20 +107,11 @@ def format_event_time(epoch: float) -> str:
 
 
 def _json_object(text: str, what: str) -> dict[str, Any]:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise MalformedPayload(f"{what} is not JSON ({err.msg} at char {err.pos}): {text[:80]!r}") from err
-    if not isinstance(data, dict):
-        raise MalformedPayload(f"{what} is JSON {type(data).__name__}, expected an object: {text[:80]!r}")
-    return data
+    return payload.json_object(text, what, MalformedPayload)
 
 
 def _string_field(data: dict[str, Any], key: str, what: str) -> str:
-    value = data.get(key)
-    if not isinstance(value, str) or not value.strip():
-        raise MalformedPayload(f"{what} has no string {key!r}: {json.dumps(data)[:120]}")
-    return value.strip()
+    return payload.required_string(data, key, what, MalformedPayload)
 
 
 # -- spot ------------------------------------------------------------------------------------

@@ -60,6 +60,16 @@ def _restored(uri: str, local: str) -> tuple[int, torch.nn.Module]:
     return step, model
 
 
+def _wait_for_commit_after(uri: str, local: str, step: int, child, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and child.is_alive():
+        resolved = CheckpointStore(uri, "job", local_dir=local).resolve()
+        if resolved is not None and resolved.step > step:
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"no checkpoint after step {step} was committed within {timeout:.0f} s")
+
+
 def test_sigkill_during_saves_always_resumes_from_a_committed_step(tmp_path):
     uri, local = str(tmp_path / "durable"), str(tmp_path / "nvme")
     ctx = multiprocessing.get_context("fork")
@@ -70,6 +80,10 @@ def test_sigkill_during_saves_always_resumes_from_a_committed_step(tmp_path):
         child = ctx.Process(target=_saving_loop, args=(uri, local, ready), daemon=True)
         child.start()
         assert ready.wait(60), "child did not start"
+        if trial % 2:
+            # Every other trial first waits for one new commit, so the suite makes progress even on a
+            # loaded machine where a save takes longer than the random window below.
+            _wait_for_commit_after(uri, local, previous, child)
         time.sleep(rng.uniform(0.0, 0.25))  # the kill point: random, not a synchronisation
         os.kill(child.pid, signal.SIGKILL)
         child.join(10)

@@ -40,7 +40,7 @@ def one_line_error(err: str) -> str:
         (["job", "show", "nope"], "no job 'nope'"),
         (["spot-train", "--no-imds", "--job-id", "nope"], "no job 'nope'"),
         (["jobs", "--queue", "postgres://db/jobs"], "allowed: sqlite:///PATH"),
-        (["jobs", "--queue", "aws://us-east-1/jobs"], "AWS queue backend is not available"),
+        (["jobs", "--queue", "aws://us-east-1/jobs"], "followed by a path '/jobs'; name the table and queue"),
         (["jobs", "--queue", "sqlite:///"], "names no file"),
         (["spot-train", "--no-imds"], "missing command after --"),
         (["spot-train", "--no-imds", "--"], "missing command after --"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
+import time
 
 import pytest
 
@@ -114,6 +115,32 @@ def test_an_expired_lease_makes_the_job_claimable_as_the_next_attempt(jq):
     assert not jq.heartbeat(job.id, 1, "dead", lease_seconds=60)
     assert not jq.end_attempt(job.id, 1, requeued()).applied
     assert jq.get(job.id).attempt == 2
+
+
+def test_racing_takeovers_of_an_expired_lease_yield_exactly_one_next_attempt(open_backend):
+    first = open_backend()
+    job = first.submit(SPEC)
+    first.claim("dead", lease_seconds=0.05)
+    wait_for(lambda: first.get(job.id).lease_until < time.time(), what="lease expiry")
+    clients = [open_backend() for _ in range(6)]
+    barrier = threading.Barrier(len(clients))
+    won: list[str] = []
+
+    def take(i: int) -> None:
+        barrier.wait()
+        got = wait_for(lambda: clients[i].claim(f"w{i}", lease_seconds=60, job_id=job.id) or first.get(job.id).worker != "dead",
+                       what="a takeover")
+        if not isinstance(got, bool):
+            won.append(got.worker)
+
+    threads = [threading.Thread(target=take, args=(i,)) for i in range(len(clients))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1
+    assert [(a.number, a.state) for a in first.attempts(job.id)] == [(1, AttemptState.LOST), (2, AttemptState.RUNNING)]
+    assert first.get(job.id).worker == won[0]
 
 
 def test_requeue_creates_attempt_k_plus_one_once_however_often_it_is_called(jq):

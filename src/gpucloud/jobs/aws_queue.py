@@ -26,7 +26,8 @@ calls ``ChangeMessageVisibility`` with the lease — and deleted when the attemp
 dies, its message reappears when its lease runs out and the next receiver takes the job over. A
 crash between a commit and its send would strand a queued job without a message, so a claim that
 finds nothing in SQS also looks in the table's ``by-state`` index for a claimable job (the same
-conditional transaction decides).
+conditional transaction decides). It leaves a job to its message for ``sweep_grace_s`` first
+(queued that long, or its lease expired that long ago), so the table is read only for strays.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ log = logging.getLogger(__name__)
 SLOTS_PER_ATTEMPT = 1  # the protocol claims whole jobs today; a gang of N nodes gets N slot messages
 MAX_RECEIVES_PER_CLAIM = 10  # stale and malformed messages a single claim clears before giving up
 CONFLICT_RETRIES = 8  # TransactionConflict: another transaction touched the same items; retry
+SWEEP_GRACE_S = 60.0  # a message normally arrives within milliseconds; only strays wait this long
 _ATTEMPT_FIELDS = ("started_at", "resumed_step", "last_step", "node")
 _CREDENTIAL_CODES = {
     "UnrecognizedClientException", "InvalidClientTokenId", "ExpiredToken", "ExpiredTokenException",
@@ -141,7 +143,7 @@ def _aws_call(doing: str) -> Callable[[F], F]:
 class AwsQueue:
     """``JobQueue`` on SQS + DynamoDB. Thread-safe (boto3 clients are); one per process is enough."""
 
-    def __init__(self, address: AwsQueueAddress, *, uri: str | None = None) -> None:
+    def __init__(self, address: AwsQueueAddress, *, uri: str | None = None, sweep_grace_s: float = SWEEP_GRACE_S) -> None:
         import boto3
         from botocore.config import Config
 
@@ -149,6 +151,7 @@ class AwsQueue:
         self.uri = uri or address.uri
         self.table = address.table
         self.queue_url = address.queue_url
+        self.sweep_grace_s = sweep_grace_s
         config = Config(
             retries={"mode": "standard", "max_attempts": 5},
             connect_timeout=5,
@@ -380,12 +383,14 @@ class AwsQueue:
         self._delete_message(receipt)
 
     def _sweep(self, worker: str, lease_seconds: float, node: str | None) -> Job | None:
-        """Claim straight from the table: the oldest queued job, else a running one whose lease expired."""
-        for item in self._by_state(JobState.QUEUED):
+        """Claim straight from the table a job its message should have brought by now: the oldest
+        one queued for ``sweep_grace_s``, else a running one whose lease expired that long ago."""
+        cutoff = time.time() - self.sweep_grace_s
+        for item in self._by_state(JobState.QUEUED, filter_expression="#updated_at < :cutoff", cutoff=cutoff):
             claimed = self._try_claim(item, worker, lease_seconds, node, None)
             if claimed is not None:
                 return claimed
-        for item in self._by_state(JobState.RUNNING, filter_expression="#lease_until < :now", now=time.time()):
+        for item in self._by_state(JobState.RUNNING, filter_expression="#lease_until < :cutoff", cutoff=cutoff):
             claimed = self._try_claim(item, worker, lease_seconds, node, None)
             if claimed is not None:
                 return claimed

@@ -52,6 +52,8 @@ def parse_aws_uri(uri: str) -> AwsQueueAddress:
     region = parts.netloc
     if not _REGION.fullmatch(region):
         raise bad(f"{region!r} is not an AWS region (like us-east-1)")
+    if parts.path not in ("", "/"):
+        raise bad(f"the region is followed by a path {parts.path!r}; name the table and queue with ?table=...&queue=...")
     try:
         params = parse_qs(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
     except ValueError:

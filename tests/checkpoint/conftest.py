@@ -44,31 +44,12 @@ def run_ranks(world_size: int, args: list[str], *, timeout: float = 120) -> list
 
 
 @pytest.fixture
-def moto_s3(monkeypatch):
-    """A moto S3 server on 127.0.0.1 (free port); boto3 reaches it through AWS_ENDPOINT_URL."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    for key, value in {
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    import urllib.request
-
+def moto_s3(fresh_aws_account):
+    """The session's moto server, reset, with the bucket the S3-tier tests write to."""
     import boto3
 
-    # moto keeps its backends in process-global state: start every test from an empty account.
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")).read()
     boto3.client("s3").create_bucket(Bucket="ckpt-bucket")
-    yield endpoint
-    server.stop()
+    return fresh_aws_account
 
 
 class Counter:

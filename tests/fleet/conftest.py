@@ -1,10 +1,7 @@
-"""Fixtures for the fleet tests: a Stubber-answered autoscaling client, a moto SQS server."""
+"""Fixtures for the fleet tests: a Stubber-answered autoscaling client, SQS on the session's moto server."""
 
 from __future__ import annotations
 
-import os
-import socket
-import urllib.request
 from collections.abc import Iterator
 
 import boto3
@@ -45,31 +42,7 @@ def asg(monkeypatch) -> Iterator[StubbedAsg]:
         stub.assert_no_pending_responses()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="session")
-def moto_endpoint() -> Iterator[str]:
-    """One moto server for the session (started once: it takes a second); tests reset its state."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port(), verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-
-
 @pytest.fixture
-def sqs(moto_endpoint, monkeypatch):
+def sqs(fresh_aws_account):
     """An SQS client on a freshly reset moto server, reached through AWS_ENDPOINT_URL."""
-    for key, value in {**_FAKE_AWS, "AWS_ENDPOINT_URL": moto_endpoint}.items():
-        monkeypatch.setenv(key, value)
-    urllib.request.urlopen(urllib.request.Request(f"{moto_endpoint}/moto-api/reset", method="POST")).read()
-    assert os.environ["AWS_ENDPOINT_URL"] == moto_endpoint
     return boto3.client("sqs", config=Config(retries={"max_attempts": 1}))

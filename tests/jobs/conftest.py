@@ -13,7 +13,7 @@ from gpucloud.jobs.queue import JobQueue
 from gpucloud.jobs.sqlite_queue import SqliteQueue
 from gpucloud.signals.events import Notice, event_id_for
 
-from .aws_fixtures import aws_job_plane, moto_server  # noqa: F401  (fixtures)
+from .aws_fixtures import aws_job_plane  # noqa: F401  (fixture)
 
 # Every backend the contract suite runs against: the embedded file, and SQS + DynamoDB (moto).
 BACKENDS = ["sqlite", "aws"]

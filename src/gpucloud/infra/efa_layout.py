@@ -69,40 +69,27 @@ def plan_network_interfaces(itype: InstanceType, efa: bool, layout: Layout = "ef
     if not efa or itype.max_efa_interfaces == 0:
         return [NicPlan(cards[0].index, 0, "interface")]
 
-    budget = itype.max_efa_interfaces
     # ParallelCluster's heuristic: card 0 carries EFA when every card does (false on p6-b300,
     # whose card 0 is ENA-only).
     card0_has_efa = itype.max_efa_interfaces >= len(cards)
-    nics: list[NicPlan] = []
     first = cards[0]
-    if layout == "legacy":
-        if card0_has_efa:
-            nics.append(NicPlan(first.index, 0, "efa"))
-            budget -= 1
-        else:
-            nics.append(NicPlan(first.index, 0, "interface"))
-        for card in cards[1:]:
-            if budget == 0:
-                break
-            nics.append(NicPlan(card.index, _secondary_device_index(card), "efa"))
-            budget -= 1
-        return nics
-
-    if card0_has_efa and first.max_interfaces >= 2:
-        nics += [NicPlan(first.index, 0, "interface"), NicPlan(first.index, 1, "efa-only")]
-        budget -= 1
-    elif card0_has_efa:
-        # card 0 holds a single interface and EFA-only cannot be primary: combined EFA there
-        nics.append(NicPlan(first.index, 0, "efa"))
-        budget -= 1
-    else:
-        nics.append(NicPlan(first.index, 0, "interface"))
-    for card in cards[1:]:
-        if budget == 0:
-            break
-        nics.append(NicPlan(card.index, _secondary_device_index(card), "efa-only"))
-        budget -= 1
+    nics = _card0_interfaces(first, card0_has_efa, layout)
+    budget = itype.max_efa_interfaces - sum(n.is_efa for n in nics)
+    extra_type = "efa" if layout == "legacy" else "efa-only"
+    for card in cards[1:budget + 1]:
+        nics.append(NicPlan(card.index, _secondary_device_index(card), extra_type))
     return nics
+
+
+def _card0_interfaces(first: NetworkCard, has_efa: bool, layout: Layout) -> list[NicPlan]:
+    """Card 0: the primary interface (it carries the node's IP), plus EFA where the card has it."""
+    if not has_efa:
+        return [NicPlan(first.index, 0, "interface")]
+    if layout == "efa-only" and first.max_interfaces >= 2:
+        # AWS's current advice: ENA primary, EFA-only beside it (EFA-only cannot be primary)
+        return [NicPlan(first.index, 0, "interface"), NicPlan(first.index, 1, "efa-only")]
+    # legacy layout, or card 0 holds a single interface: combined EFA (with ENA) as the primary
+    return [NicPlan(first.index, 0, "efa")]
 
 
 def summarize(itype: InstanceType, nics: list[NicPlan], layout: str) -> EfaLayoutSummary:

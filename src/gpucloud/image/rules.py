@@ -139,32 +139,27 @@ def cuda_available_for_base_os(m: VersionMatrix) -> RuleResult:
     )
 
 
-def cudnn_built_for_cuda(m: VersionMatrix) -> RuleResult:
-    name = "cuDNN is built for the CUDA major"
-    cudnn, cuda = m.v("cudnn"), m.v("cuda")
-    oldest = compat.CUDNN_MIN_FOR_CUDA_MAJOR.get(cuda.major)
+def _library_built_for_cuda(m: VersionMatrix, key: str, label: str, table: dict) -> RuleResult:
+    """A CUDA library (cuDNN, NCCL) is published for the matrix's CUDA major from some version on."""
+    name = f"{label} is built for the CUDA major"
+    library, cuda = m.v(key), m.v("cuda")
+    oldest = table.get(cuda.major)
     if oldest is None:
-        return RuleResult(name, "warn", f"CUDA {cuda.major} is not in the known cuDNN table")
+        return RuleResult(name, "warn", f"CUDA {cuda.major} is not in the known {label} table")
     return _result(
         name,
-        cudnn >= oldest,
-        f"cuDNN {cudnn} has a CUDA {cuda.major} build",
-        f"cuDNN {cudnn} has no build for CUDA {cuda} (first: cuDNN {oldest})",
+        library >= oldest,
+        f"{label} {library} has a CUDA {cuda.major} build",
+        f"{label} {library} has no build for CUDA {cuda} (first: {label} {oldest})",
     )
+
+
+def cudnn_built_for_cuda(m: VersionMatrix) -> RuleResult:
+    return _library_built_for_cuda(m, "cudnn", "cuDNN", compat.CUDNN_MIN_FOR_CUDA_MAJOR)
 
 
 def nccl_built_for_cuda(m: VersionMatrix) -> RuleResult:
-    name = "NCCL is built for the CUDA major"
-    nccl, cuda = m.v("nccl"), m.v("cuda")
-    oldest = compat.NCCL_MIN_FOR_CUDA_MAJOR.get(cuda.major)
-    if oldest is None:
-        return RuleResult(name, "warn", f"CUDA {cuda.major} is not in the known NCCL table")
-    return _result(
-        name,
-        nccl >= oldest,
-        f"NCCL {nccl} has a CUDA {cuda.major} build",
-        f"NCCL {nccl} has no build for CUDA {cuda} (first: NCCL {oldest})",
-    )
+    return _library_built_for_cuda(m, "nccl", "NCCL", compat.NCCL_MIN_FOR_CUDA_MAJOR)
 
 
 def efa_installer_for_nccl(m: VersionMatrix) -> RuleResult:

@@ -6,9 +6,9 @@
 #    service made one; otherwise stripe the instance-store NVMe disks (RAID 0, XFS) ourselves.
 # 2. FSx for Lustre: install the client if missing and mount it (systemd automount, _netdev).
 # 3. EFA: log whether the expected number of EFA devices came up (p5en initialises late: retry).
-# 4. Node agent: install gpucloud and start gpucloud-agent.service. Until `gpucloud worker` exists
-#    in the installed package, the service runs a PLACEHOLDER that logs this and idles, so the
-#    unit is healthy and starts the real agent after `pip install -U` + `systemctl restart`.
+# 4. Node agent: install gpucloud and start gpucloud-agent.service, which runs `gpucloud agent`
+#    (claims gang slots from the cluster's queue named in node.env, runs attempts under the spot
+#    supervisor, holds scale-in protection while busy, scales the node in when idle).
 set -euo pipefail
 
 ENV_FILE=/etc/gpucloud/node.env
@@ -140,25 +140,24 @@ install_agent() {
   fi
   cat > /opt/gpucloud/agent-start <<'START'
 #!/usr/bin/env bash
-# Start the node agent; a placeholder until the installed gpucloud has the `worker` command.
+# Start the node agent. Its queue, region and lifecycle hook come from node.env (the unit's
+# EnvironmentFile); control directories live on the node's own disk.
 set -euo pipefail
-if /opt/gpucloud/venv/bin/gpucloud worker --help >/dev/null 2>&1; then
-  exec /opt/gpucloud/venv/bin/gpucloud worker
-fi
-echo "gpucloud-agent: PLACEHOLDER: this gpucloud has no 'worker' command yet; idling" >&2
-exec sleep infinity
+exec /opt/gpucloud/venv/bin/gpucloud agent --run-dir /var/lib/gpucloud/run
 START
   chmod 0755 /opt/gpucloud/agent-start
   cat > /etc/systemd/system/gpucloud-agent.service <<UNIT
 [Unit]
-Description=gpucloud node agent (takes jobs, runs them under spot-train)
+Description=gpucloud node agent (claims gang slots, runs jobs under the spot supervisor)
 Wants=network-online.target
 After=network-online.target remote-fs.target
 
 [Service]
 EnvironmentFile=$ENV_FILE
 ExecStart=/opt/gpucloud/agent-start
-Restart=always
+# 75: an interruption notice stopped the agent; the node is going away, do not take more work
+Restart=on-failure
+RestartPreventExitStatus=75
 RestartSec=5
 # spot-train needs time to checkpoint after SIGTERM; the lifecycle hook holds the node meanwhile
 TimeoutStopSec=300

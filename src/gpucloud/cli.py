@@ -24,6 +24,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "jobs": ("gpucloud.commands.jobs", "jobs", "List jobs in the queue."),
     "job": ("gpucloud.commands.jobs", "job", "Inspect one job: attempts, timeline, steps and GPU-hours lost."),
     "worker": ("gpucloud.commands.worker", "worker", "Take queued jobs and run them under spot-train."),
+    "agent": ("gpucloud.commands.agent", "agent", "Run the node agent: claim gang slots, run jobs, keep the ASG informed."),
+    "nodes": ("gpucloud.commands.nodes", "nodes", "List node agents: state, instance type, spot/on-demand, job."),
     "demo": ("gpucloud.commands.demo", "demo", "Offline end-to-end demo: spot notice, checkpoint, requeue, resume."),
     "imds-emulator": ("gpucloud.commands.imds_emulator", "imds_emulator", "Serve an EC2 metadata emulator that can inject spot notices."),
     "image": ("gpucloud.commands.image", "image", "Check the pinned GPU image version matrix."),

@@ -257,3 +257,129 @@ def test_unknown_timeline_kinds_are_refused(jq):
         jq.record(job.id, 1, "exploded")
     with pytest.raises(UnknownJob):
         jq.record("nope", 1, "ack")
+
+
+# -- gangs: N slots per attempt (GangStore + jobs.gang) -------------------------------------------
+
+from gpucloud.jobs import gang  # noqa: E402
+from gpucloud.jobs.model import NodeRecord, NodeState  # noqa: E402
+
+GANG = JobSpec(command=["torchrun", "train.py"], nodes=2, max_attempts=2)
+
+
+def test_gang_slots_go_to_distinct_workers_and_form_only_when_all_are_held(jq):
+    job = jq.submit(GANG)
+    first = gang.claim_slot(jq, "a", "10.0.0.1", lease_seconds=60)
+    assert (first.slot, first.attempt) == (0, 1)
+    assert gang.members(jq, job, 1) is None
+    assert gang.claim_slot(jq, "a", "10.0.0.1", lease_seconds=60).slot == 0  # a restart gets its own slot back
+    second = gang.claim_slot(jq, "b", "10.0.0.2", lease_seconds=60)
+    assert second.slot == 1
+    assert gang.claim_slot(jq, "c", "10.0.0.3", lease_seconds=60) is None  # full
+    formed = gang.members(jq, job, 1)
+    assert [(m.slot, m.worker, m.address) for m in formed] == [(0, "a", "10.0.0.1"), (1, "b", "10.0.0.2")]
+
+
+def test_racing_slot_claims_hand_each_slot_out_once(open_backend):
+    submitter = open_backend()
+    job = submitter.submit(JobSpec(command=["torchrun"], nodes=3))
+    clients = [open_backend() for _ in range(6)]
+    barrier = threading.Barrier(len(clients))
+    won: list = []
+
+    def take(i: int) -> None:
+        barrier.wait()
+        claim = gang.claim_slot(clients[i], f"w{i}", f"10.0.0.{i}", lease_seconds=60)
+        if claim is not None:
+            won.append(claim)
+
+    threads = [threading.Thread(target=take, args=(i,)) for i in range(len(clients))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(c.slot for c in won) == [0, 1, 2]
+    assert len({c.worker for c in won}) == 3
+    assert {c.worker for c in submitter.slot_claims(job.id, 1)} == {c.worker for c in won}
+
+
+def test_an_expired_slot_before_the_gang_forms_is_free_again(jq):
+    job = jq.submit(GANG)
+    gang.claim_slot(jq, "dead", "10.0.0.1", lease_seconds=0.05)
+    time.sleep(0.1)  # the lease must really run out; nothing else marks it
+    taken = gang.claim_slot(jq, "b", "10.0.0.2", lease_seconds=60)
+    assert (taken.slot, taken.worker) == (0, "b")
+    assert jq.get(job.id).attempt == 1  # no attempt lost
+
+
+def test_a_released_slot_is_claimable_and_the_attempt_is_kept(jq):
+    job = jq.submit(GANG)
+    mine = gang.claim_slot(jq, "a", "10.0.0.1", lease_seconds=60)
+    assert gang.release(jq, mine)
+    assert jq.slot_claims(job.id, 1) == []
+    assert gang.claim_slot(jq, "b", "10.0.0.2", lease_seconds=60).slot == 0
+    assert [a.number for a in jq.attempts(job.id)] == [1]
+
+
+def test_a_started_gang_keeps_its_slots(jq):
+    job = jq.submit(GANG)
+    a = gang.claim_slot(jq, "a", "10.0.0.1", lease_seconds=60)
+    b = gang.claim_slot(jq, "b", "10.0.0.2", lease_seconds=60)
+    started = [gang.start_gang(jq, a, lease_seconds=60), gang.start_gang(jq, b, lease_seconds=60)]
+    assert [s.state for s in started] == [JobState.RUNNING, JobState.RUNNING]
+    assert jq.get(job.id).worker == gang.gang_worker(job.id, 1)
+    assert [e.kind for e in jq.events(job.id)].count("claimed") == 1
+    assert not gang.release(jq, a)  # too late to leave: the gang runs
+    assert not jq.take_slot(a.model_copy(update={"worker": "c"}), now=time.time() + 3600)
+    assert jq.heartbeat(job.id, 1, gang.gang_worker(job.id, 1), lease_seconds=60)
+
+
+def test_slot_leases_renew_only_for_their_holder(jq):
+    job = jq.submit(GANG)
+    a = gang.claim_slot(jq, "a", "10.0.0.1", lease_seconds=60)
+    assert gang.renew(jq, a, lease_seconds=120)
+    assert not jq.renew_slot(job.id, 1, 0, "intruder", lease_until=time.time() + 600)
+    assert jq.slot_claims(job.id, 1)[0].lease_until > time.time() + 100
+
+
+def test_a_lost_member_fails_the_attempt_over_exactly_once(open_backend):
+    jq = open_backend()
+    job = jq.submit(GANG)
+    a = gang.claim_slot(jq, "a", "10.0.0.1", lease_seconds=60)
+    b = gang.claim_slot(jq, "b", "10.0.0.2", lease_seconds=0.3)
+    gang.start_gang(jq, a, lease_seconds=60)
+    running = jq.get(job.id)
+    assert gang.fail_over(jq, running) is None  # everyone alive
+    time.sleep(0.4)  # b's lease must really run out
+    clients = [open_backend() for _ in range(4)]
+    barrier = threading.Barrier(len(clients))
+    outcomes: list = []
+
+    def notice(i: int) -> None:
+        barrier.wait()
+        outcomes.append(gang.fail_over(clients[i], running))
+
+    threads = [threading.Thread(target=notice, args=(i,)) for i in range(len(clients))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(1 for t in outcomes if t is not None and t.applied) == 1
+    after = jq.get(job.id)
+    assert (after.state, after.attempt, after.crashes) == (JobState.QUEUED, 2, 0)
+    assert [a.number for a in jq.attempts(job.id)] == [1, 2]
+    # the survivor takes a slot of attempt 2
+    assert gang.claim_slot(jq, "a", "10.0.0.1", lease_seconds=60).attempt == 2
+    assert b.attempt == 1
+
+
+def test_node_records_are_replaced_per_agent(jq):
+    now = time.time()
+    jq.register_node(NodeRecord(id="n1", address="10.0.0.1", state=NodeState.IDLE, updated_at=now))
+    jq.register_node(NodeRecord(id="n2", address="10.0.0.2", state=NodeState.IDLE, instance_type="p5.48xlarge",
+                                lifecycle="spot", updated_at=now))
+    jq.register_node(NodeRecord(id="n1", address="10.0.0.1", state=NodeState.RUNNING, job_id="j", attempt=1, slot=0,
+                                updated_at=now + 1))
+    nodes = jq.nodes()
+    assert [(n.id, n.state, n.job_id) for n in nodes] == [("n1", NodeState.RUNNING, "j"), ("n2", NodeState.IDLE, None)]
+    assert nodes[1].instance_type == "p5.48xlarge" and nodes[1].lifecycle == "spot"

@@ -39,7 +39,7 @@ Examples:
 )
 @click.option("--job-id", help="Id for the job (letters, digits, '.', '_', '-'); default: generated.")
 @click.option("--name", help="A human name shown by `gpucloud jobs`.")
-@click.option("--queue", "queue_uri", metavar="URI", help="Job queue (default: sqlite:///$GPUCLOUD_HOME/queue.db).")
+@click.option("--queue", "queue_uri", metavar="URI", help="Job queue (default: $GPUCLOUD_QUEUE, else the node's AWS queue from GPUCLOUD_REGION/GPUCLOUD_JOB_TABLE/GPUCLOUD_JOB_QUEUE_URL, else sqlite:///$GPUCLOUD_HOME/queue.db).")
 @click.option("--checkpoint-uri", metavar="URI", help="Durable checkpoint location (default: $GPUCLOUD_HOME/checkpoints).")
 @click.option("--workdir", type=click.Path(file_okay=False), help="Working directory of the command on the node (default: the worker's).")
 @click.option("--env", "env_pairs", multiple=True, metavar="NAME=VALUE", help="Extra environment variable for the command (repeatable).")
@@ -83,7 +83,7 @@ def _job_row(job) -> dict[str, Any]:
 
 
 @click.command("jobs")
-@click.option("--queue", "queue_uri", metavar="URI", help="Job queue (default: sqlite:///$GPUCLOUD_HOME/queue.db).")
+@click.option("--queue", "queue_uri", metavar="URI", help="Job queue (default: $GPUCLOUD_QUEUE, else the node's AWS queue from GPUCLOUD_REGION/GPUCLOUD_JOB_TABLE/GPUCLOUD_JOB_QUEUE_URL, else sqlite:///$GPUCLOUD_HOME/queue.db).")
 @click.option("--state", "states", multiple=True, type=click.Choice(_STATES), help="Only jobs in this state (repeatable).")
 @output_option()
 def jobs(queue_uri, states, output) -> None:
@@ -117,7 +117,7 @@ def job() -> None:
 
 @job.command("show")
 @click.argument("job_id")
-@click.option("--queue", "queue_uri", metavar="URI", help="Job queue (default: sqlite:///$GPUCLOUD_HOME/queue.db).")
+@click.option("--queue", "queue_uri", metavar="URI", help="Job queue (default: $GPUCLOUD_QUEUE, else the node's AWS queue from GPUCLOUD_REGION/GPUCLOUD_JOB_TABLE/GPUCLOUD_JOB_QUEUE_URL, else sqlite:///$GPUCLOUD_HOME/queue.db).")
 @output_option()
 def show(job_id, queue_uri, output) -> None:
     """Attempts, the timeline with timestamps, steps lost per interruption, GPU-hours used and lost.

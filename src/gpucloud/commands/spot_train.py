@@ -30,7 +30,7 @@ other non-zero: failed (the reason is on the job: `gpucloud job show ID`).
 def supervisor_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Options shared by every command that supervises attempts (spot-train, worker)."""
     options = [
-        click.option("--queue", "queue_uri", metavar="URI", help="Job queue (default: sqlite:///$GPUCLOUD_HOME/queue.db)."),
+        click.option("--queue", "queue_uri", metavar="URI", help="Job queue (default: $GPUCLOUD_QUEUE, else the node's AWS queue from GPUCLOUD_REGION/GPUCLOUD_JOB_TABLE/GPUCLOUD_JOB_QUEUE_URL, else sqlite:///$GPUCLOUD_HOME/queue.db)."),
         click.option("--imds-endpoint", metavar="URL", help="EC2 metadata endpoint (default: $AWS_EC2_METADATA_SERVICE_ENDPOINT or http://169.254.169.254)."),
         click.option("--no-imds", is_flag=True, help="Do not poll IMDS (off EC2); only SIGTERM/SIGINT count as notices."),
         click.option("--poll-interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True, help="Seconds between IMDS polls."),

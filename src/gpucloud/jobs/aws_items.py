@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from gpucloud.errors import UserError
 from gpucloud.jobs.aws_schema import HASH_KEY, RANGE_KEY, STATE_INDEX_HASH_KEY, STATE_INDEX_RANGE_KEY
-from gpucloud.jobs.model import Attempt, AttemptState, Event, Job, JobSpec, JobState
+from gpucloud.jobs.model import Attempt, AttemptState, Event, Job, JobSpec, JobState, NodeRecord, SlotClaim
 
 META = "meta"
 ATTEMPT_PREFIX = "attempt#"
@@ -176,3 +176,50 @@ def _first_problem(err: Exception) -> str:
         where = ".".join(str(p) for p in first["loc"]) or "value"
         return f"{where}: {first['msg']}"
     return str(err)
+
+
+# -- gang slots and node records ----------------------------------------------------------------
+
+SLOT_PREFIX = "slot#"
+NODES_PK = "nodes"  # one partition holds every agent's record: a Query lists them, no Scan
+NODE_PREFIX = "node#"
+
+
+def slot_sk_prefix(attempt: int) -> str:
+    return f"{SLOT_PREFIX}{attempt:06d}#"
+
+
+def slot_sk(attempt: int, slot: int) -> str:
+    return f"{slot_sk_prefix(attempt)}{slot:04d}"
+
+
+def slot_item(claim: SlotClaim) -> Item:
+    item = key(claim.job_id, slot_sk(claim.attempt, claim.slot))
+    item.update({name: av(value) for name, value in claim.model_dump().items()})
+    return item
+
+
+def item_to_slot(item: Mapping[str, Mapping[str, Any]], table: str) -> SlotClaim:
+    fields = _fields(item)
+    try:
+        return SlotClaim(**{name: fields[name] for name in SlotClaim.model_fields})
+    except (KeyError, ValidationError) as err:
+        raise UserError(f"slot claim {fields.get(RANGE_KEY)!r} in table {table} is unreadable ({err}); it was not written by gpucloud") from err
+
+
+def node_key(node_id: str) -> Item:
+    return {HASH_KEY: {"S": NODES_PK}, RANGE_KEY: {"S": f"{NODE_PREFIX}{node_id}"}}
+
+
+def node_item(node: NodeRecord) -> Item:
+    item = node_key(node.id)
+    item["record"] = av(node.model_dump_json())
+    return item
+
+
+def item_to_node(item: Mapping[str, Mapping[str, Any]], table: str) -> NodeRecord:
+    fields = _fields(item)
+    try:
+        return NodeRecord.model_validate_json(fields["record"])
+    except (KeyError, ValidationError) as err:
+        raise UserError(f"node record {fields.get(RANGE_KEY)!r} in table {table} is unreadable; it was not written by gpucloud") from err

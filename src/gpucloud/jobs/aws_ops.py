@@ -72,6 +72,13 @@ def put(table: str, item: Item, *, condition: str | None = None, values: Mapping
     return op
 
 
+def delete(table: str, key: Item, *, condition: str | None = None, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    op: dict[str, Any] = {"TableName": table, "Key": key}
+    if condition:
+        op.update(_guard(condition, values))
+    return op
+
+
 def check(table: str, key: Item, condition: str, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A ``ConditionCheck`` (transactions only): the write fails unless ``condition`` holds."""
     return {"TableName": table, "Key": key, **_guard(condition, values)}

@@ -54,12 +54,20 @@ from gpucloud.jobs.aws_items import (
     event_item,
     event_sk,
     held_message,
+    NODE_PREFIX,
+    NODES_PK,
     item_to_attempt,
     item_to_event,
     item_to_job,
+    item_to_node,
+    item_to_slot,
     job_item,
     job_pk,
     key,
+    node_item,
+    slot_item,
+    slot_sk,
+    slot_sk_prefix,
 )
 from gpucloud.jobs.aws_messages import (
     Action,
@@ -73,7 +81,9 @@ from gpucloud.jobs.aws_messages import (
 )
 from gpucloud.jobs.aws_schema import STATE_INDEX, STATE_INDEX_HASH_KEY
 from gpucloud.jobs.aws_uri import AwsQueueAddress
-from gpucloud.jobs.model import EVENT_KINDS, Attempt, AttemptEnd, AttemptState, Event, Job, JobSpec, JobState
+from gpucloud.jobs.model import (
+    EVENT_KINDS, Attempt, AttemptEnd, AttemptState, Event, Job, JobSpec, JobState, NodeRecord, SlotClaim,
+)
 from gpucloud.jobs.queue import Transition, UnknownJob
 
 log = logging.getLogger(__name__)
@@ -595,3 +605,62 @@ class AwsQueue:
         events = [item_to_event(i, self.table) for i in items]
         order = sorted(range(len(events)), key=lambda i: (events[i].at, i))
         return [events[i] for i in order]
+
+    # -- gang slots and node records (GangStore) ----------------------------------------------
+    # A slot claim is an item of its own (``slot#<attempt>#<slot>`` in the job's partition), taken
+    # and released in a transaction with a ConditionCheck that the job is still QUEUED at that
+    # attempt: once a gang starts, its slots cannot change hands.
+
+    def _queued_check(self, job_id: str, attempt: int) -> dict[str, Any]:
+        return {"ConditionCheck": aws_ops.check(
+            self.table, key(job_id, META), "#job_state = :queued AND #attempt = :k",
+            {"queued": JobState.QUEUED.value, "k": attempt},
+        )}
+
+    @_aws_call("claiming a gang slot")
+    def take_slot(self, claim: SlotClaim, *, now: float) -> bool:
+        return self._transact([
+            self._queued_check(claim.job_id, claim.attempt),
+            {"Put": aws_ops.put(
+                self.table, slot_item(claim),
+                condition="attribute_not_exists(#pk) OR #lease_until < :now OR #worker = :w",
+                values={"now": now, "w": claim.worker},
+            )},
+        ]) is None
+
+    @_aws_call("renewing a gang slot")
+    def renew_slot(self, job_id: str, attempt: int, slot: int, worker: str, *, lease_until: float) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            self._ddb.update_item(**aws_ops.update(
+                self.table, key(job_id, slot_sk(attempt, slot)), {"lease_until": lease_until},
+                condition="attribute_exists(#pk) AND #worker = :w", values={"w": worker},
+            ))
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    @_aws_call("releasing a gang slot")
+    def release_slot(self, job_id: str, attempt: int, slot: int, worker: str) -> bool:
+        return self._transact([
+            self._queued_check(job_id, attempt),
+            {"Delete": aws_ops.delete(self.table, key(job_id, slot_sk(attempt, slot)),
+                                      condition="#worker = :w", values={"w": worker})},
+        ]) is None
+
+    @_aws_call("reading gang slots")
+    def slot_claims(self, job_id: str, attempt: int) -> list[SlotClaim]:
+        return [item_to_slot(i, self.table) for i in self._partition(job_id, slot_sk_prefix(attempt))]
+
+    @_aws_call("recording a node")
+    def register_node(self, node: NodeRecord) -> None:
+        self._ddb.put_item(**aws_ops.put(self.table, node_item(node)))
+
+    @_aws_call("listing nodes")
+    def nodes(self) -> list[NodeRecord]:
+        params = aws_ops.key_condition(self.table, NODES_PK, NODE_PREFIX)
+        items = [i for page in self._ddb.get_paginator("query").paginate(**params) for i in page.get("Items", [])]
+        return sorted((item_to_node(i, self.table) for i in items), key=lambda n: n.id)

@@ -128,3 +128,45 @@ class AttemptEnd(BaseModel):
     resumed_step: int | None = None
     resume_from: int | None = None  # the committed step the next attempt will restore (None: fresh)
     reason: str | None = None
+
+
+class SlotClaim(BaseModel):
+    """One node's claim on one slot of a gang attempt (a job of N nodes has N slots per attempt).
+
+    The holder renews ``lease_until``; a slot whose lease ran out before its gang formed is free
+    again, and one that runs out after is a lost member (the attempt fails over to k+1).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str
+    attempt: int = Field(ge=1)
+    slot: int = Field(ge=0)  # the node rank this member runs as
+    worker: str
+    address: str  # the private address the other members reach this node on (rank 0: rendezvous)
+    lease_until: float
+
+
+class NodeState(str, enum.Enum):
+    IDLE = "idle"  # nothing to claim
+    WAITING = "waiting"  # holds a slot, waiting for the rest of its gang
+    RUNNING = "running"  # runs an attempt
+    STOPPING = "stopping"  # an interruption notice arrived: takes no more work
+    STOPPED = "stopped"  # the agent exited
+
+
+class NodeRecord(BaseModel):
+    """What an agent last reported about its node (``gpucloud nodes``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str  # the agent's worker id
+    address: str
+    state: NodeState
+    instance_type: str | None = None
+    lifecycle: str | None = None  # spot | on-demand (IMDS instance-life-cycle)
+    instance_id: str | None = None
+    job_id: str | None = None
+    attempt: int | None = None
+    slot: int | None = None
+    updated_at: float

@@ -19,7 +19,7 @@ import dataclasses
 from typing import Any, Iterable, Protocol
 
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import Attempt, AttemptEnd, Event, Job, JobSpec, JobState
+from gpucloud.jobs.model import Attempt, AttemptEnd, Event, Job, JobSpec, JobState, NodeRecord, SlotClaim
 
 
 class UnknownJob(UserError):
@@ -90,4 +90,40 @@ class JobQueue(Protocol):
         ...
 
     def close(self) -> None:
+        ...
+
+
+class GangStore(Protocol):
+    """Slot claims of gang attempts and the agents' node records: the storage half of
+    ``gpucloud.jobs.gang`` (which holds the decisions, once, for every backend).
+
+    Guarantees (``tests/jobs/test_queue_contract.py``): ``take_slot`` and ``release_slot`` are
+    atomic with the check that the job is still QUEUED at that attempt, so no slot changes hands
+    once its gang has started; of racing takers of one slot exactly one succeeds.
+    """
+
+    def take_slot(self, claim: SlotClaim, *, now: float) -> bool:
+        """Store ``claim`` if the job is QUEUED at ``claim.attempt`` and the slot is free (never
+        taken, or its lease ended before ``now``) or already ``claim.worker``'s."""
+        ...
+
+    def renew_slot(self, job_id: str, attempt: int, slot: int, worker: str, *, lease_until: float) -> bool:
+        """Extend ``worker``'s lease on the slot; False when it no longer holds it."""
+        ...
+
+    def release_slot(self, job_id: str, attempt: int, slot: int, worker: str) -> bool:
+        """Give the slot up while the job is still QUEUED at ``attempt``; False when the gang has
+        started meanwhile (or ``worker`` did not hold it)."""
+        ...
+
+    def slot_claims(self, job_id: str, attempt: int) -> list[SlotClaim]:
+        """Every stored claim of the attempt, by slot (expired ones included)."""
+        ...
+
+    def register_node(self, node: NodeRecord) -> None:
+        """Insert or replace the record of agent ``node.id``."""
+        ...
+
+    def nodes(self) -> list[NodeRecord]:
+        """Every agent's last record, by id."""
         ...

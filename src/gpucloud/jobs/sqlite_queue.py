@@ -30,6 +30,8 @@ from gpucloud.jobs.model import (
     Job,
     JobSpec,
     JobState,
+    NodeRecord,
+    SlotClaim,
 )
 from gpucloud.jobs.queue import Transition, UnknownJob
 
@@ -77,6 +79,16 @@ CREATE TABLE IF NOT EXISTS events (
     data TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_by_job ON events (job_id, seq);
+CREATE TABLE IF NOT EXISTS gang_slots (
+    job_id TEXT NOT NULL REFERENCES jobs (id),
+    attempt INTEGER NOT NULL,
+    slot INTEGER NOT NULL CHECK (slot >= 0),
+    worker TEXT NOT NULL,
+    address TEXT NOT NULL,
+    lease_until REAL NOT NULL,
+    PRIMARY KEY (job_id, attempt, slot)
+);
+CREATE TABLE IF NOT EXISTS nodes (id TEXT PRIMARY KEY, record TEXT NOT NULL);
 """
 
 _ATTEMPT_FIELDS = ("started_at", "resumed_step", "last_step", "node")
@@ -335,6 +347,65 @@ class SqliteQueue:
             Event(job_id=r["job_id"], attempt=r["attempt"], kind=r["kind"], at=r["at"], data=json.loads(r["data"]))
             for r in rows
         ]
+
+    # -- gang slots and node records (GangStore) -----------------------------------------------
+
+    def take_slot(self, claim: SlotClaim, *, now: float) -> bool:
+        with self._tx() as db:
+            if not _queued_at(db, claim.job_id, claim.attempt):
+                return False
+            row = db.execute(
+                "SELECT worker, lease_until FROM gang_slots WHERE job_id = ? AND attempt = ? AND slot = ?",
+                (claim.job_id, claim.attempt, claim.slot),
+            ).fetchone()
+            if row is not None and row["worker"] != claim.worker and row["lease_until"] >= now:
+                return False
+            db.execute(
+                "INSERT OR REPLACE INTO gang_slots (job_id, attempt, slot, worker, address, lease_until) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (claim.job_id, claim.attempt, claim.slot, claim.worker, claim.address, claim.lease_until),
+            )
+            return True
+
+    def renew_slot(self, job_id: str, attempt: int, slot: int, worker: str, *, lease_until: float) -> bool:
+        with self._tx() as db:
+            return db.execute(
+                "UPDATE gang_slots SET lease_until = ? WHERE job_id = ? AND attempt = ? AND slot = ? AND worker = ?",
+                (lease_until, job_id, attempt, slot, worker),
+            ).rowcount == 1
+
+    def release_slot(self, job_id: str, attempt: int, slot: int, worker: str) -> bool:
+        with self._tx() as db:
+            if not _queued_at(db, job_id, attempt):
+                return False
+            return db.execute(
+                "DELETE FROM gang_slots WHERE job_id = ? AND attempt = ? AND slot = ? AND worker = ?",
+                (job_id, attempt, slot, worker),
+            ).rowcount == 1
+
+    def slot_claims(self, job_id: str, attempt: int) -> list[SlotClaim]:
+        rows = self._read("SELECT * FROM gang_slots WHERE job_id = ? AND attempt = ? ORDER BY slot", (job_id, attempt))
+        return [SlotClaim(**dict(r)) for r in rows]
+
+    def register_node(self, node: NodeRecord) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO nodes (id, record) VALUES (?, ?)", (node.id, node.model_dump_json()))
+
+    def nodes(self) -> list[NodeRecord]:
+        rows = self._read("SELECT id, record FROM nodes ORDER BY id")
+        records = []
+        for row in rows:
+            try:
+                records.append(NodeRecord.model_validate_json(row["record"]))
+            except ValidationError as err:
+                raise UserError(f"node record {row['id']!r} in {self.uri} is unreadable ({err.errors()[0]['msg']}); it was not written by gpucloud") from err
+        return records
+
+
+def _queued_at(db: sqlite3.Connection, job_id: str, attempt: int) -> bool:
+    return db.execute(
+        "SELECT 1 FROM jobs WHERE id = ? AND state = 'queued' AND attempt = ?", (job_id, attempt)
+    ).fetchone() is not None
 
 
 def _insert_event(db: sqlite3.Connection, job_id: str, attempt: int, kind: str, at: float, data: dict[str, Any]) -> None:

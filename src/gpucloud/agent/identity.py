@@ -1,0 +1,41 @@
+"""Who this node is: from IMDS on EC2 (or an emulator), from the host offline."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+
+from gpucloud.signals.imds import ImdsClient, ImdsUnavailable
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeIdentity:
+    worker: str  # the agent's id in the queue (slot claims, node records)
+    address: str  # the private address gang members reach this node on
+    instance_id: str | None = None
+    instance_type: str | None = None
+    lifecycle: str | None = None  # spot | on-demand
+
+
+def discover(imds_endpoint: str | None, *, address: str | None = None) -> NodeIdentity:
+    """Read instance id, type, life cycle and private address from IMDS; ``address`` overrides
+    the private address (several agents on one host). Without IMDS: the host name and 127.0.0.1."""
+    facts: dict[str, str | None] = {}
+    if imds_endpoint is not None:
+        client = ImdsClient(imds_endpoint, connect_timeout=1.0, read_timeout=2.0)
+        for name, path in (("instance_id", "instance-id"), ("instance_type", "instance-type"),
+                           ("lifecycle", "instance-life-cycle"), ("private_ip", "local-ipv4")):
+            try:
+                facts[name] = client.get_text(f"/latest/meta-data/{path}")
+            except ImdsUnavailable:
+                facts[name] = None
+    host = socket.gethostname()
+    node = facts.get("instance_id") or host
+    return NodeIdentity(
+        worker=f"{node}:{os.getpid()}",
+        address=address or facts.get("private_ip") or "127.0.0.1",
+        instance_id=facts.get("instance_id"),
+        instance_type=facts.get("instance_type"),
+        lifecycle=facts.get("lifecycle"),
+    )

@@ -1,0 +1,296 @@
+"""The agent loop: claim a slot, wait for the gang, run the attempt under the supervisor, repeat.
+
+One agent per node. Every decision about slots and gangs is ``jobs.gang``'s; every decision about
+an attempt is the supervisor's (``jobs.runner.run_attempt``, the same code ``spot-train`` runs).
+This module only sequences them and keeps the node's record in the queue current:
+
+* idle: sweep running gangs for lost members (``gang.fail_over_lost_gangs``), claim a slot,
+  publish the backlog, scale in when idle long enough (``fleet_hooks``);
+* waiting: renew the slot, wait for the other members; after ``gang_timeout`` give the slot back;
+* running: torchrun as member ``slot`` with rank 0's address as the rendezvous, under the
+  supervisor; scale-in protection held; a stop notice asks for this node's replacement at once and
+  completes the lifecycle action only after the commit; then the agent takes no more work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from gpucloud.agent.fleet_hooks import FleetHooks
+from gpucloud.agent.identity import NodeIdentity
+from gpucloud.agent.torchrun import DEFAULT_PORT, gang_argv
+from gpucloud.errors import UserError
+from gpucloud.jobs import gang
+from gpucloud.jobs.gang import GangQueue
+from gpucloud.jobs.model import Job, JobState, NodeRecord, NodeState, SlotClaim
+from gpucloud.jobs.runner import AttemptResult, EventHook, NoticeSource, run_attempt
+from gpucloud.jobs.supervisor import SupervisorConfig
+from gpucloud.scaling_metric import PERIOD_SECONDS
+from gpucloud.signals.events import Notice
+
+log = logging.getLogger("gpucloud.agent")
+
+Status = Callable[[dict[str, Any]], None]
+EXIT_STOPPED = 75  # stopped by an interruption notice: the node is going away (as `gpucloud worker`)
+# Notices after which EC2 takes the instance without the group replacing it first. Not
+# asg-terminate (the group itself is removing the node) and not SIGTERM (`systemctl restart`
+# of the agent must not detach a healthy node).
+REPLACE_KINDS = frozenset({"spot-interruption", "scheduled-maintenance"})
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentOptions:
+    slot_lease: float = 30.0  # a member that stops renewing for this long is lost
+    gang_timeout: float = 300.0  # give the slot back if the gang has not formed by then
+    poll_interval: float = 1.0  # between claims while idle
+    idle_exit: float | None = None  # exit after this long with nothing to claim (None: never)
+    max_attempts: int | None = None  # exit after running this many attempts (None: never)
+    rendezvous_port: int = DEFAULT_PORT
+    local_checkpoint_dir: str | None = None
+    run_root: Path | None = None  # per-attempt control directories (default $GPUCLOUD_HOME/run)
+
+    def __post_init__(self) -> None:
+        if self.slot_lease <= 0 or self.gang_timeout <= 0 or self.poll_interval <= 0:
+            raise UserError("--slot-lease, --gang-timeout and --poll-interval must be more than 0 seconds")
+        if not 1 <= self.rendezvous_port <= 65535:
+            raise UserError(f"--rendezvous-port {self.rendezvous_port} is not a TCP port (1..65535)")
+
+
+@dataclasses.dataclass(frozen=True)
+class RanAttempt:
+    job_id: str
+    attempt: int
+    slot: int
+    nodes: int
+    state: str  # how the attempt ended (the supervisor's AttemptEnd state)
+    exit_code: int
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentSummary:
+    worker: str
+    ran: tuple[RanAttempt, ...]
+    stopped_by: str | None  # the notice kind that stopped the agent
+    exit_code: int
+
+
+class _SlotKeeper:
+    """Renews this member's slot lease and the node record until stopped (a thread: the
+    supervisor's loop is busy with the attempt)."""
+
+    def __init__(self, agent: "Agent", claim: SlotClaim) -> None:
+        self.agent, self.claim = agent, claim
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"slot-{claim.job_id}-{claim.slot}", daemon=True)
+
+    def __enter__(self) -> "_SlotKeeper":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        interval = self.agent.options.slot_lease / 4
+        while not self._stop.wait(interval):
+            try:
+                # A refused renewal means the slot changed hands while forming (our lease had run
+                # out); _wait_for_gang sees that from the stored members and does not start.
+                gang.renew(self.agent.queue, self.claim, lease_seconds=self.agent.options.slot_lease)
+                self.agent.report()
+            except Exception as err:  # noqa: BLE001 - a failed renewal is retried next round; the lease has slack
+                log.warning("renewing slot %s of %s failed: %s", self.claim.slot, self.claim.job_id, err)
+
+
+class _NoticeWatch:
+    """The supervisor's notice source, telling the agent about a stop notice the moment it arrives."""
+
+    def __init__(self, source: NoticeSource, on_stop: Callable[[Notice], None]) -> None:
+        self.source, self.on_stop = source, on_stop
+
+    def get(self, timeout: float) -> Notice | None:
+        notice = self.source.get(timeout)
+        if notice is not None and notice.is_stop:
+            self.on_stop(notice)
+        return notice
+
+
+class Agent:
+    def __init__(
+        self, queue: GangQueue, identity: NodeIdentity, notices: NoticeSource, hooks: FleetHooks,
+        config: SupervisorConfig, options: AgentOptions, *, status: Status | None = None,
+        on_event: EventHook | None = None,
+    ) -> None:
+        self.queue, self.identity, self.hooks = queue, identity, hooks
+        self.config, self.options = config, options
+        self.notices = _NoticeWatch(notices, self._on_stop)
+        self._status, self._on_event = status, on_event
+        self.state = NodeState.IDLE
+        self.current: SlotClaim | None = None
+        self.stop_notice: Notice | None = None
+        self.ran: list[RanAttempt] = []
+        # Gangs this agent gave up waiting for -> when it may try again (monotonic): meanwhile
+        # other jobs get their turn, and the idle clock keeps running.
+        self._backoff: dict[tuple[str, int], float] = {}
+        self._publish_at = 0.0  # next backlog datapoint (monotonic)
+        self._lock = threading.Lock()
+
+    # -- the node record and the status line --------------------------------------------------
+
+    def report(self, state: NodeState | None = None, **extra: Any) -> None:
+        """Record this node in the queue (``gpucloud nodes``) and tell the status line on a change."""
+        with self._lock:
+            changed = state is not None and state is not self.state
+            if state is not None:
+                self.state = state
+            claim = self.current
+            record = NodeRecord(
+                id=self.identity.worker, address=self.identity.address, state=self.state,
+                instance_type=self.identity.instance_type, lifecycle=self.identity.lifecycle,
+                instance_id=self.identity.instance_id, job_id=claim.job_id if claim else None,
+                attempt=claim.attempt if claim else None, slot=claim.slot if claim else None, updated_at=time.time(),
+            )
+        self.queue.register_node(record)
+        if (changed or extra) and self._status is not None:
+            self._status({"worker": record.id, "state": record.state.value, "job_id": record.job_id,
+                          "attempt": record.attempt, "slot": record.slot, "at": record.updated_at, **extra})
+
+    def _on_stop(self, notice: Notice) -> None:
+        with self._lock:
+            first = self.stop_notice is None
+            if first:
+                self.stop_notice = notice
+        if not first:
+            return
+        if notice.kind not in REPLACE_KINDS:
+            outcome = f"no replacement requested for a {notice.kind} notice"
+        else:
+            try:
+                outcome = self.hooks.noticed()  # the replacement boots while the gang saves
+            except UserError as err:  # AsgError included: the notice is handled either way
+                outcome = f"replacement not requested: {err}"
+        self.report(NodeState.STOPPING, notice=notice.kind, replacement=outcome)
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def run(self) -> AgentSummary:
+        idle_since = time.monotonic()
+        self.report(NodeState.IDLE, address=self.identity.address, instance_type=self.identity.instance_type)
+        try:
+            while self.stop_notice is None:
+                if self.options.max_attempts is not None and len(self.ran) >= self.options.max_attempts:
+                    break
+                gang.fail_over_lost_gangs(self.queue)
+                now = time.monotonic()
+                self._backoff = {k: until for k, until in self._backoff.items() if until > now}
+                claim = gang.claim_slot(self.queue, self.identity.worker, self.identity.address,
+                                        lease_seconds=self.options.slot_lease, skip=self._backoff.keys())
+                if claim is None:
+                    if self._idle(time.monotonic() - idle_since):
+                        break
+                    continue
+                if self._take(claim):
+                    idle_since = time.monotonic()
+        finally:
+            self.current = None
+            self.report(NodeState.STOPPED)
+        stopped = self.stop_notice.kind if self.stop_notice else None
+        return AgentSummary(self.identity.worker, tuple(self.ran), stopped, EXIT_STOPPED if stopped else 0)
+
+    def _idle(self, idle_for: float) -> bool:
+        """One idle round; True when the agent should exit."""
+        self.report(NodeState.IDLE)
+        self.hooks.busy(False)
+        unclaimed = self._unclaimed_slots()
+        if time.monotonic() >= self._publish_at:  # the alarm reads one datapoint a minute
+            self._publish_at = time.monotonic() + PERIOD_SECONDS
+            self.hooks.publish_backlog(unclaimed_slots=unclaimed, busy_nodes=self._busy_nodes())
+        if self.hooks.scale_in(idle_for=idle_for, unclaimed_slots=unclaimed):
+            self.report(NodeState.STOPPING, reason="idle: scaled in")
+            return True
+        if self.options.idle_exit is not None and idle_for >= self.options.idle_exit:
+            return True
+        self.notices.get(timeout=self.options.poll_interval)  # wakes early for a stop notice
+        return False
+
+    def _unclaimed_slots(self) -> int:
+        now = time.time()
+        return sum(
+            len(gang.view(self.queue.slot_claims(j.id, j.attempt), j.spec.nodes, now).free_slots)
+            for j in self.queue.list_jobs([JobState.QUEUED])
+        )
+
+    def _busy_nodes(self) -> int:
+        """Agents holding a slot that reported within a slot lease (a killed agent's record stays behind)."""
+        now = time.time()
+        return sum(1 for n in self.queue.nodes()
+                   if n.state in (NodeState.WAITING, NodeState.RUNNING) and now - n.updated_at <= self.options.slot_lease)
+
+    def _take(self, claim: SlotClaim) -> bool:
+        """Wait for the gang of ``claim`` and run its attempt; False when it never ran here."""
+        self.current = claim
+        self.hooks.busy(True)
+        try:
+            with _SlotKeeper(self, claim):
+                self.report(NodeState.WAITING)
+                members = self._wait_for_gang(claim)
+                if members is None:
+                    return False
+                job = gang.start_gang(self.queue, claim, lease_seconds=self.config.lease_seconds)
+                if job is None:
+                    return False  # the attempt ended or was taken over while forming; claim again
+                self.report(NodeState.RUNNING)
+                result = self._run(job, claim, members)
+            self.ran.append(RanAttempt(job.id, claim.attempt, claim.slot, job.spec.nodes, result.end.state.value,
+                                       result.exit_code))
+            if self.stop_notice is not None and result.end.committed_step is not None:
+                self.hooks.committed()  # CONTINUE only now: the checkpoint is durable
+            return True
+        finally:
+            self.current = None
+            if self.stop_notice is None:
+                self.hooks.busy(False)
+
+    def _wait_for_gang(self, claim: SlotClaim) -> list[SlotClaim] | None:
+        job = self.queue.get(claim.job_id)
+        deadline = time.monotonic() + self.options.gang_timeout
+        while True:
+            members = gang.members(self.queue, job, claim.attempt)
+            if members is not None and any(m.worker == claim.worker for m in members):
+                return members
+            current = self.queue.get(claim.job_id)
+            if current.state is not JobState.QUEUED or current.attempt != claim.attempt:
+                if current.state is JobState.RUNNING and current.worker == gang.gang_worker(claim.job_id, claim.attempt):
+                    # Started by the others while we looked: its stored members, leases aside (a
+                    # late one is the lost-member sweep's business, not a reason not to join).
+                    return gang.members(self.queue, job, claim.attempt, now=0.0)
+                return None
+            if self.stop_notice is not None or time.monotonic() >= deadline:
+                if gang.release(self.queue, claim):
+                    self._backoff[(claim.job_id, claim.attempt)] = time.monotonic() + self.options.gang_timeout
+                    self.current = None
+                    self.report(NodeState.IDLE, released=f"{claim.job_id} slot {claim.slot}")
+                    return None
+                continue  # the gang started meanwhile: join it
+            self.notices.get(timeout=min(0.2, self.options.poll_interval))
+
+    def _run(self, job: Job, claim: SlotClaim, members: list[SlotClaim]) -> AttemptResult:
+        if job.spec.nodes > 1:
+            rendezvous = next(m.address for m in members if m.slot == 0)
+            argv = gang_argv(
+                job.spec.command, nnodes=job.spec.nodes, node_rank=claim.slot, rendezvous_host=rendezvous,
+                port=self.options.rendezvous_port, run_id=f"{job.id}-{job.attempt}",
+                nproc_per_node=max(1, job.spec.gpus_per_node),
+            )
+            job = job.model_copy(update={"spec": job.spec.model_copy(update={"command": argv})})
+        return run_attempt(
+            self.queue, job, worker=gang.gang_worker(job.id, job.attempt), notices=self.notices, config=self.config,
+            local_checkpoint_dir=self.options.local_checkpoint_dir, on_event=self._on_event,
+            run_root=self.options.run_root,
+        )

@@ -1,0 +1,102 @@
+"""``gpucloud agent``: the node agent (a systemd service on every cluster node)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpucloud.commands.spot_train import print_event, supervisor_config, supervisor_options
+from gpucloud.output import output_option, print_table
+
+EPILOG = """\b
+Examples:
+  gpucloud agent                                   # on a cluster node (the bootstrap's service)
+  gpucloud agent --no-imds --idle-exit 60 -o json  # offline: run queued jobs, exit when idle
+  gpucloud agent --imds-endpoint http://127.0.0.1:1338 --address 127.0.0.1 \\
+      --run-dir /tmp/node-a                        # one of several "nodes" on one machine
+\b
+A job of N nodes (`gpucloud submit --nodes N`) runs on N agents at once: each claims a slot
+(slot = node rank), waits for the gang, and runs the job's command under torchrun with
+--nnodes N --node-rank SLOT and a static rendezvous on slot 0's address (--rendezvous-port).
+A torchrun command is extended (its --standalone is dropped); any other command is started by
+torchrun --no-python with --nproc-per-node = the job's --gpus-per-node (at least 1).
+\b
+A spot notice on any member stops every rank of the gang at the same step; the checkpoint is
+committed, the job is requeued once as attempt k+1, the noticed agent exits 75, and the other
+members claim slots of k+1 with a standby node. On an Auto Scaling group member (instance id
+from IMDS, group from DescribeAutoScalingInstances) the agent also holds scale-in protection
+while busy, asks for its replacement at the notice, completes the termination lifecycle action
+after the commit, publishes the backlog metric and scales itself in when idle
+(GPUCLOUD_SCALE_IN=1, GPUCLOUD_IDLE_MINUTES). Off EC2 those steps are skipped.
+\b
+Exit codes: 0 idle exit or --max-attempts reached; 75 stopped by an interruption notice.
+"""
+
+
+@click.command("agent", epilog=EPILOG)
+@supervisor_options
+@click.option("--address", metavar="IP", help="Private address gang members reach this node on (default: IMDS local-ipv4; 127.0.0.1 with --no-imds).")
+@click.option("--rendezvous-port", type=click.IntRange(1, 65535), default=29500, show_default=True, help="TCP port of the rendezvous store on slot 0's node.")
+@click.option("--slot-lease", type=click.FloatRange(min=1.0), default=30.0, show_default=True, help="Seconds a member may miss renewing its slot before the gang counts it lost.")
+@click.option("--gang-timeout", type=click.FloatRange(min=1.0), default=300.0, show_default=True, help="Seconds to wait for the rest of a gang before giving the slot back.")
+@click.option("--idle-exit", type=click.FloatRange(min=0.0), metavar="SECONDS", help="Exit after this long with nothing to claim (default: run until stopped).")
+@click.option("--max-attempts", "max_attempts_run", type=click.IntRange(min=1), help="Exit after running this many attempts.")
+@click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path), help="This node's per-attempt control directories (default: $GPUCLOUD_HOME/run).")
+@output_option()
+def agent(queue_uri, imds_endpoint, no_imds, poll_interval, grace, ack_timeout, stop_margin, kill_after,
+          local_checkpoint_dir, address, rendezvous_port, slot_lease, gang_timeout, idle_exit, max_attempts_run,
+          run_dir, output) -> int:
+    """Run this node's share of queued jobs: claim a gang slot, wait for the gang, run the attempt
+    under the spot supervisor, repeat. Status changes are printed as they happen (JSON Lines with
+    --output json: one status object per change, then the summary)."""
+    from gpucloud.agent.fleet_hooks import OfflineHooks, hooks_for
+    from gpucloud.agent.identity import discover
+    from gpucloud.agent.loop import Agent, AgentOptions
+    from gpucloud.jobs.locations import open_queue
+    from gpucloud.jobs.node import start_signal_hub
+    from gpucloud.signals.imds import resolve_endpoint
+
+    config = supervisor_config(ack_timeout=ack_timeout, stop_margin=stop_margin, kill_after=kill_after, grace=grace)
+    options = AgentOptions(
+        slot_lease=slot_lease, gang_timeout=gang_timeout, poll_interval=poll_interval, idle_exit=idle_exit,
+        max_attempts=max_attempts_run, rendezvous_port=rendezvous_port, local_checkpoint_dir=local_checkpoint_dir,
+        run_root=run_dir,
+    )
+    endpoint = None if no_imds else resolve_endpoint(imds_endpoint)
+    identity = discover(endpoint, address=address)
+    queue = open_queue(queue_uri)
+    hooks = hooks_for(identity.instance_id) if endpoint is not None else OfflineHooks()
+    hub = start_signal_hub(imds_endpoint=endpoint, use_imds=endpoint is not None, poll_interval=poll_interval, grace=grace)
+    status = _json_line if output == "json" else _human_line
+    try:
+        summary = Agent(queue, identity, hub, hooks, config, options, status=status, on_event=print_event).run()
+    finally:
+        hub.stop()
+        queue.close()
+    ran = [
+        {"job_id": r.job_id, "attempt": r.attempt, "slot": r.slot, "nodes": r.nodes, "state": r.state, "exit_code": r.exit_code}
+        for r in summary.ran
+    ]
+    if output == "json":
+        _json_line({"event": "summary", "worker": summary.worker, "ran": ran, "stopped_by": summary.stopped_by,
+                    "exit_code": summary.exit_code})
+    else:
+        print_table(
+            f"agent {summary.worker}", ["job", "attempt", "slot", "nodes", "ended", "exit code"],
+            [[r["job_id"], r["attempt"], f"{r['slot']}", r["nodes"], r["state"], r["exit_code"]] for r in ran],
+        )
+    return summary.exit_code
+
+
+def _json_line(status: dict[str, Any]) -> None:
+    """JSON Lines: every status change, then the summary (``"event": "summary"``)."""
+    click.echo(json.dumps({"event": "status", **status} if "event" not in status else status, default=str))
+
+
+def _human_line(status: dict[str, Any]) -> None:
+    where = f" {status['job_id']} attempt {status['attempt']} slot {status['slot']}" if status.get("job_id") else ""
+    extra = "".join(f", {k}: {v}" for k, v in status.items() if k not in ("worker", "state", "job_id", "attempt", "slot", "at"))
+    click.echo(f"gpucloud: agent {status['worker']} {status['state']}{where}{extra}", err=True)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gpucloud.agent.fleet_hooks import FleetHooks
+from gpucloud.agent.fleet_view import fleet_state
 from gpucloud.agent.identity import NodeIdentity
 from gpucloud.agent.torchrun import DEFAULT_PORT, gang_argv
 from gpucloud.errors import UserError
@@ -207,10 +208,12 @@ class Agent:
         """One idle round; True when the agent should exit."""
         self.report(NodeState.IDLE)
         self.hooks.busy(False)
-        unclaimed = self._unclaimed_slots()
+        # busy nodes: agents holding a slot that reported within a slot lease (a killed agent's record stays)
+        fleet = fleet_state(self.queue, node_lease=self.options.slot_lease)
+        unclaimed = sum(g.unclaimed for g in fleet.waiting)
         if time.monotonic() >= self._publish_at:  # the alarm reads one datapoint a minute
             self._publish_at = time.monotonic() + PERIOD_SECONDS
-            self.hooks.publish_backlog(unclaimed_slots=unclaimed, busy_nodes=self._busy_nodes())
+            self.hooks.publish_backlog(unclaimed_slots=unclaimed, busy_nodes=fleet.busy_nodes)
         if self.hooks.scale_in(idle_for=idle_for, unclaimed_slots=unclaimed):
             self.report(NodeState.STOPPING, reason="idle: scaled in")
             return True
@@ -218,19 +221,6 @@ class Agent:
             return True
         self.notices.get(timeout=self.options.poll_interval)  # wakes early for a stop notice
         return False
-
-    def _unclaimed_slots(self) -> int:
-        now = time.time()
-        return sum(
-            len(gang.view(self.queue.slot_claims(j.id, j.attempt), j.spec.nodes, now).free_slots)
-            for j in self.queue.list_jobs([JobState.QUEUED])
-        )
-
-    def _busy_nodes(self) -> int:
-        """Agents holding a slot that reported within a slot lease (a killed agent's record stays behind)."""
-        now = time.time()
-        return sum(1 for n in self.queue.nodes()
-                   if n.state in (NodeState.WAITING, NodeState.RUNNING) and now - n.updated_at <= self.options.slot_lease)
 
     def _take(self, claim: SlotClaim) -> bool:
         """Wait for the gang of ``claim`` and run its attempt; False when it never ran here."""

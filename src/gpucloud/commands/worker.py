@@ -28,14 +28,17 @@ Examples:
 @output_option()
 def worker(queue_uri, imds_endpoint, no_imds, poll_interval, grace, ack_timeout, stop_margin, kill_after,
            local_checkpoint_dir, once, max_jobs, idle_exit, output) -> int:
-    """Claim queued jobs one at a time (atomic claim with a renewed lease, so a dead worker's job
+    """Claim queued single-node jobs one at a time (atomic claim with a renewed lease, so a dead worker's job
     becomes claimable again) and supervise each exactly as `gpucloud spot-train` does.
+
+    Jobs submitted with more than one node are left in the queue for the node agents
+    (`gpucloud agent`), which form their gang; the worker logs each one it skips.
 
     After a stop notice the worker requeues the job and exits 75: the node is going away.
     """
     from gpucloud.jobs.locations import open_queue
     from gpucloud.jobs.node import start_signal_hub
-    from gpucloud.jobs.runner import default_worker_id, supervise_job
+    from gpucloud.jobs.runner import claim_single_node_job, default_worker_id, supervise_job
     from gpucloud.signals.imds import resolve_endpoint
 
     config = supervisor_config(ack_timeout=ack_timeout, stop_margin=stop_margin, kill_after=kill_after, grace=grace)
@@ -45,6 +48,14 @@ def worker(queue_uri, imds_endpoint, no_imds, poll_interval, grace, ack_timeout,
     limit = 1 if once else max_jobs
     ran: list[dict] = []
     exit_code = 0
+    skipped: set[tuple[str, int]] = set()
+
+    def skip_gang(job) -> None:
+        if (job.id, job.attempt) not in skipped:  # once per attempt, not on every poll
+            skipped.add((job.id, job.attempt))
+            click.echo(f"gpucloud: worker {me} skips job {job.id}: it needs a gang of {job.spec.nodes} nodes, "
+                       "which `gpucloud agent` runs (a worker runs single-node jobs only)", err=True)
+
     hub = start_signal_hub(imds_endpoint=endpoint, use_imds=not no_imds, poll_interval=poll_interval, grace=grace)
     try:
         idle_since = time.monotonic()
@@ -53,7 +64,8 @@ def worker(queue_uri, imds_endpoint, no_imds, poll_interval, grace, ack_timeout,
             if notice is not None and notice.is_stop:
                 click.echo(f"gpucloud: {notice.kind} notice; worker {me} takes no more jobs", err=True)
                 break
-            job = queue.claim(me, lease_seconds=config.lease_seconds, node=me.split(":")[0])
+            job = claim_single_node_job(queue, me, lease_seconds=config.lease_seconds, node=me.split(":")[0],
+                                        on_skip=skip_gang)
             if job is None:
                 if once or (idle_exit is not None and time.monotonic() - idle_since >= idle_exit):
                     break

@@ -302,11 +302,22 @@ class AwsQueue:
 
     @_aws_call("claiming a job")
     def claim(
-        self, worker: str, *, lease_seconds: float, job_id: str | None = None, node: str | None = None
+        self, worker: str, *, lease_seconds: float, job_id: str | None = None, node: str | None = None,
+        attempt: int | None = None,
     ) -> Job | None:
+        if attempt is not None and job_id is None:
+            raise ValueError("claim(attempt=...) needs job_id")
         if job_id is not None:
             item = self._meta(job_id)
-            return None if item is None else self._try_claim(item, worker, lease_seconds, node, None)
+            if item is None:
+                return None
+            if attempt is not None:
+                job = item_to_job(item, self.table)
+                # The claim transaction is conditional on the attempt read here, so checking the read
+                # copy is enough: if the job moved on since, the transaction fails.
+                if job.state is not JobState.QUEUED or job.attempt != attempt:
+                    return None
+            return self._try_claim(item, worker, lease_seconds, node, None)
         for _ in range(MAX_RECEIVES_PER_CLAIM):
             received = self._sqs.receive_message(
                 QueueUrl=self.queue_url,

@@ -109,7 +109,8 @@ def start_gang(queue: GangQueue, claim: SlotClaim, *, lease_seconds: float) -> J
     """Move the job to RUNNING for the gang of ``claim`` (exactly one member's call applies; the
     others join). None: the attempt is no longer this gang's (ended, or taken over)."""
     worker = gang_worker(claim.job_id, claim.attempt)
-    started = queue.claim(worker, lease_seconds=lease_seconds, job_id=claim.job_id, node=claim.address)
+    started = queue.claim(worker, lease_seconds=lease_seconds, job_id=claim.job_id, node=claim.address,
+                          attempt=claim.attempt)
     if started is not None:
         return started if started.attempt == claim.attempt else None
     job = queue.get(claim.job_id)

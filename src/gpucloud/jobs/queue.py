@@ -52,11 +52,14 @@ class JobQueue(Protocol):
         ...
 
     def claim(
-        self, worker: str, *, lease_seconds: float, job_id: str | None = None, node: str | None = None
+        self, worker: str, *, lease_seconds: float, job_id: str | None = None, node: str | None = None,
+        attempt: int | None = None,
     ) -> Job | None:
         """Atomically take the oldest claimable job (or exactly ``job_id``) for ``worker``.
 
         Claimable: QUEUED, or RUNNING with an expired lease. Returns the RUNNING job, or None.
+        With ``attempt`` (and ``job_id``) only that attempt, QUEUED, is taken — never a later one:
+        a gang member that formed for attempt k must not start attempt k+1.
         """
         ...
 

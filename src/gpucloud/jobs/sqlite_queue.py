@@ -192,12 +192,19 @@ class SqliteQueue:
     # -- claiming and leases ----------------------------------------------------------------
 
     def claim(
-        self, worker: str, *, lease_seconds: float, job_id: str | None = None, node: str | None = None
+        self, worker: str, *, lease_seconds: float, job_id: str | None = None, node: str | None = None,
+        attempt: int | None = None,
     ) -> Job | None:
         now = time.time()
         with self._tx() as db:
             claimable = "(state = 'queued' OR (state = 'running' AND lease_until < ?))"
-            if job_id is None:
+            if attempt is not None:
+                if job_id is None:
+                    raise ValueError("claim(attempt=...) needs job_id")
+                row = db.execute(
+                    "SELECT * FROM jobs WHERE id = ? AND state = 'queued' AND attempt = ?", (job_id, attempt)
+                ).fetchone()
+            elif job_id is None:
                 row = db.execute(
                     f"SELECT * FROM jobs WHERE {claimable} ORDER BY created_at, id LIMIT 1", (now,)
                 ).fetchone()

@@ -47,6 +47,7 @@ from gpucloud.jobs import gang  # noqa: E402
 from gpucloud.jobs.model import JobSpec, JobState, NodeRecord, NodeState  # noqa: E402
 from gpucloud.jobs.sqlite_queue import SqliteQueue  # noqa: E402
 from gpucloud.signals.imds_emulator import ImdsEmulator  # noqa: E402
+from report import config_of, finish  # noqa: E402  (benchmarks/report.py)
 from tests.agent.conftest import wait_for  # noqa: E402
 from tests.agent.test_fleet_simulation import free_port, start_agent, train  # noqa: E402
 
@@ -225,19 +226,14 @@ def main(argv: list[str] | None = None) -> int:
     goals = {name: all(g[name] for g in goals_per_trial) for name in (goals_per_trial[0] if goals_per_trial else {})}
     report = {
         "benchmark": "fleet",
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-        | {"agents": len(NODES), "gang_nodes": 2, "ranks_per_node": 1, "backend": "gloo", "queue": "sqlite",
-           "agent_poll_interval_s": AGENT_POLL_S, "notice_lead_s": NOTICE_LEAD_S},
+        "config": config_of(args, agents=len(NODES), gang_nodes=2, ranks_per_node=1, backend="gloo", queue="sqlite",
+                            agent_poll_interval_s=AGENT_POLL_S, notice_lead_s=NOTICE_LEAD_S),
         "trials": rows,
         "scale_decision": scaling,
         "summary": summary,
         "goals_met": goals,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
-    print(json.dumps({"summary": summary, "goals_met": goals}, indent=2))
-    print(f"wrote {args.out}", file=sys.stderr)
-    return 0 if all(goals.values()) else 1
+    return finish(args.out, report)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ Writes benchmarks/results/spot_train.json.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import signal
 import statistics
@@ -40,6 +39,7 @@ from gpucloud.jobs.runner import attempt_environment, supervise_job
 from gpucloud.jobs.sqlite_queue import SqliteQueue
 from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.signals.imds_emulator import ImdsEmulator
+from report import config_of, finish  # benchmarks/report.py
 
 RESULTS = Path(__file__).resolve().parent / "results" / "spot_train.json"
 TAIL_STEPS = 45  # steps after the notice position: the baseline must still be training at the deadline
@@ -168,17 +168,13 @@ def main(argv: list[str] | None = None) -> int:
     }
     report = {
         "benchmark": "spot_train",
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()} | {"ranks": 2, "backend": "gloo"},
+        "config": config_of(args, ranks=2, backend="gloo"),
         "notice_driven": rows_notice,
         "periodic_only_baseline": rows_base,
         "summary": summary,
         "goals_met": goals,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
-    print(json.dumps({"summary": summary, "goals_met": goals}, indent=2))
-    print(f"wrote {args.out}", file=sys.stderr)
-    return 0 if all(goals.values()) else 1
+    return finish(args.out, report)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import queue as stdlib_queue
 import socket
 import sys
 import threading
@@ -20,22 +19,9 @@ from gpucloud.jobs.model import JobSpec, JobState, NodeState
 from gpucloud.jobs.sqlite_queue import SqliteQueue
 from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.signals.events import Notice, event_id_for
+from jobs.conftest import Inbox  # the same hand-fed notice source the supervisor tests use
 
 CONFIG = SupervisorConfig(lease_seconds=10.0, ack_timeout=5.0, stop_margin=1.0, kill_after=2.0)
-
-
-class Inbox:
-    def __init__(self) -> None:
-        self._q: stdlib_queue.Queue[Notice] = stdlib_queue.Queue()
-
-    def put(self, notice: Notice) -> None:
-        self._q.put(notice)
-
-    def get(self, timeout: float) -> Notice | None:
-        try:
-            return self._q.get(timeout=timeout)
-        except stdlib_queue.Empty:
-            return None
 
 
 class RecordingHooks(OfflineHooks):

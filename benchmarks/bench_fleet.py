@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_fleet.py [--trials 3] [--depths 1 10 100 1000] [--max-nodes 64]
 
 **Interruption across nodes** (issue 4), ``--trials`` times: the fleet simulation of
-``tests/agent/test_fleet_simulation.py`` (its helpers, not a copy): three ``gpucloud agent``
+``tests/agent/test_fleet_simulation.py`` (its ``run_noticed_gang``, not a copy): three ``gpucloud agent``
 processes, each with its own IMDS emulator as its "node", run a 2-node gang job with real
 torchrun (gloo). While attempt 1 trains, the standby agent joins; then node a's emulator announces
 a spot interruption. Measured from that announcement:
@@ -44,18 +44,15 @@ from gpucloud import control  # noqa: E402
 from gpucloud.agent.fleet_view import fleet_state  # noqa: E402
 from gpucloud.fleet.scaling import GroupBounds, desired_capacity  # noqa: E402
 from gpucloud.jobs import gang  # noqa: E402
-from gpucloud.jobs.model import JobSpec, JobState, NodeRecord, NodeState  # noqa: E402
+from gpucloud.jobs.model import JobSpec, NodeRecord, NodeState  # noqa: E402
 from gpucloud.jobs.sqlite_queue import SqliteQueue  # noqa: E402
-from gpucloud.signals.imds_emulator import ImdsEmulator  # noqa: E402
 from report import config_of, finish  # noqa: E402  (benchmarks/report.py)
-from tests.agent.conftest import wait_for  # noqa: E402
-from tests.agent.test_fleet_simulation import free_port, start_agent, train  # noqa: E402
+from tests.agent.test_fleet_simulation import NODES, run_noticed_gang, train  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "fleet.json"
 NOTICE_LEAD_S = 120.0  # a spot interruption's two minutes
 AGENT_POLL_S = 0.2  # start_agent's --poll-interval (IMDS and queue)
 NODE_LEASE_S = 3600.0  # the depth runs' agent records stay live for the whole measurement
-NODES = ("a", "b", "standby")
 ISOLATED_ENV = ("GPUCLOUD_QUEUE", "AWS_EC2_METADATA_SERVICE_ENDPOINT", "GPUCLOUD_REGION", "GPUCLOUD_JOB_TABLE",
                 "GPUCLOUD_JOB_QUEUE_URL")
 
@@ -66,32 +63,11 @@ def one_trial(work: Path, step_seconds: float, notice_after_step: int) -> dict:
     queue = SqliteQueue(home / "queue.db")
     job = queue.submit(JobSpec(command=train(out=work / "gang.pt", nproc=1, standalone=True, step_seconds=step_seconds),
                                checkpoint_uri=str(work / "durable"), nodes=2), job_id="bench")
-    port = free_port()
-    emulators = {name: ImdsEmulator(instance_id=f"i-00000000000000{n:03d}", instance_type="g5.xlarge",
-                                    instance_life_cycle="spot").__enter__() for n, name in enumerate(NODES)}
-    procs = {}
-    try:
-        for name in ("a", "b"):
-            procs[name] = start_agent(env, work, name, emulators[name], port)
-        wait_for(lambda: queue.get(job.id).state is JobState.RUNNING, 60, "the gang of a and b to start")
-        progress = work / "a" / "run" / job.id / "attempt-1" / "control"
-        wait_for(lambda: (p := control.read(progress, control.PROGRESS)) is not None and p["step"] >= notice_after_step,
-                 90, f"attempt 1 to reach step {notice_after_step}")
-        procs["standby"] = start_agent(env, work, "standby", emulators["standby"], port)
-        wait_for(lambda: len(queue.nodes()) == 3, 60, "the standby agent to report itself")
-        noticed_at = time.time()
-        emulators["a"].spot_interruption("terminate", lead_seconds=NOTICE_LEAD_S)
-        outputs = {name: proc.communicate(timeout=180) for name, proc in procs.items()}
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-        for emulator in emulators.values():
-            emulator.__exit__(None, None, None)
-    codes = {name: proc.returncode for name, proc in procs.items()}
-    if codes != {"a": 75, "b": 0, "standby": 0}:
+    run = run_noticed_gang(queue, job.id, env, work, notice_after_step=notice_after_step, notice_lead=NOTICE_LEAD_S)
+    noticed_at, outputs = run.noticed_at, run.outputs
+    if run.codes != {"a": 75, "b": 0, "standby": 0}:
         tails = {name: err[-1500:] for name, (_, err) in outputs.items()}
-        raise RuntimeError(f"agent exit codes {codes}, expected a=75 b=0 standby=0; stderr tails: {tails}")
+        raise RuntimeError(f"agent exit codes {run.codes}, expected a=75 b=0 standby=0; stderr tails: {tails}")
     summaries = {name: json.loads(out.splitlines()[-1]) for name, (out, _) in outputs.items()}
     events = queue.events(job.id)
     final = queue.get(job.id)

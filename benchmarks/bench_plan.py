@@ -37,7 +37,8 @@ def sixteen_group_stack() -> dict:
     groups = [{"name": f"g{i:02d}", "instanceType": types[i % 4], "maxNodes": 2,
                "capacity": {"type": "spot"} if i % 2 else {"type": "on-demand"}} for i in range(16)]
     return {"config": {"aws:region": "us-east-1", "gpucloud:availabilityZone": "us-east-1b",
-                       "gpucloud:nodeGroups": groups, "gpucloud:storage": {"fsx": {"sizeGiB": 1200}}}}
+                       "gpucloud:nodeGroups": groups, "gpucloud:storage": {"fsx": {"sizeGiB": 1200}},
+                       "gpucloud:agent": {"package": "s3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl"}}}
 
 
 def wall(argv: list[str], repeat: int) -> dict:

@@ -6,7 +6,8 @@
 #    service made one; otherwise stripe the instance-store NVMe disks (RAID 0, XFS) ourselves.
 # 2. FSx for Lustre: install the client if missing and mount it (systemd automount, _netdev).
 # 3. EFA: log whether the expected number of EFA devices came up (p5en initialises late: retry).
-# 4. Node agent: install gpucloud and start gpucloud-agent.service, which runs `gpucloud agent`
+# 4. Node agent: install gpucloud (the stack's agent.package: an s3:// wheel copied with the instance
+#    role, or a pip requirement; nothing when the AMI has it) and start gpucloud-agent.service, which runs `gpucloud agent`
 #    (claims gang slots from the cluster's queue named in node.env, runs attempts under the spot
 #    supervisor, holds scale-in protection while busy, scales the node in when idle).
 set -euo pipefail
@@ -25,7 +26,9 @@ source "$ENV_FILE"
 : "${GPUCLOUD_FSX_DNS:=}"
 : "${GPUCLOUD_FSX_MOUNT_NAME:=}"
 : "${GPUCLOUD_FSX_MOUNT_PATH:=/fsx}"
-: "${GPUCLOUD_PACKAGE:=gpucloud}"
+: "${GPUCLOUD_PACKAGE:=}"
+: "${GPUCLOUD_REGION:?missing in $ENV_FILE}"
+AGENT_DIR=/opt/gpucloud
 
 # Wait until a command succeeds or the deadline (seconds) passes.
 wait_for() {
@@ -132,12 +135,38 @@ check_efa() {
   log "efa: WARNING only $found of $expected EFA devices; NCCL will be slower or fail"
 }
 
-install_agent() {
-  install -d -m 0755 /opt/gpucloud /var/lib/gpucloud
-  if [[ ! -x /opt/gpucloud/venv/bin/gpucloud ]]; then
-    python3 -m venv /opt/gpucloud/venv
-    /opt/gpucloud/venv/bin/pip install --quiet "$GPUCLOUD_PACKAGE"
+# The gpucloud package the agent runs, from the stack's agent.package (GPUCLOUD_PACKAGE): an
+# s3://bucket/key.whl wheel, copied with the instance role (the stack grants s3:GetObject on exactly
+# that object), or a pip requirement. Empty: the AMI must bring it (the gpucloud image installs it
+# into the same venv).
+install_agent_package() {
+  local venv="$AGENT_DIR/venv" requirement="$GPUCLOUD_PACKAGE"
+  if [[ -x "$venv/bin/gpucloud" ]]; then
+    log "agent: gpucloud already installed in $venv"
+    return 0
   fi
+  if [[ -z "$requirement" ]]; then
+    log "agent: ERROR this AMI has no $venv/bin/gpucloud and the stack sets no gpucloud:agent.package; set it to an s3://bucket/key.whl wheel or a pip requirement, or boot the gpucloud image"
+    return 1
+  fi
+  if [[ "$requirement" == s3://* ]]; then
+    if ! command -v aws >/dev/null 2>&1; then
+      log "agent: ERROR the AWS CLI, needed to copy $GPUCLOUD_PACKAGE, is not installed on this AMI"
+      return 1
+    fi
+    install -d -m 0755 "$AGENT_DIR/wheels"
+    # pip reads the project and the version from the wheel's file name: keep it
+    requirement="$AGENT_DIR/wheels/${GPUCLOUD_PACKAGE##*/}"
+    aws s3 cp --only-show-errors --region "$GPUCLOUD_REGION" "$GPUCLOUD_PACKAGE" "$requirement"
+  fi
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet "$requirement"
+  log "agent: installed $GPUCLOUD_PACKAGE into $venv"
+}
+
+install_agent() {
+  install -d -m 0755 "$AGENT_DIR" /var/lib/gpucloud
+  install_agent_package
   cat > /opt/gpucloud/agent-start <<'START'
 #!/usr/bin/env bash
 # Start the node agent. Its queue, region and lifecycle hook come from node.env (the unit's

@@ -6,6 +6,7 @@ identical to an uninterrupted run."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import subprocess
@@ -24,6 +25,7 @@ from gpucloud.signals.imds_emulator import ImdsEmulator
 from .conftest import CLI, wait_for
 
 STEPS = 30
+NODES = ("a", "b", "standby")  # a and b form the gang; a is noticed; the standby joins attempt 2
 
 
 def free_port() -> int:
@@ -45,6 +47,50 @@ def start_agent(env, tmp_path: Path, name: str, emulator: ImdsEmulator, port: in
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@dataclasses.dataclass(frozen=True)
+class NoticedGang:
+    """What one run of the simulation left behind (the agents have all exited)."""
+
+    noticed_at: float  # time.time() when node a's emulator announced the interruption
+    gang: dict[int, str]  # attempt 1: slot -> worker id
+    outputs: dict[str, tuple[str, str]]  # agent name -> (stdout, stderr)
+    codes: dict[str, int]  # agent name -> exit code
+
+
+def run_noticed_gang(queue: SqliteQueue, job_id: str, env: dict[str, str], work: Path, *,
+                     notice_after_step: int, notice_lead: float = 120.0, exit_timeout: float = 180.0) -> NoticedGang:
+    """The simulation (this test and ``benchmarks/bench_fleet.py``): agents a and b, each with its own
+    IMDS emulator as its node, take the 2-node gang ``job_id``; once node a's rank passed
+    ``notice_after_step`` the standby agent joins, a's emulator announces a spot interruption, and
+    all three agents run until they exit. Agents still running after ``exit_timeout`` are killed."""
+    port = free_port()
+    emulators = {name: ImdsEmulator(instance_id=f"i-00000000000000{n:03d}", instance_type="g5.xlarge",
+                                    instance_life_cycle="spot").__enter__() for n, name in enumerate(NODES)}
+    procs: dict[str, subprocess.Popen] = {}
+    try:
+        for name in ("a", "b"):
+            procs[name] = start_agent(env, work, name, emulators[name], port)
+        wait_for(lambda: queue.get(job_id).state is JobState.RUNNING, 60, "the gang of a and b to start")
+        gang = {c.slot: c.worker for c in queue.slot_claims(job_id, 1)}
+        progress = work / "a" / "run" / job_id / "attempt-1" / "control"
+        wait_for(lambda: (p := control.read(progress, control.PROGRESS)) is not None and p["step"] >= notice_after_step,
+                 90, f"attempt 1 to reach step {notice_after_step} on node a")
+        # The standby node joins the fleet while the gang trains: idle, nothing to claim.
+        procs["standby"] = start_agent(env, work, "standby", emulators["standby"], port)
+        wait_for(lambda: len(queue.nodes()) == len(NODES), 60, "the standby agent to report itself")
+        noticed_at = time.time()
+        emulators["a"].spot_interruption("terminate", lead_seconds=notice_lead)
+        outputs = {name: proc.communicate(timeout=exit_timeout) for name, proc in procs.items()}
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+        for emulator in emulators.values():
+            emulator.__exit__(None, None, None)
+    return NoticedGang(noticed_at=noticed_at, gang=gang, outputs=outputs,
+                       codes={name: proc.returncode for name, proc in procs.items()})
+
+
 @pytest.mark.slow
 def test_a_noticed_gang_member_is_replaced_by_the_standby_and_the_job_ends_bitwise_identical(tmp_path, env, gpucloud_home):
     durable = tmp_path / "durable"
@@ -59,34 +105,9 @@ def test_a_noticed_gang_member_is_replaced_by_the_standby_and_the_job_ends_bitwi
          *train(out=tmp_path / "reference.pt", nproc=2, standalone=True, step_seconds=0.0)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    port = free_port()
-    emulators = {name: ImdsEmulator(instance_id=f"i-00000000000000{n:03d}", instance_type="g5.xlarge",
-                                    instance_life_cycle="spot").__enter__()
-                 for n, name in enumerate(("a", "b", "standby"))}
-    procs: dict[str, subprocess.Popen] = {}
-    try:
-        procs["a"] = start_agent(env, tmp_path, "a", emulators["a"], port)
-        procs["b"] = start_agent(env, tmp_path, "b", emulators["b"], port)
-        wait_for(lambda: queue.get(job.id).state is JobState.RUNNING, 60, "the gang of a and b to start")
-        members = {c.slot: c.worker for c in queue.slot_claims(job.id, 1)}
-        progress = tmp_path / "a" / "run" / job.id / "attempt-1" / "control"
-        wait_for(lambda: (p := control.read(progress, control.PROGRESS)) is not None and p["step"] >= 3, 90,
-                 "attempt 1 to reach step 3 on node a")
-        # The standby node joins the fleet while the gang trains: idle, nothing to claim.
-        procs["standby"] = start_agent(env, tmp_path, "standby", emulators["standby"], port)
-        wait_for(lambda: len(queue.nodes()) == 3, 60, "the standby agent to report itself")
-        noticed_at = time.time()
-        emulators["a"].spot_interruption("terminate", lead_seconds=120)
-
-        outputs = {name: proc.communicate(timeout=180) for name, proc in procs.items()}
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-        for emulator in emulators.values():
-            emulator.__exit__(None, None, None)
-    codes = {name: proc.returncode for name, proc in procs.items()}
-    assert codes == {"a": 75, "b": 0, "standby": 0}, {n: o[1][-2000:] for n, o in outputs.items()}
+    run = run_noticed_gang(queue, job.id, env, tmp_path, notice_after_step=3)
+    noticed_at, members, outputs = run.noticed_at, run.gang, run.outputs
+    assert run.codes == {"a": 75, "b": 0, "standby": 0}, {n: o[1][-2000:] for n, o in outputs.items()}
 
     # Exactly one requeue; attempt 2 ran on the survivor plus the standby.
     after = queue.get(job.id)

@@ -7,10 +7,8 @@ import base64
 import datetime as dt
 import json
 
-import botocore.session
 import pulumi
 import pytest
-from botocore.stub import Stubber
 
 from gpucloud import scaling_metric
 from gpucloud.cli import main
@@ -19,6 +17,7 @@ from gpucloud.infra.preview import StackPreview, mocked_runtime, preview_stack
 from gpucloud.infra.program import build_cluster
 from gpucloud.infra.scaling_plan import (
     MAX_STEP_ADJUSTMENTS,
+    SHORTFALL_EXPRESSION,
     ScaleOutStep,
     default_lead_minutes,
     minimum_lead_minutes,
@@ -29,6 +28,8 @@ from gpucloud.infra.scaling_plan import (
 from gpucloud.policy.pack import POLICIES
 from gpucloud.policy.runner import run_policies
 from gpucloud.spec import spec_from_config
+
+from .botocore_check import assert_valid_request
 
 ASG = "aws:autoscaling/group:Group"
 POLICY = "aws:autoscaling/policy:Policy"
@@ -59,6 +60,7 @@ def mixed_config() -> dict:
             {"name": "fixed", "instanceType": "g6.xlarge", "minNodes": 1, "maxNodes": 1,
              "scaling": {"enabled": False}},
         ],
+        "gpucloud:agent": {"package": "s3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl"},
     }
 
 
@@ -122,12 +124,7 @@ def test_backlog_request_is_a_valid_put_metric_data_call() -> None:
     request = scaling_metric.put_metric_data_request(
         [scaling_metric.GroupBacklog("research", "h100", unclaimed_slots=3, busy_nodes=2),
          scaling_metric.GroupBacklog("research", "a100", unclaimed_slots=0, busy_nodes=0)], now)
-    client = botocore.session.get_session().create_client(
-        "cloudwatch", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="y")
-    with Stubber(client) as stub:  # botocore validates the request against the service model
-        stub.add_response("put_metric_data", {}, expected_params=request)
-        client.put_metric_data(**request)
-        stub.assert_no_pending_responses()
+    assert_valid_request("cloudwatch", "put_metric_data", request)
     assert request["Namespace"] == "gpucloud"
     h100 = {d["MetricName"]: d["Value"] for d in request["MetricData"]
             if {"Name": "NodeGroup", "Value": "h100"} in d["Dimensions"]}
@@ -178,10 +175,10 @@ def test_shipped_spot_stacks_scale_out_on_the_backlog(previews, stack: str) -> N
     assert a["treatMissingData"] == "notBreaching"
     assert a["alarmActions"] == [f"arn:aws:autoscaling:us-east-1:123456789012:policy/{policy.name}"]
     queries = {q["id"]: q for q in a["metricQueries"]}
-    assert queries["shortfall"]["expression"] == "busy + unclaimed - desired"
+    assert queries["shortfall"]["expression"] == SHORTFALL_EXPRESSION  # the math: tests/infra/test_scale_from_zero.py
     assert [q["id"] for q in a["metricQueries"] if q["returnData"]] == ["shortfall"]
     group = asg.inputs["tags"][[t["key"] for t in asg.inputs["tags"]].index("gpucloud:node-group")]["value"]
-    for query_id, name in (("busy", "BusyNodes"), ("unclaimed", "UnclaimedSlots")):
+    for query_id, name in (("busy_nodes", "BusyNodes"), ("agent_unclaimed", "UnclaimedSlots")):
         m = queries[query_id]["metric"]
         assert (m["namespace"], m["metricName"], m["stat"], m["period"]) == ("gpucloud", name, "Maximum", 60)
         assert m["dimensions"] == {"ClusterName": preview.cluster, "NodeGroup": group}

@@ -213,6 +213,10 @@ def test_iam_scoped_to_the_cluster(previews, stack: str) -> None:
         assert all("*" not in action for action in statement["Action"])
         if statement["Sid"] in {"FindOwnGroup", "PublishBacklog"}:  # AWS grants these only on "*"
             continue
+        if statement["Sid"] == "AgentPackage":  # outside the stack: exactly the wheel its agent.package names
+            assert statement["Resource"] == ["arn:aws:s3:::" + load_agent_package(stack).removeprefix("s3://")]
+            assert statement["Action"] == ["s3:GetObject"]
+            continue
         for arn in statement["Resource"]:
             assert arn != "*"
             named = _resource_name(arn)
@@ -244,6 +248,14 @@ def load_az(stack: str) -> str:
     from gpucloud.spec import load_stack_file, stack_file_for
 
     return load_stack_file(stack_file_for(stack)).availability_zone or ""
+
+
+def load_agent_package(stack: str) -> str:
+    from gpucloud.spec import load_stack_file, stack_file_for
+
+    package = load_stack_file(stack_file_for(stack)).agent.package
+    assert package is not None
+    return package
 
 
 @stacks

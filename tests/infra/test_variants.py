@@ -8,7 +8,8 @@ from gpucloud.infra.preview import StackPreview, preview_stack
 from gpucloud.spec import spec_from_config
 
 BASE = {"aws:region": "eu-west-1", "gpucloud:nodeGroups": [{"name": "a", "instanceType": "p5en.48xlarge",
-                                                             "maxNodes": 2}]}
+                                                             "maxNodes": 2}],
+        "gpucloud:agent": {"package": "s3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl"}}
 
 
 def plan(**extra) -> StackPreview:

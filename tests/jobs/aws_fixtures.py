@@ -54,3 +54,17 @@ def aws_job_plane(fresh_aws_account: str) -> dict[str, str]:
     plane["endpoint"] = fresh_aws_account
     plane["uri"] = f"aws://{REGION}?table={plane['table']}&queue={plane['queue_url']}"
     return plane
+
+
+def visible_messages(sqs, url: str, wait: int = 0) -> list[dict]:
+    """Receive (and so hide for 30 s) whatever is visible now, waiting up to ``wait`` seconds."""
+    return sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=wait, VisibilityTimeout=30,
+                               MessageSystemAttributeNames=["All"]).get("Messages", [])
+
+
+def message_counts(sqs, url: str, *, delayed: bool = False) -> tuple[int, ...]:
+    """(visible, in flight) messages, and delayed ones when asked."""
+    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    names += ["ApproximateNumberOfMessagesDelayed"] if delayed else []
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
+    return tuple(int(attrs[name]) for name in names)

@@ -11,6 +11,7 @@ from gpucloud.jobs import aws_ops
 from gpucloud.jobs.aws_items import item_to_job, job_item
 from gpucloud.jobs.aws_messages import (
     Action,
+    Holder,
     MalformedMessage,
     SlotMessage,
     decide,
@@ -97,40 +98,50 @@ def test_visibility_is_whole_seconds_within_the_sqs_limits():
     assert [visibility_seconds(s) for s in (0.05, 1.0, 1.2, 10**6)] == [1, 1, 2, 43_200]
 
 
-def _job(state: JobState, attempt: int = 1, lease_until: float | None = None) -> Job:
-    return Job(id="j-1", spec=JobSpec(command=["x"]), state=state, attempt=attempt, created_at=0, updated_at=0,
-               worker="w" if state is JobState.RUNNING else None, lease_until=lease_until)
+def _job(state: JobState, attempt: int = 1, nodes: int = 1) -> Job:
+    return Job(id="j-1", spec=JobSpec(command=["x"], nodes=nodes), state=state, attempt=attempt, created_at=0,
+               updated_at=0, worker="w" if state is JobState.RUNNING else None)
 
 
-def _decide(job, *, attempt=1, message_id="m1", held=None, receives=1, max_receives=5, now=100.0):
-    message = SlotMessage(v=1, job_id="j-1", attempt=attempt, slot=0, slots=1)
-    return decide(message, job, message_id=message_id, held_message_id=held, receive_count=receives,
+def _holder(lease_until: float, message_id: str | None = "m1", worker: str = "w") -> Holder:
+    return Holder(worker=worker, lease_until=lease_until, message_id=message_id)
+
+
+def _decide(job, holder=None, *, attempt=1, slot=0, message_id="m1", receives=1, max_receives=5, now=100.0):
+    message = SlotMessage(v=1, job_id="j-1", attempt=attempt, slot=slot, slots=max(slot + 1, 1))
+    return decide(message, job, holder, message_id=message_id, receive_count=receives,
                   max_receives=max_receives, now=now)
 
 
-@pytest.mark.parametrize("job, kwargs, action, why", [
-    (None, {}, Action.DELETE, "is gone"),
-    (_job(JobState.FINISHED), {}, Action.DELETE, "is finished"),
-    (_job(JobState.FAILED), {}, Action.DELETE, "is failed"),
-    (_job(JobState.QUEUED), {}, Action.CLAIM, "is queued"),
-    (_job(JobState.QUEUED, attempt=2), {}, Action.DELETE, "superseded by attempt 2"),
-    (_job(JobState.QUEUED), {"attempt": 2}, Action.DELETE, "does not exist"),
-    (_job(JobState.RUNNING, lease_until=50.0), {}, Action.TAKEOVER, "expired"),
-    (_job(JobState.RUNNING, lease_until=130.0), {"held": "m1"}, Action.PARK, "holds"),
-    (_job(JobState.RUNNING, lease_until=130.0), {"held": "m1", "receives": 4}, Action.REPOST, "received 4 times"),
-    (_job(JobState.RUNNING, lease_until=130.0), {"held": "m9"}, Action.DELETE, "a duplicate"),
+@pytest.mark.parametrize("job, holder, kwargs, action, why", [
+    (None, None, {}, Action.DELETE, "is gone"),
+    (_job(JobState.FINISHED), None, {}, Action.DELETE, "is finished"),
+    (_job(JobState.FAILED), None, {}, Action.DELETE, "is failed"),
+    (_job(JobState.QUEUED), None, {}, Action.CLAIM, "is free"),
+    (_job(JobState.QUEUED), _holder(50.0, "m7"), {}, Action.CLAIM, "is free"),  # its holder's lease ran out
+    (_job(JobState.QUEUED, attempt=2), None, {}, Action.DELETE, "superseded by attempt 2"),
+    (_job(JobState.QUEUED), None, {"attempt": 2}, Action.DELETE, "does not exist"),
+    (_job(JobState.QUEUED, nodes=2), None, {"slot": 2}, Action.DELETE, "has no slot 2"),
+    (_job(JobState.QUEUED, nodes=2), _holder(130.0, "m1", "agent-b"), {"slot": 1}, Action.PARK, "agent-b holds slot 1"),
+    (_job(JobState.QUEUED, nodes=2), _holder(130.0, "m3", "agent-b"), {"slot": 1}, Action.DELETE, "a duplicate"),
+    (_job(JobState.RUNNING), _holder(50.0), {}, Action.TAKEOVER, "stopped renewing slot 0"),
+    (_job(JobState.RUNNING, nodes=2), None, {"slot": 1}, Action.TAKEOVER, "its holder stopped renewing slot 1"),
+    (_job(JobState.RUNNING), _holder(130.0), {}, Action.PARK, "holds"),
+    (_job(JobState.RUNNING), _holder(130.0, None), {}, Action.PARK, "holds"),  # a holder without a message adopts it
+    (_job(JobState.RUNNING), _holder(130.0), {"receives": 4}, Action.REPOST, "received 4 times"),
+    (_job(JobState.RUNNING), _holder(130.0, "m9"), {}, Action.DELETE, "a duplicate"),
 ])
-def test_what_a_receiver_does_with_a_message(job, kwargs, action, why):
-    decision = _decide(job, **kwargs)
+def test_what_a_receiver_does_with_a_message(job, holder, kwargs, action, why):
+    decision = _decide(job, holder, **kwargs)
     assert decision.action is action and why in decision.reason
 
 
 def test_a_parked_message_stays_hidden_for_the_rest_of_the_lease():
-    assert _decide(_job(JobState.RUNNING, lease_until=130.2), held="m1").hide_seconds == 31
+    assert _decide(_job(JobState.RUNNING), _holder(130.2)).hide_seconds == 31
 
 
 def test_without_a_dead_letter_queue_the_holders_message_is_always_parked():
-    assert _decide(_job(JobState.RUNNING, lease_until=130.0), held="m1", receives=50, max_receives=None).action is Action.PARK
+    assert _decide(_job(JobState.RUNNING), _holder(130.0), receives=50, max_receives=None).action is Action.PARK
 
 
 # -- items and expressions ----------------------------------------------------------------------

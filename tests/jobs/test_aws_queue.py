@@ -21,6 +21,8 @@ from gpucloud.jobs.aws_uri import parse_aws_uri
 from gpucloud.jobs.locations import default_queue_uri, open_queue
 from gpucloud.jobs.model import AttemptEnd, AttemptState, JobSpec, JobState
 
+from .aws_fixtures import message_counts as _counts
+from .aws_fixtures import visible_messages as _visible
 from .conftest import wait_for
 
 SPEC = JobSpec(command=["python", "train.py"], gpus_per_node=8)
@@ -46,20 +48,6 @@ def sqs(plane):
 def _held(plane, job_id: str) -> dict:
     item = boto3.client("dynamodb").get_item(TableName=plane["table"], Key=key(job_id, "meta"), ConsistentRead=True)["Item"]
     return {name: item[name]["S"] for name in ("message_id", "receipt") if name in item}
-
-
-def _visible(sqs, url: str, wait: int = 0) -> list[dict]:
-    """Receive (and so hide for 30 s) whatever is visible now, waiting up to ``wait`` seconds."""
-    return sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=wait, VisibilityTimeout=30,
-                               MessageSystemAttributeNames=["All"]).get("Messages", [])
-
-
-def _counts(sqs, url: str, *, delayed: bool = False) -> tuple[int, ...]:
-    """(visible, in flight) messages, and delayed ones when asked."""
-    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
-    names += ["ApproximateNumberOfMessagesDelayed"] if delayed else []
-    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
-    return tuple(int(attrs[name]) for name in names)
 
 
 def test_submit_sends_one_slot_message_that_names_the_attempt(q, plane, sqs):
@@ -123,11 +111,17 @@ def test_messages_for_ended_gone_or_superseded_jobs_are_deleted_not_dead_lettere
     assert _counts(sqs, plane["dlq_url"]) == (0, 0)
 
 
-def test_a_duplicate_message_for_a_held_job_is_deleted(q, plane, sqs):
+def test_a_holder_without_a_message_adopts_it_and_a_second_copy_is_a_duplicate(q, plane, sqs):
     job = q.submit(SPEC)
-    q.claim("w1", lease_seconds=60, job_id=job.id)  # holds no message; attempt 1's stays in the queue
+    q.claim("w1", lease_seconds=60, job_id=job.id)  # claimed from the table: attempt 1's message stays in the queue
+    [original] = _visible(sqs, plane["queue_url"])
+    sqs.change_message_visibility(QueueUrl=plane["queue_url"], ReceiptHandle=original["ReceiptHandle"], VisibilityTimeout=0)
     assert q.claim("w2", lease_seconds=60) is None
-    assert _counts(sqs, plane["queue_url"]) == (0, 0)
+    assert _held(plane, job.id)["message_id"] == original["MessageId"]  # now w1's wake-up if it dies
+    assert _counts(sqs, plane["queue_url"]) == (0, 1)
+    sqs.send_message(QueueUrl=plane["queue_url"], MessageBody=original["Body"])  # SQS delivers at least once
+    assert q.claim("w2", lease_seconds=60) is None
+    assert _counts(sqs, plane["queue_url"]) == (0, 1)  # the copy is deleted, the adopted one stays hidden
     assert q.get(job.id).worker == "w1"
 
 

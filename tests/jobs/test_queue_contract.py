@@ -303,12 +303,25 @@ def test_racing_slot_claims_hand_each_slot_out_once(open_backend):
     assert {c.worker for c in submitter.slot_claims(job.id, 1)} == {c.worker for c in won}
 
 
+def _claim_within(jq, worker: str, address: str, seconds: float = 10.0):
+    """Claim until a slot comes (an SQS message hidden by a dead holder shows again only when its
+    visibility timeout, at least 1 s, runs out)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        claim = gang.claim_slot(jq, worker, address, lease_seconds=60)
+        if claim is not None:
+            return claim
+    raise AssertionError(f"{worker} got no slot within {seconds}s")
+
+
 def test_an_expired_slot_before_the_gang_forms_is_free_again(jq):
     job = jq.submit(GANG)
-    gang.claim_slot(jq, "dead", "10.0.0.1", lease_seconds=0.05)
+    dead = gang.claim_slot(jq, "dead", "10.0.0.1", lease_seconds=0.05)
     time.sleep(0.1)  # the lease must really run out; nothing else marks it
-    taken = gang.claim_slot(jq, "b", "10.0.0.2", lease_seconds=60)
-    assert (taken.slot, taken.worker) == (0, "b")
+    taken = [_claim_within(jq, "b", "10.0.0.2"), _claim_within(jq, "c", "10.0.0.3")]
+    assert sorted(c.slot for c in taken) == [0, 1]  # dead's slot among them
+    assert dead.slot in {c.slot for c in taken}
+    assert [m.worker for m in gang.members(jq, job, 1)] == [c.worker for c in sorted(taken, key=lambda c: c.slot)]
     assert jq.get(job.id).attempt == 1  # no attempt lost
 
 
@@ -317,7 +330,8 @@ def test_a_released_slot_is_claimable_and_the_attempt_is_kept(jq):
     mine = gang.claim_slot(jq, "a", "10.0.0.1", lease_seconds=60)
     assert gang.release(jq, mine)
     assert jq.slot_claims(job.id, 1) == []
-    assert gang.claim_slot(jq, "b", "10.0.0.2", lease_seconds=60).slot == 0
+    taken = [_claim_within(jq, "b", "10.0.0.2"), _claim_within(jq, "c", "10.0.0.3")]
+    assert sorted(c.slot for c in taken) == [0, 1]
     assert [a.number for a in jq.attempts(job.id)] == [1]
 
 
@@ -383,3 +397,20 @@ def test_node_records_are_replaced_per_agent(jq):
     nodes = jq.nodes()
     assert [(n.id, n.state, n.job_id) for n in nodes] == [("n1", NodeState.RUNNING, "j"), ("n2", NodeState.IDLE, None)]
     assert nodes[1].instance_type == "p5.48xlarge" and nodes[1].lifecycle == "spot"
+
+
+def test_a_whole_job_claim_leaves_gangs_and_agent_run_jobs_to_the_agents(jq):
+    waiting_gang = jq.submit(GANG)
+    single = jq.submit(SPEC)
+    taken = jq.claim("worker-1", lease_seconds=60)
+    assert taken is not None and taken.id == single.id
+    assert jq.claim("worker-2", lease_seconds=60) is None
+    assert (jq.get(waiting_gang.id).state, jq.get(waiting_gang.id).attempt) == (JobState.QUEUED, 1)
+    # A single-node job an agent runs as a gang of one is not taken over by a worker when the
+    # gang's job lease runs out: the agents fail it over through its slot.
+    agent_run = jq.submit(SPEC)
+    mine = gang.claim_slot(jq, "agent-a", "10.0.0.1", lease_seconds=60, job_id=agent_run.id)
+    assert gang.start_gang(jq, mine, lease_seconds=0.01) is not None
+    time.sleep(0.05)  # the job lease must really run out
+    assert jq.claim("worker-3", lease_seconds=60) is None
+    assert jq.get(agent_run.id).worker == gang.gang_worker(agent_run.id, 1)

@@ -20,6 +20,7 @@ BASE_CONFIG: dict[str, Any] = {
     ],
     "gpucloud:network": {"vpcCidr": "10.20.0.0/16"},
     "gpucloud:storage": {"fsx": {"sizeGiB": 2400, "throughputPerTiB": 250}},
+    "gpucloud:agent": {"package": "s3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl"},
     "gpucloud:tags": {"team": "research"},
     "gpucloud:costCeilingUsdPerHour": 100,
 }

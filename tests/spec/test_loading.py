@@ -30,6 +30,7 @@ def test_engine_style_config_with_json_text_values() -> None:
         "gpucloud:nodeGroups": json.dumps([{"name": "a", "instanceType": "g6.xlarge", "maxNodes": 3}]),
         "gpucloud:costCeilingUsdPerHour": "10.5",
         "aws:profile": "research",  # provider settings pass through untouched
+        "gpucloud:agent": json.dumps({"package": "s3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl"}),
     }
     spec = spec_from_config(config, "Pulumi.x.yaml")
     assert spec.region == "us-west-2"
@@ -38,8 +39,8 @@ def test_engine_style_config_with_json_text_values() -> None:
 
 
 def test_unprefixed_keys_are_the_project_namespace() -> None:
-    spec = spec_from_config({"aws:region": "us-east-1", "nodeGroups": [{"name": "a", "instanceType": "g5.xlarge"}]},
-                            "f")
+    spec = spec_from_config({"aws:region": "us-east-1", "nodeGroups": [{"name": "a", "instanceType": "g5.xlarge"}],
+                             "agent": {"package": "s3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl"}}, "f")
     assert spec.node_groups[0].name == "a"
 
 
@@ -47,7 +48,8 @@ def test_yaml_on_off_for_efa_mode(tmp_path: Path) -> None:
     path = tmp_path / "Pulumi.x.yaml"
     path.write_text("config:\n  aws:region: us-east-1\n  gpucloud:nodeGroups:\n"
                     "    - {name: a, instanceType: p4d.24xlarge, efa: {mode: on}}\n"
-                    "    - {name: b, instanceType: p4d.24xlarge, efa: {mode: off}}\n")
+                    "    - {name: b, instanceType: p4d.24xlarge, efa: {mode: off}}\n"
+                    "  gpucloud:agent: {package: 's3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl'}\n")
     spec = load_stack_file(path)
     assert [g.efa.mode for g in spec.node_groups] == ["on", "off"]
 
@@ -58,7 +60,7 @@ def test_defaults_decide_efa_and_placement() -> None:
         {"name": "cb", "instanceType": "p5.48xlarge",
          "capacity": {"type": "capacity-block", "reservationId": "cr-0123456789abcdef0"}},
         {"name": "g", "instanceType": "g6.xlarge"},
-    ]}, "f")
+    ], "gpucloud:agent": {"package": "s3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl"}}, "f")
     p4d, cb, g = spec.node_groups
     assert efa_enabled(p4d, get_instance_type("p4d.24xlarge")) and uses_placement_group(p4d, get_instance_type("p4d.24xlarge"))
     assert efa_enabled(cb, get_instance_type("p5.48xlarge")) and not uses_placement_group(cb, get_instance_type("p5.48xlarge"))

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from gpucloud.errors import UserError
 from gpucloud.fleet.asg import AutoScaling, ScaleIn
+from gpucloud.fleet.lifecycle import LifecycleAction
 from gpucloud.fleet.scaling import idle_scale_in
 from gpucloud.scaling_metric import IDLE_MINUTES_ENV, SCALE_IN_ENV, GroupBacklog, put_metric_data_request
 
@@ -35,9 +36,13 @@ NODE_GROUP_ENV = "GPUCLOUD_NODE_GROUP"
 
 
 class FleetHooks(Protocol):
+    """What the agent asks of the group. ``noticed`` and ``committed`` act on this node, or with
+    ``instance_id`` on another node of the fleet (the events-queue handler, for a node whose agent
+    is dead); ``committed`` completes the lifecycle action ``action`` names when one is given."""
+
     def busy(self, busy: bool) -> None: ...
-    def noticed(self) -> str: ...
-    def committed(self) -> bool: ...
+    def noticed(self, instance_id: str | None = None) -> str: ...
+    def committed(self, instance_id: str | None = None, action: LifecycleAction | None = None) -> bool: ...
     def publish_backlog(self, *, unclaimed_slots: int, busy_nodes: int) -> None: ...
     def scale_in(self, *, idle_for: float, unclaimed_slots: int) -> bool: ...
 
@@ -48,10 +53,10 @@ class OfflineHooks:
     def busy(self, busy: bool) -> None:
         return None
 
-    def noticed(self) -> str:
+    def noticed(self, instance_id: str | None = None) -> str:
         return "no Auto Scaling group: nothing to replace"
 
-    def committed(self) -> bool:
+    def committed(self, instance_id: str | None = None, action: LifecycleAction | None = None) -> bool:
         return False
 
     def publish_backlog(self, *, unclaimed_slots: int, busy_nodes: int) -> None:
@@ -105,13 +110,28 @@ class AsgHooks:
         self.asg.protect(self.instance_id, self.asg_name, busy)
         self._protected = busy
 
-    def noticed(self) -> str:
-        return self.asg.request_replacement(self.instance_id, self.asg_name).value
+    def noticed(self, instance_id: str | None = None) -> str:
+        instance, group = self._member(instance_id)
+        if group is None:
+            return f"{instance} is in no Auto Scaling group: nothing to replace"
+        return self.asg.request_replacement(instance, group).value
 
-    def committed(self) -> bool:
+    def committed(self, instance_id: str | None = None, action: LifecycleAction | None = None) -> bool:
+        if action is not None:  # the events queue's lifecycle action: group, hook and token are its own
+            return self.asg.complete(action, "CONTINUE")
         if self.settings.lifecycle_hook is None:
             return False
-        return self.asg.complete_termination(self.asg_name, self.settings.lifecycle_hook, self.instance_id)
+        instance, group = self._member(instance_id)
+        if group is None:
+            return False
+        return self.asg.complete_termination(group, self.settings.lifecycle_hook, instance)
+
+    def _member(self, instance_id: str | None) -> tuple[str, str | None]:
+        """(instance, its group): this node's own, or another node's looked up (it may be in
+        another of the cluster's groups, or already out of every group)."""
+        if instance_id is None or instance_id == self.instance_id:
+            return self.instance_id, self.asg_name
+        return instance_id, group_of(self._client, instance_id)
 
     def publish_backlog(self, *, unclaimed_slots: int, busy_nodes: int) -> None:
         if not (self.settings.cluster and self.settings.node_group):

@@ -4,7 +4,7 @@ One agent per node. Every decision about slots and gangs is ``jobs.gang``'s; eve
 an attempt is the supervisor's (``jobs.runner.run_attempt``, the same code ``spot-train`` runs).
 This module only sequences them and keeps the node's record in the queue current:
 
-* idle: sweep running gangs for lost members (``gang.fail_over_lost_gangs``), claim a slot,
+* idle: claim a slot the queue offers (failing over attempts that lost a member on the way),
   publish the backlog, scale in when idle long enough (``fleet_hooks``);
 * waiting: renew the slot, wait for the other members; after ``gang_timeout`` give the slot back;
 * running: torchrun as member ``slot`` with rank 0's address as the rendezvous, under the
@@ -24,6 +24,7 @@ from typing import Any, Callable
 from gpucloud.agent.fleet_hooks import FleetHooks
 from gpucloud.agent.fleet_view import fleet_state
 from gpucloud.agent.identity import NodeIdentity
+from gpucloud.agent.table_notices import TableNotices, request_gang_stop
 from gpucloud.agent.torchrun import DEFAULT_PORT, gang_argv
 from gpucloud.errors import UserError
 from gpucloud.jobs import gang
@@ -169,6 +170,14 @@ class Agent:
                 self.stop_notice = notice
         if not first:
             return
+        claim = self.current
+        if claim is not None:
+            # The gang learns of it through the job table too, so the peers save even if this
+            # node's ranks cannot spread the flag (cheap and idempotent; refused while forming).
+            try:
+                request_gang_stop(self.queue, claim.job_id, claim.attempt, notice, instance_id=self.identity.instance_id)
+            except Exception as err:  # noqa: BLE001 - the in-band flag still stops the gang
+                log.warning("requesting the gang's stop for %s attempt %d failed: %s", claim.job_id, claim.attempt, err)
         if notice.kind not in REPLACE_KINDS:
             outcome = f"no replacement requested for a {notice.kind} notice"
         else:
@@ -187,11 +196,12 @@ class Agent:
             while self.stop_notice is None:
                 if self.options.max_attempts is not None and len(self.ran) >= self.options.max_attempts:
                     break
-                gang.fail_over_lost_gangs(self.queue)
                 now = time.monotonic()
                 self._backoff = {k: until for k, until in self._backoff.items() if until > now}
+                # Lost members' attempts are failed over inside claim_slot (their offers come too).
                 claim = gang.claim_slot(self.queue, self.identity.worker, self.identity.address,
-                                        lease_seconds=self.options.slot_lease, skip=self._backoff.keys())
+                                        lease_seconds=self.options.slot_lease, skip=self._backoff.keys(),
+                                        skip_delay=self.options.poll_interval)
                 if claim is None:
                     if self._idle(time.monotonic() - idle_since):
                         break
@@ -279,8 +289,24 @@ class Agent:
                 nproc_per_node=max(1, job.spec.gpus_per_node),
             )
             job = job.model_copy(update={"spec": job.spec.model_copy(update={"command": argv})})
+        if self.stop_notice is not None:
+            # Noticed while the gang formed, and the gang started anyway: it must still save.
+            try:
+                request_gang_stop(self.queue, job.id, job.attempt, self.stop_notice, instance_id=self.identity.instance_id)
+            except Exception as err:  # noqa: BLE001 - the in-band flag still reaches the gang
+                log.warning("requesting the gang's stop for %s attempt %d failed: %s", job.id, job.attempt, err)
+
+        def about_this_node(notice: Notice) -> None:
+            # Recorded by another agent's events-queue handler about this very instance: it is this
+            # node's own notice (no more work, replacement asked for), even if IMDS has not said so yet.
+            if self.identity.instance_id is not None and notice.payload.get("instance-id") == self.identity.instance_id:
+                self._on_stop(notice)
+
+        # Every member also watches the attempt's stop request in the job table, so a notice seen
+        # anywhere (or by the events-queue handler, for a node whose agent is dead) flags its ranks.
+        notices = TableNotices(self.notices, self.queue, job.id, job.attempt, on_table_notice=about_this_node)
         return run_attempt(
-            self.queue, job, worker=gang.gang_worker(job.id, job.attempt), notices=self.notices, config=self.config,
+            self.queue, job, worker=gang.gang_worker(job.id, job.attempt), notices=notices, config=self.config,
             local_checkpoint_dir=self.options.local_checkpoint_dir, on_event=self._on_event,
             run_root=self.options.run_root,
         )

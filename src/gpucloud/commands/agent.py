@@ -32,6 +32,13 @@ while busy, asks for its replacement at the notice, completes the termination li
 after the commit, publishes the backlog metric and scales itself in when idle
 (GPUCLOUD_SCALE_IN=1, GPUCLOUD_IDLE_MINUTES). Off EC2 those steps are skipped.
 \b
+Queue mode (--events-queue, set on cluster nodes): every agent also consumes the cluster's
+events queue (EventBridge spot warnings, rebalance recommendations, ASG terminate lifecycle
+actions). For a noticed node whose agent is dead, the agent that receives the event asks the
+gang to stop through the job table (the survivors save the same step; the attempt is requeued,
+not counted as a crash), marks the dead agent stopped, asks for the node's replacement, and
+completes its lifecycle action once the attempt ended.
+\b
 Exit codes: 0 idle exit or --max-attempts reached; 75 stopped by an interruption notice.
 """
 
@@ -45,10 +52,13 @@ Exit codes: 0 idle exit or --max-attempts reached; 75 stopped by an interruption
 @click.option("--idle-exit", type=click.FloatRange(min=0.0), metavar="SECONDS", help="Exit after this long with nothing to claim (default: run until stopped).")
 @click.option("--max-attempts", "max_attempts_run", type=click.IntRange(min=1), help="Exit after running this many attempts.")
 @click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path), help="This node's per-attempt control directories (default: $GPUCLOUD_HOME/run).")
+@click.option("--events-queue", "events_queue", metavar="URL", envvar="GPUCLOUD_EVENTS_QUEUE_URL", show_envvar=True,
+              help="The cluster's events queue (the stack's eventsQueueUrl; node.env sets it). Consumed in the "
+                   "background so a noticed node whose agent died is still handled. Default: off.")
 @output_option()
 def agent(queue_uri, imds_endpoint, no_imds, poll_interval, grace, ack_timeout, stop_margin, kill_after,
           local_checkpoint_dir, address, rendezvous_port, slot_lease, gang_timeout, idle_exit, max_attempts_run,
-          run_dir, output) -> int:
+          run_dir, events_queue, output) -> int:
     """Run this node's share of queued jobs: claim a gang slot, wait for the gang, run the attempt
     under the spot supervisor, repeat. Status changes are printed as they happen (JSON Lines with
     --output json: one status object per change, then the summary)."""
@@ -71,9 +81,16 @@ def agent(queue_uri, imds_endpoint, no_imds, poll_interval, grace, ack_timeout, 
     hooks = hooks_for(identity.instance_id) if endpoint is not None else OfflineHooks()
     hub = start_signal_hub(imds_endpoint=endpoint, use_imds=endpoint is not None, poll_interval=poll_interval, grace=grace)
     status = _json_line if output == "json" else _human_line
+    watcher = None
     try:
+        if events_queue:
+            from gpucloud.agent.fleet_events import watch_events_queue
+
+            watcher = watch_events_queue(events_queue, queue, hooks, node_lease=slot_lease, worker=identity.worker)
         summary = Agent(queue, identity, hub, hooks, config, options, status=status, on_event=print_event).run()
     finally:
+        if watcher is not None:
+            watcher.stop()
         hub.stop()
         queue.close()
     ran = [

@@ -24,8 +24,13 @@ STACK_FILE_RE = re.compile(r"^Pulumi\.(?P<name>.+)\.ya?ml$")
     "--stack-file", "stack_file", metavar="PATH", type=click.Path(dir_okay=False, path_type=Path),
     help="Any stack file (Pulumi.<name>.yaml format); the stack name is taken from the file name.",
 )
+@click.option(
+    "--catalog-file", "catalog_file", metavar="PATH", type=click.Path(dir_okay=False, path_type=Path),
+    help="Instance catalog JSON for the plan's validation, EFA layouts and prices, e.g. one written by "
+         "`gpucloud catalog refresh --output-file` (default: the bundled catalog).",
+)
 @output_option()
-def plan(stack: str | None, stack_file: Path | None, output: str) -> None:
+def plan(stack: str | None, stack_file: Path | None, catalog_file: Path | None, output: str) -> None:
     """Preview a stack offline: what `pulumi up` would create, the EFA layout and the hourly cost.
 
     Runs the real stack program under Pulumi mocks in this process: no AWS account, credentials,
@@ -37,11 +42,14 @@ def plan(stack: str | None, stack_file: Path | None, output: str) -> None:
       gpucloud plan --stack dev
       gpucloud plan --stack p5-capacity-block --output json | jq '.cost'
       gpucloud plan --stack-file my-stacks/Pulumi.research.yaml
+      gpucloud catalog refresh --output-file fresh.json   # needs AWS credentials
+      gpucloud plan --stack dev --catalog-file fresh.json   # today's prices, offline
 
     The stack file is validated first; every problem is reported as one line naming the file,
     the key, the bad value and what is allowed (exit code 2). The planned resources are then
     checked by the gpucloud policy pack; a mandatory violation makes the exit code 1.
     """
+    from gpucloud.catalog import load_catalog
     from gpucloud.spec import load_stack_file, stack_file_for
 
     if (stack is None) == (stack_file is None):
@@ -54,22 +62,26 @@ def plan(stack: str | None, stack_file: Path | None, output: str) -> None:
     path = stack_file_for(stack) if stack is not None else stack_file
     assert path is not None
     name = stack if stack is not None else _stack_name_from(path)
-    spec = load_stack_file(path)
+    catalog = load_catalog(catalog_file)  # the same checks and one-line errors as `catalog show`
+    spec = load_stack_file(path, catalog)
 
     from gpucloud.infra.preview import preview_stack
     from gpucloud.policy.runner import run_policies
 
+    source = {"path": str(catalog_file) if catalog_file is not None else None,
+              "as_of": catalog.as_of.isoformat(), "region": catalog.region}
     if output == "json":
-        result = preview_stack(spec, name)
+        result = preview_stack(spec, name, catalog)
         violations = run_policies(result.resources, stack=name)
-        print_json({**result.to_json(), "policy_violations": [dataclasses.asdict(v) for v in violations]})
+        print_json({**result.to_json(), "catalog": source,
+                    "policy_violations": [dataclasses.asdict(v) for v in violations]})
     else:
         from rich.console import Console
 
         with Console(stderr=True).status(f"Planning stack {name} under Pulumi mocks..."):
-            result = preview_stack(spec, name)
+            result = preview_stack(spec, name, catalog)
             violations = run_policies(result.resources, stack=name)
-        _print_human(result)
+        _print_human(result, source)
         _print_violations(violations)
     if any(v.enforcement == "mandatory" for v in violations):
         # `pulumi up --policy-pack` would refuse this stack: say so with the exit code too
@@ -85,7 +97,7 @@ def _money(value: float | None) -> str:
     return "unknown" if value is None else f"${value:,.2f}"
 
 
-def _print_human(result: Any) -> None:
+def _print_human(result: Any, catalog: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
     from rich.tree import Tree
@@ -120,6 +132,9 @@ def _print_human(result: Any) -> None:
             cost.add_row(label, capacity, view, *(_money(v) for v in (counts.min, counts.desired, counts.max)))
             label, capacity = "", ""
     console.print(cost)
+    origin = catalog["path"] or "the bundled catalog"
+    console.print(f"Prices and instance facts from {origin} ({catalog['region']}, as of {catalog['as_of']}).",
+                  markup=False, soft_wrap=True)
 
 
 def _print_violations(violations: list[Any]) -> None:

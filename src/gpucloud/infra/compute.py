@@ -68,6 +68,7 @@ class NodeGroupArgs:
     image_id: pulumi.Input[str]
     root_device_name: pulumi.Input[str]
     user_data: pulumi.Input[str]
+    job_queue_name: pulumi.Input[str]  # the backlog alarm counts this queue's visible slot messages
     ssh_key_name: Optional[str] = None
 
 
@@ -150,7 +151,8 @@ class NodeGroup(pulumi.ComponentResource):
                 ignore_changes=["desiredCapacity"] if g.scaling.enabled else None)),
         )
         self.scaling = BacklogScaling(f"{name}-scaling", BacklogScalingArgs(
-            tagging=args.tagging, node_group=g.name, asg_name=self.asg.name, max_nodes=g.max_nodes,
+            tagging=args.tagging, node_group=g.name, asg_name=self.asg.name, job_queue_name=args.job_queue_name,
+            max_nodes=g.max_nodes,
             instance_warmup_seconds=g.scaling.instance_warmup_seconds,
         ), opts=child) if g.scaling.enabled else None
         block_end = g.capacity.block_end if g.capacity.type == "capacity-block" else None

@@ -23,7 +23,8 @@ SSM_CORE_POLICY = "policy/AmazonSSMManagedInstanceCore"
 
 
 def node_policy_document(
-    bucket_arn: str, queue_arns: Sequence[str], table_arn: str, asg_arns: Sequence[str]
+    bucket_arn: str, queue_arns: Sequence[str], table_arn: str, asg_arns: Sequence[str],
+    agent_package_arn: str | None = None,
 ) -> dict:
     """The node role's inline policy: a pure function of the ARNs it may touch (no wildcards)."""
     statements = [
@@ -62,6 +63,10 @@ def node_policy_document(
              "Action": ["autoscaling:DescribeAutoScalingInstances", "autoscaling:DescribeAutoScalingGroups"],
              "Resource": ["*"]},
         ]
+    if agent_package_arn is not None:
+        # The bootstrap copies the stack's agent wheel (agent.package = s3://...): that one object.
+        statements.append({"Sid": "AgentPackage", "Effect": "Allow", "Action": ["s3:GetObject"],
+                           "Resource": [agent_package_arn]})
     # PutMetricData has no resource type either; the namespace condition limits it to our backlog
     # metric. No ec2:DescribeInstances: gang peers publish their own private address with their
     # slot claim (from their IMDS), so no node needs to look other instances up.
@@ -115,15 +120,18 @@ class NodeAccessPolicyArgs:
     queue_arns: Sequence[pulumi.Input[str]]
     table_arn: pulumi.Input[str]
     asg_arns: Sequence[pulumi.Input[str]]
+    agent_package_arn: Optional[pulumi.Input[str]] = None  # the agent wheel's S3 object, when there is one
 
 
 class NodeAccessPolicy(pulumi.ComponentResource):
     def __init__(self, name: str, args: NodeAccessPolicyArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("gpucloud:iam:NodeAccessPolicy", name, None, opts)
         n_queues = len(args.queue_arns)
-        document = pulumi.Output.all(args.bucket_arn, args.table_arn, *args.queue_arns, *args.asg_arns).apply(
-            lambda v: json.dumps(node_policy_document(v[0], v[2 : 2 + n_queues], v[1], v[2 + n_queues :]))
-        )
+        document = pulumi.Output.all(
+            args.bucket_arn, args.table_arn, args.agent_package_arn, *args.queue_arns, *args.asg_arns
+        ).apply(lambda v: json.dumps(node_policy_document(
+            v[0], v[3 : 3 + n_queues], v[1], v[3 + n_queues :], agent_package_arn=v[2],
+        )))
         aws.iam.RolePolicy(
             f"{name}-access", role=args.role_name, policy=document, opts=pulumi.ResourceOptions(parent=self)
         )

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Optional
 import pulumi
 import pulumi_aws as aws
 
-from gpucloud import __version__, scaling_metric
+from gpucloud import scaling_metric
 from gpucloud.catalog import Catalog
 from gpucloud.infra.compute import DRAIN_HOOK, NodeGroup, NodeGroupArgs
 from gpucloud.infra.ami import resolve_image
@@ -119,7 +119,8 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
             "GPUCLOUD_EFA_INTERFACES": str(gp.efa_layout.efa_interfaces),
             "GPUCLOUD_NVME_SCRATCH": "1" if spec.storage.nvme_scratch else "0",
             "GPUCLOUD_SCRATCH_PATH": spec.storage.scratch_path,
-            "GPUCLOUD_PACKAGE": f"gpucloud=={__version__}",
+            # empty: the AMI brings gpucloud (the validators require a package on a DLAMI)
+            "GPUCLOUD_PACKAGE": spec.agent.package or "",
             scaling_metric.SCALE_IN_ENV: "1" if gp.group.scaling.enabled else "0",
             scaling_metric.IDLE_MINUTES_ENV: str(gp.group.scaling.idle_minutes),
         }
@@ -137,13 +138,15 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
             security_group_ids=[security.node_group_id],
             instance_profile_arn=identity.profile.arn,
             image_id=image.image_id, root_device_name=image.root_device_name,
-            user_data=user_data_output(settings), ssh_key_name=spec.access.ssh_key_name,
+            user_data=user_data_output(settings), job_queue_name=jobs.job_queue.name,
+            ssh_key_name=spec.access.ssh_key_name,
         ))
 
     NodeAccessPolicy(f"{cluster}-node", NodeAccessPolicyArgs(
         role_name=identity.role.name, bucket_arn=store.bucket_arn,
         queue_arns=[jobs.job_queue.arn, jobs.events_queue.arn], table_arn=jobs.table.arn,
         asg_arns=[g.asg.arn for g in groups.values()],
+        agent_package_arn=_agent_package_arn(spec),
     ))
     InterruptionEvents(f"{cluster}-interruptions", InterruptionEventsArgs(
         tagging=tagging, events_queue_arn=jobs.events_queue.arn, events_queue_url=jobs.events_queue.url,
@@ -165,6 +168,15 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
                                    if g.wind_down is not None},
         ami_parameter_name=pipeline.ami_parameter_name if pipeline is not None else None,
     )
+
+
+def _agent_package_arn(spec: ClusterSpec) -> Optional[pulumi.Output[str]]:
+    """The S3 object ARN of the stack's agent wheel (``agent.package = s3://...``), in this partition."""
+    wheel = spec.agent.s3_wheel
+    if wheel is None:
+        return None
+    partition = aws.get_partition_output().partition
+    return pulumi.Output.concat("arn:", partition, ":s3:::", wheel.bucket, "/", wheel.key)
 
 
 def _image_pipeline(

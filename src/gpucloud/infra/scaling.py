@@ -1,9 +1,11 @@
 """Autoscaling of one node group: scale out on the backlog, wind a capacity block down in time.
 
-- ``BacklogScaling``: a CloudWatch alarm on the shortfall ``BusyNodes + UnclaimedSlots -
-  GroupDesiredCapacity`` (names from ``gpucloud.scaling_metric``, the agents' side of the
-  contract) and a step scaling policy that adds that many nodes. Why step scaling and why it never
-  scales in: ``scaling_plan``'s docstring.
+- ``BacklogScaling``: a CloudWatch alarm on the shortfall ``busy + unclaimed - desired`` and a
+  step scaling policy that adds that many nodes. ``unclaimed`` is the larger of the agents'
+  ``UnclaimedSlots`` (names from ``gpucloud.scaling_metric``, the agents' side of the contract) and
+  the job queue's visible messages, which SQS publishes itself, so a group at 0 nodes still scales
+  out. The metric math, its CloudWatch semantics and the scale-from-zero lag, why step scaling and
+  why it never scales in: ``scaling_plan``'s docstring.
 - ``CapacityBlockWindDown``: a one-time scheduled action that sets the group to 0 nodes (min, max
   and desired, so the backlog alarm cannot launch into the dying block) ahead of the block's end.
 
@@ -20,18 +22,18 @@ import pulumi
 import pulumi_aws as aws
 
 from gpucloud import scaling_metric as metric
+from gpucloud.infra import scaling_plan as plan
 from gpucloud.infra.scaling_plan import scale_out_steps, schedule_timestamp, wind_down_time
 from gpucloud.infra.tags import Tagging
 
-SHORTFALL_EXPRESSION = "busy + unclaimed - desired"
 # The ASG's own group metrics the alarm reads (collected at 1-minute granularity, free of charge);
 # the others are for operators' dashboards.
 GROUP_METRICS = ("GroupDesiredCapacity", "GroupInServiceInstances", "GroupPendingInstances",
                  "GroupTerminatingInstances")
 
 
-def shortfall_queries(cluster: str, node_group: str, asg_name: pulumi.Input[str]
-                      ) -> list[aws.cloudwatch.MetricAlarmMetricQueryArgs]:
+def shortfall_queries(cluster: str, node_group: str, asg_name: pulumi.Input[str],
+                      job_queue_name: pulumi.Input[str]) -> list[aws.cloudwatch.MetricAlarmMetricQueryArgs]:
     """The alarm's metric math: nodes wanted (busy + unclaimed) minus nodes already asked for."""
 
     def stat(query_id: str, namespace: str, name: str, dims: dict) -> aws.cloudwatch.MetricAlarmMetricQueryArgs:
@@ -43,15 +45,20 @@ def shortfall_queries(cluster: str, node_group: str, asg_name: pulumi.Input[str]
             ),
         )
 
+    def expression(query_id: str, text: str, label: str, result: bool = False) -> aws.cloudwatch.MetricAlarmMetricQueryArgs:
+        return aws.cloudwatch.MetricAlarmMetricQueryArgs(id=query_id, expression=text, label=label, return_data=result)
+
     group_dims = {d["Name"]: d["Value"] for d in metric.dimensions(cluster, node_group)}
     return [
-        stat("busy", metric.NAMESPACE, metric.BUSY_NODES, group_dims),
-        stat("unclaimed", metric.NAMESPACE, metric.UNCLAIMED_SLOTS, group_dims),
-        stat("desired", "AWS/AutoScaling", "GroupDesiredCapacity", {"AutoScalingGroupName": asg_name}),
-        aws.cloudwatch.MetricAlarmMetricQueryArgs(
-            id="shortfall", expression=SHORTFALL_EXPRESSION, label="Nodes short of busy + unclaimed",
-            return_data=True,
-        ),
+        stat(plan.BUSY_NODES_ID, metric.NAMESPACE, metric.BUSY_NODES, group_dims),
+        stat(plan.AGENT_UNCLAIMED_ID, metric.NAMESPACE, metric.UNCLAIMED_SLOTS, group_dims),
+        # One message per unclaimed gang slot; SQS publishes it with no node up.
+        stat(plan.QUEUED_SLOTS_ID, plan.QUEUE_NAMESPACE, plan.QUEUE_VISIBLE_METRIC,
+             {plan.QUEUE_DIMENSION: job_queue_name}),
+        stat(plan.DESIRED_ID, "AWS/AutoScaling", "GroupDesiredCapacity", {"AutoScalingGroupName": asg_name}),
+        expression(plan.AGENTS_ID, plan.AGENTS_EXPRESSION, "Unclaimed slots the agents count"),
+        expression(plan.QUEUED_ID, plan.QUEUED_EXPRESSION, "Slot messages visible in the job queue"),
+        expression(plan.SHORTFALL_ID, plan.SHORTFALL_EXPRESSION, "Nodes short of busy + unclaimed", result=True),
     ]
 
 
@@ -60,6 +67,7 @@ class BacklogScalingArgs:
     tagging: Tagging
     node_group: str
     asg_name: pulumi.Input[str]
+    job_queue_name: pulumi.Input[str]  # the cluster's job queue: its visible messages are unclaimed slots
     max_nodes: int
     instance_warmup_seconds: int
 
@@ -98,8 +106,11 @@ class BacklogScaling(pulumi.ComponentResource):
             threshold=0,
             evaluation_periods=1,
             datapoints_to_alarm=1,
-            metric_queries=shortfall_queries(args.tagging.cluster, args.node_group, args.asg_name),
-            # No publisher means no queued work (submit publishes for a group with no nodes yet).
+            metric_queries=shortfall_queries(args.tagging.cluster, args.node_group, args.asg_name,
+                                             args.job_queue_name),
+            # The shortfall has data whenever any input has (missing terms count as 0), and the
+            # group's own GroupDesiredCapacity is published every minute: it is empty only when
+            # AWS publishes nothing at all, which is no evidence of a backlog.
             treat_missing_data="notBreaching",
             alarm_actions=[self.policy.arn],
             tags=args.tagging.tags(f"{args.node_group}-backlog"),

@@ -6,7 +6,7 @@ Why step scaling, not target tracking. Target tracking sets ``desired = current 
 with a per-instance backlog metric (AWS's "scaling based on Amazon SQS" recipe) the divisor is the
 in-service count, which is 0 exactly when a group scaled to zero has work again, and 0 times
 anything stays 0. A step policy adds a number of nodes, which works from zero. Its alarm watches
-the shortfall ``BusyNodes + UnclaimedSlots - GroupDesiredCapacity``; the steps add exactly that
+the shortfall ``busy + unclaimed - desired`` (the metric math below); the steps add exactly that
 shortfall (one step per node count, up to the quota), so the group converges on
 ``desired = busy + unclaimed``. Desired capacity already counts nodes that are still booting, so
 a backlog that stays unclaimed while they boot is not bought twice. AWS clamps every adjustment to
@@ -15,6 +15,38 @@ a backlog that stays unclaimed while they boot is not bought twice. AWS clamps e
 Scale-in is never done by the policy: there is no low alarm and every step adds nodes. Idle agents
 terminate their own node with a decrement (only they know they are idle), and busy nodes hold
 scale-in protection, so neither the policy nor a lower desired capacity can take a node mid-job.
+
+The alarm's metric math, and why it scales out from zero. ``unclaimed`` must not depend on a node
+being up: a group at 0 nodes has no agent to publish ``UnclaimedSlots``. The job queue carries one
+SQS message per unclaimed gang slot (a slot held by a waiting or running member is in flight, so
+invisible), so AWS's own ``AWS/SQS ApproximateNumberOfMessagesVisible`` of the job queue is an
+unclaimed-slot count that nobody has to publish. The agents' count, when there is one, can be
+higher: it counts a slot as unclaimed as soon as its claim is gone, while the slot's message may stay
+invisible until its visibility timeout ends. So the alarm takes the larger of the two each minute::
+
+    agents    = FILL(agent_unclaimed, REPEAT)      gpucloud UnclaimedSlots, Maximum, 60 s
+    queued    = FILL(queued_slots, REPEAT)         AWS/SQS ApproximateNumberOfMessagesVisible
+    shortfall = FILL(busy_nodes, REPEAT) + IF(agents > queued, agents, queued)
+                - FILL(desired, REPEAT)            AWS/AutoScaling GroupDesiredCapacity
+
+CloudWatch semantics this relies on (CloudWatch User Guide, "Using metric math"):
+
+- Arithmetic treats a missing value as 0, and a comparison between two series treats the missing
+  side as 0; so a series with no data at all (no agent has ever published) counts as 0 nodes/slots.
+- ``IF(cond, a, b)`` is evaluated separately for every timestamp: a pointwise maximum. ``MAX([..])``
+  would also be pointwise over an array, but AWS advises against ``MAX`` in alarms, so it is not used.
+- ``FILL(x, REPEAT)`` carries the last value over a minute whose datapoint is late. ``FILL(x, 0)``
+  would turn a late datapoint into 0 at the newest minute, which AWS documents as keeping an alarm
+  stuck in OK; a late ``desired`` read as 0 would instead buy the whole group again.
+
+Lag of a scale-out from zero (nothing running, a job submitted): SQS publishes its metrics once a
+minute while the queue is active, that is, for six hours after it last held a message or served
+any call (agents long-poll it while any node runs). Within that window the submitted slots show
+in the next minute's datapoint and the alarm, which evaluates every minute, starts the scale-out
+1-3 minutes after the submit. A queue idle for more than six hours is inactive and SQS stops
+publishing; the submit's SendMessage reactivates it, and AWS says its metrics then resume with a
+delay of up to 15 minutes, so the first scale-out after a quiet night can take up to ~15 minutes
+plus the minute above. Instance boot and the bootstrap come on top in both cases.
 """
 
 from __future__ import annotations
@@ -28,6 +60,24 @@ MAX_STEP_ADJUSTMENTS = 20
 # AWS starts terminating a Capacity Block's instances this long before the block's end time.
 CAPACITY_BLOCK_RECLAIM_MINUTES = 30
 WIND_DOWN_MARGIN_MINUTES = 5  # slack between our drain deadline and AWS's reclaim
+
+# The backlog alarm's metric math (ids must start with a lower-case letter). ``infra/scaling.py``
+# wires these into the alarm; the tests read the same names.
+BUSY_NODES_ID = "busy_nodes"  # gpucloud BusyNodes, published by the agents
+AGENT_UNCLAIMED_ID = "agent_unclaimed"  # gpucloud UnclaimedSlots, published by the agents
+QUEUED_SLOTS_ID = "queued_slots"  # AWS/SQS ApproximateNumberOfMessagesVisible of the job queue
+DESIRED_ID = "desired"  # AWS/AutoScaling GroupDesiredCapacity of the group
+AGENTS_ID = "agents"
+QUEUED_ID = "queued"
+SHORTFALL_ID = "shortfall"
+AGENTS_EXPRESSION = f"FILL({AGENT_UNCLAIMED_ID}, REPEAT)"
+QUEUED_EXPRESSION = f"FILL({QUEUED_SLOTS_ID}, REPEAT)"
+UNCLAIMED_EXPRESSION = f"IF({AGENTS_ID} > {QUEUED_ID}, {AGENTS_ID}, {QUEUED_ID})"  # pointwise maximum
+SHORTFALL_EXPRESSION = (f"FILL({BUSY_NODES_ID}, REPEAT) + {UNCLAIMED_EXPRESSION} "
+                        f"- FILL({DESIRED_ID}, REPEAT)")
+QUEUE_NAMESPACE = "AWS/SQS"
+QUEUE_VISIBLE_METRIC = "ApproximateNumberOfMessagesVisible"
+QUEUE_DIMENSION = "QueueName"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,17 +6,21 @@
 
 and the same facts ride as message attributes (``gpucloud.job-id`` String, ``gpucloud.attempt``
 Number, ``gpucloud.slot`` Number) so tools can read them without parsing. A job of N nodes gets N
-messages per attempt (slots 0..N-1); today every job has one slot.
+messages per attempt (slots 0..N-1), sent when the attempt is created (submit, requeue).
 
 **Truth lives in DynamoDB.** A message is a wake-up that says "this slot may need a worker"; the
-job item decides. The receiver reads the job and then (``decide``):
+table decides. The slot's *holder* keeps the message hidden while it works: a gang member (every
+agent-run attempt, one node or many) holds it on its slot item and renews it with its slot lease;
+a single-node ``gpucloud worker`` holds it on the job item and renews it with its job lease. The
+receiver reads the job and the holder and then (``decide``):
 
-- CLAIM the queued attempt the message was sent for (a conditional transaction; a lost race is
-  just "not mine");
-- TAKEOVER a running attempt whose lease expired (its worker died): attempt k is LOST, k+1 is ours;
-- PARK the message the live holder keeps (its id is on the job item) — hide it again for the rest of
-  the lease and hand the new receipt to the holder, whose heartbeats keep extending it; near the
-  queue's ``maxReceiveCount`` it is REPOSTed instead (a fresh copy, delayed), so a long attempt
+- CLAIM the slot of the queued attempt the message was sent for, when no live holder has it (a
+  conditional transaction; a lost race is just "not mine");
+- TAKEOVER a running attempt whose holder stopped renewing (worker died, gang member lost): the
+  attempt ends and k+1 is queued, exactly once;
+- PARK the message the live holder keeps (its id is on the holder's item) — hide it again for the
+  rest of the lease and hand the new receipt to the holder, whose renewals keep extending it; near
+  the queue's ``maxReceiveCount`` it is REPOSTed instead (a fresh copy, delayed), so a long attempt
   never pushes its own message into the dead-letter queue;
 - DELETE a message whose job is gone or ended, that a newer attempt superseded, or that duplicates
   a slot someone already holds;
@@ -114,37 +118,52 @@ class Decision:
     hide_seconds: int = 0  # PARK: visibility timeout; REPOST: delay of the fresh copy
 
 
+@dataclasses.dataclass(frozen=True)
+class Holder:
+    """Who keeps a slot now, as the table has it: a gang member's slot item, or the job item of a
+    single-node worker."""
+
+    worker: str
+    lease_until: float
+    message_id: str | None  # the slot message it keeps hidden (None: claimed without one)
+
+
 def decide(
     message: SlotMessage,
     job: Job | None,
+    holder: Holder | None,
     *,
     message_id: str,
-    held_message_id: str | None,
     receive_count: int,
     max_receives: int | None,
     now: float,
 ) -> Decision:
-    """What a receiver does with a well-formed slot message, given the job as DynamoDB has it."""
+    """What a receiver does with a well-formed slot message, given the job and the slot's holder."""
     if job is None:
         return Decision(Action.DELETE, f"job {message.job_id} is gone")
     if job.state.terminal:
         return Decision(Action.DELETE, f"job {job.id} is {job.state.value}")
     if message.attempt > job.attempt:
         return Decision(Action.DELETE, f"attempt {message.attempt} of job {job.id} does not exist (current: {job.attempt})")
-    if job.state is JobState.QUEUED:
-        if message.attempt < job.attempt:
-            return Decision(Action.DELETE, f"attempt {message.attempt} of job {job.id} was superseded by attempt {job.attempt}")
-        return Decision(Action.CLAIM, f"attempt {job.attempt} of job {job.id} is queued")
-    # RUNNING
-    lease_left = (job.lease_until or 0.0) - now
+    if message.attempt < job.attempt:
+        return Decision(Action.DELETE, f"attempt {message.attempt} of job {job.id} was superseded by attempt {job.attempt}")
+    if message.slot >= job.spec.nodes:
+        return Decision(Action.DELETE, f"job {job.id} has no slot {message.slot} (it runs on {job.spec.nodes} node(s))")
+    lease_left = holder.lease_until - now if holder is not None else -1.0
     if lease_left < 0:
-        return Decision(Action.TAKEOVER, f"the lease of worker {job.worker} on job {job.id} expired")
-    if held_message_id is not None and message_id == held_message_id:
+        if job.state is JobState.QUEUED:
+            return Decision(Action.CLAIM, f"slot {message.slot} of attempt {job.attempt} of job {job.id} is free")
+        who = f"worker {holder.worker}" if holder is not None else "its holder"
+        return Decision(Action.TAKEOVER, f"{who} stopped renewing slot {message.slot} of job {job.id}")
+    if holder is not None and holder.message_id in (message_id, None):
+        # The holder's own message (or one for a holder that claimed from the table without one:
+        # it adopts this one, so its slot has a wake-up again if it dies).
         # Every receive counts toward maxReceiveCount: parking the holder's own message over and
         # over would end in the dead-letter queue while the job runs fine. Near the limit, a fresh
         # copy (receive count 0) replaces it.
         if max_receives is not None and receive_count >= max_receives - 1:
-            return Decision(Action.REPOST, f"job {job.id}'s message was received {receive_count} times",
+            return Decision(Action.REPOST, f"job {job.id}'s slot {message.slot} message was received {receive_count} times",
                             hide_seconds=min(MAX_DELAY_S, visibility_seconds(lease_left)))
-        return Decision(Action.PARK, f"worker {job.worker} holds job {job.id}", hide_seconds=visibility_seconds(lease_left))
-    return Decision(Action.DELETE, f"a duplicate: worker {job.worker} already holds attempt {job.attempt} of job {job.id}")
+        return Decision(Action.PARK, f"worker {holder.worker} holds slot {message.slot} of job {job.id}",
+                        hide_seconds=visibility_seconds(lease_left))
+    return Decision(Action.DELETE, f"a duplicate: worker {holder.worker} already holds slot {message.slot} of attempt {job.attempt} of job {job.id}")

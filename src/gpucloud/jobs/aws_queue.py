@@ -51,6 +51,7 @@ from gpucloud.jobs.aws_items import (
     META,
     attempt_item,
     attempt_sk,
+    av,
     event_item,
     event_sk,
     held_message,
@@ -69,27 +70,23 @@ from gpucloud.jobs.aws_items import (
     slot_sk,
     slot_sk_prefix,
 )
-from gpucloud.jobs.aws_messages import (
-    Action,
-    MalformedMessage,
-    SlotMessage,
-    decide,
-    parse_slot_message,
-    send_entry,
-    slot_messages,
-    visibility_seconds,
-)
+from gpucloud.jobs.aws_messages import Action, Holder, MalformedMessage, decide, parse_slot_message, visibility_seconds
+from gpucloud.jobs.aws_slot_box import ReceivedMessage, SlotMessageBox, held_slot_message
 from gpucloud.jobs.aws_schema import STATE_INDEX, STATE_INDEX_HASH_KEY
 from gpucloud.jobs.aws_uri import AwsQueueAddress
+from gpucloud.jobs.gang import gang_worker, view
 from gpucloud.jobs.model import (
-    EVENT_KINDS, Attempt, AttemptEnd, AttemptState, Event, Job, JobSpec, JobState, NodeRecord, SlotClaim,
+    EVENT_KINDS, Attempt, AttemptEnd, AttemptState, Event, Job, JobSpec, JobState, NodeRecord, SlotClaim, SlotOffer,
 )
 from gpucloud.jobs.queue import Transition, UnknownJob
+from gpucloud.jobs.aws_items import plain
+from gpucloud.jobs.model import StopRequest
+from gpucloud.signals.events import Notice
 
 log = logging.getLogger(__name__)
 
-SLOTS_PER_ATTEMPT = 1  # the protocol claims whole jobs today; a gang of N nodes gets N slot messages
 MAX_RECEIVES_PER_CLAIM = 10  # stale and malformed messages a single claim clears before giving up
+WORKER_PASS_DELAY_S = 5.0  # a `gpucloud worker` hands a gang's slot message back for the agents this late
 CONFLICT_RETRIES = 8  # TransactionConflict: another transaction touched the same items; retry
 SWEEP_GRACE_S = 60.0  # a message normally arrives within milliseconds; only strays wait this long
 _ATTEMPT_FIELDS = ("started_at", "resumed_step", "last_step", "node")
@@ -99,7 +96,6 @@ _CREDENTIAL_CODES = {
     "MissingAuthenticationToken",
 }
 _MISSING_CODES = {"ResourceNotFoundException", "AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
-_GONE_MESSAGE_CODES = {"ReceiptHandleIsInvalid", "MessageNotInflight", "InvalidParameterValue"}
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -174,6 +170,8 @@ class AwsQueue:
         self._seq = itertools.count()
         self._seq_lock = threading.Lock()
         self.max_receives = self._read_max_receives()
+        self._box = SlotMessageBox(self._sqs, self.queue_url, self.max_receives)
+        self._next_stray_sweep = 0.0  # monotonic: the table is read for stray slots at most this often
 
     @_aws_call("opening the job queue")
     def _read_max_receives(self) -> int | None:
@@ -217,37 +215,6 @@ class AwsQueue:
     def _job_update(self, job: Job, fields: Mapping[str, Any], *, condition: str, **values: Any) -> dict[str, Any]:
         return {"Update": aws_ops.update(self.table, key(job.id, META), {**fields}, condition=condition, values=values)}
 
-    def _send_slots(self, job_id: str, attempt: int) -> None:
-        for message in slot_messages(job_id, attempt, SLOTS_PER_ATTEMPT):
-            self._sqs.send_message(QueueUrl=self.queue_url, **send_entry(message))
-
-    def _delete_message(self, receipt: str | None) -> None:
-        from botocore.exceptions import ClientError
-
-        if not receipt:
-            return
-        try:
-            self._sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=receipt)
-        except ClientError as err:
-            # Someone else received it since (its receipt is newer): it is stale now and the next
-            # receiver deletes it.
-            if err.response.get("Error", {}).get("Code") not in _GONE_MESSAGE_CODES:
-                raise
-
-    def _hide_message(self, receipt: str, seconds: int) -> bool:
-        from botocore.exceptions import ClientError
-
-        try:
-            self._sqs.change_message_visibility(QueueUrl=self.queue_url, ReceiptHandle=receipt, VisibilityTimeout=seconds)
-        except ClientError as err:
-            # Gone, received by another since, or past SQS's 12-hour total: the lease in the table
-            # still holds, and whoever receives the message next parks it for the holder.
-            if err.response.get("Error", {}).get("Code") in _GONE_MESSAGE_CODES:
-                log.debug("job queue message not re-hidden: %s", err)
-                return False
-            raise
-        return True
-
     # -- jobs -------------------------------------------------------------------------------
 
     @_aws_call("submitting a job")
@@ -264,7 +231,7 @@ class AwsQueue:
             if reasons[0] == "ConditionalCheckFailed":
                 raise UserError(f"job {job_id!r} already exists in {self.uri}; pick another --job-id")
             raise UserError(f"submitting job {job_id!r} to {self.uri} was cancelled by DynamoDB ({', '.join(reasons)}); try again")
-        self._send_slots(job_id, 1)
+        self._box.send_slots(job_id, 1, spec.nodes)
         return job
 
     @_aws_call("reading a job")
@@ -318,103 +285,113 @@ class AwsQueue:
                 if job.state is not JobState.QUEUED or job.attempt != attempt:
                     return None
             return self._try_claim(item, worker, lease_seconds, node, None)
+        # A whole-job claim (`gpucloud worker`, `spot-train --queue`) takes single-node jobs only;
+        # gangs, and jobs an agent runs as a gang of one, are the agents' (their holder is a slot).
         for _ in range(MAX_RECEIVES_PER_CLAIM):
-            received = self._sqs.receive_message(
-                QueueUrl=self.queue_url,
-                MaxNumberOfMessages=1,
-                WaitTimeSeconds=self.address.wait_seconds,
-                # Hidden for the lease from the start: if we claim, the holder's heartbeats extend it.
-                VisibilityTimeout=visibility_seconds(lease_seconds),
-                MessageSystemAttributeNames=["ApproximateReceiveCount"],
-            ).get("Messages", [])
-            if not received:
+            received = self._box.receive(wait_seconds=self.address.wait_seconds, hide_seconds=lease_seconds)
+            if received is None:
                 break
-            claimed = self._handle_message(received[0], worker, lease_seconds, node)
+            offer = self._offer_from(received)
+            if offer is None:
+                continue
+            item = self._meta(offer.job_id)
+            job = None if item is None else item_to_job(item, self.table)
+            if job is None or job.spec.nodes != 1 or job.worker == gang_worker(job.id, job.attempt):
+                self._box.give_back(offer.ref, delay_seconds=WORKER_PASS_DELAY_S)
+                continue
+            claimed = self._try_claim(item, worker, lease_seconds, node, (offer.ref.message_id, offer.ref.receipt))
             if claimed is not None:
                 return claimed
+            self._box.hide(offer.ref.receipt, 0)  # lost a race; the next receive sees the winner and decides again
         return self._sweep(worker, lease_seconds, node)
 
-    def _handle_message(self, message: dict[str, Any], worker: str, lease_seconds: float, node: str | None) -> Job | None:
+    def _offer_from(self, message: dict[str, Any]) -> SlotOffer | None:
+        """Read one received message against the table: an offer when its slot needs a worker
+        (claim) or its attempt lost its holder (take over); otherwise the message is parked for its
+        holder, replaced, deleted or left for the dead-letter queue here, and None is returned."""
         message_id, receipt = message["MessageId"], message["ReceiptHandle"]
         try:
-            slot = parse_slot_message(message.get("Body", ""))
+            body = parse_slot_message(message.get("Body", ""))
         except MalformedMessage as problem:
             # Retrying a malformed body never helps; every receive brings it closer to the DLQ.
             log.warning("job queue message %s is not a gpucloud slot message (%s); left for the dead-letter queue", message_id, problem)
-            self._hide_message(receipt, 0)
+            self._box.hide(receipt, 0)
             return None
-        item = self._meta(slot.job_id)
+        item = self._meta(body.job_id)
         try:
             job = None if item is None else item_to_job(item, self.table)
         except UserError as problem:
             log.warning("job queue message %s names an unreadable job (%s); left for the dead-letter queue", message_id, problem)
-            self._hide_message(receipt, 0)
+            self._box.hide(receipt, 0)
             return None
-        held_id, _ = held_message(item) if item is not None else (None, None)
-        decision = decide(
-            slot, job, message_id=message_id, held_message_id=held_id,
-            receive_count=int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1")),
-            max_receives=self.max_receives, now=time.time(),
-        )
+        holder_key, holder = self._holder(job, item, body.slot) if job is not None and body.attempt == job.attempt else (None, None)
+        received = ReceivedMessage(message_id, receipt, int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1")), body)
+        decision = decide(body, job, holder, message_id=message_id, receive_count=received.receive_count,
+                          max_receives=self.max_receives, now=time.time())
         if decision.action in (Action.CLAIM, Action.TAKEOVER):
-            claimed = self._try_claim(item, worker, lease_seconds, node, (message_id, receipt))
-            if claimed is None:
-                self._hide_message(receipt, 0)  # lost a race; the next receive sees the winner and decides again
-            return claimed
+            return SlotOffer(job_id=body.job_id, attempt=body.attempt, slot=body.slot,
+                             lost=decision.action is Action.TAKEOVER, ref=received)
         if decision.action is Action.DELETE:
             log.info("job queue message %s deleted: %s", message_id, decision.reason)
-            self._delete_message(receipt)
-        elif decision.action is Action.PARK:
-            self._park(job, slot, message_id, receipt, decision.hide_seconds)
-        elif decision.action is Action.REPOST:
-            self._repost(job, slot, message_id, receipt, decision.hide_seconds)
+            self._box.delete(receipt)
+        elif decision.action in (Action.PARK, Action.REPOST):
+            self._hand_to_holder(job, holder_key, holder, received, decision)
         return None
 
-    def _park(self, job: Job, slot: SlotMessage, message_id: str, receipt: str, hide: int) -> None:
-        """Hide the holder's message again and hand its new receipt to the holder's heartbeats."""
+    def _holder(self, job: Job, item: dict[str, Any], slot: int) -> tuple[dict[str, Any] | None, Holder | None]:
+        """(key of the holder's item, the holder) of ``slot`` of the job's current attempt. A
+        single-node worker holds the job item; a gang member (any agent-run attempt) its slot item."""
+        if job.state is JobState.RUNNING and job.worker != gang_worker(job.id, job.attempt):
+            held_id, _ = held_message(item)
+            return key(job.id, META), Holder(worker=job.worker or "", lease_until=job.lease_until or 0.0, message_id=held_id)
+        slot_key = key(job.id, slot_sk(job.attempt, slot))
+        slot_record = self._ddb.get_item(TableName=self.table, Key=slot_key, ConsistentRead=True).get("Item")
+        if slot_record is None:
+            return slot_key, None
+        claim = item_to_slot(slot_record, self.table)
+        held_id, _ = held_message(slot_record)
+        return slot_key, Holder(worker=claim.worker, lease_until=claim.lease_until, message_id=held_id)
+
+    def _hand_to_holder(self, job: Job, holder_key: dict[str, Any] | None, holder: Holder | None,
+                        message: ReceivedMessage, decision: Any) -> None:
+        """PARK: hide the holder's message again and hand its new receipt to the holder, whose
+        renewals keep extending it. REPOST: replace it by a fresh, delayed copy (receive count 0)
+        and hand the holder the copy's id. The write is conditional on the holder still keeping
+        this message (or none), so a change of holder meanwhile leaves the message stale."""
         from botocore.exceptions import ClientError
 
-        if not self._hide_message(receipt, hide):
-            return
+        assert holder_key is not None and holder is not None  # decide() parks only for a holder
+        if decision.action is Action.PARK:
+            if not self._box.hide(message.receipt, decision.hide_seconds):
+                return
+            fields = {"message_id": message.message_id, "receipt": message.receipt, "receives": message.receive_count}
+        else:
+            fresh = self._box.repost(message.body, message.receipt, delay_seconds=decision.hide_seconds)
+            fields = {"message_id": fresh, "receipt": None, "receives": 0}
         try:
             self._ddb.update_item(**aws_ops.update(
-                self.table, key(job.id, META), {"receipt": receipt},
-                condition="#message_id = :mid AND #job_state = :running AND #attempt = :k",
-                values={"mid": message_id, "running": JobState.RUNNING.value, "k": job.attempt},
+                self.table, holder_key, fields,
+                condition="#worker = :w AND (attribute_not_exists(#message_id) OR #message_id = :mid)",
+                values={"w": holder.worker, "mid": message.message_id},
             ))
         except ClientError as err:
             if err.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                 raise
-
-    def _repost(self, job: Job, slot: SlotMessage, message_id: str, receipt: str, delay: int) -> None:
-        """Replace the holder's message by a fresh, delayed copy (receive count 0)."""
-        from botocore.exceptions import ClientError
-
-        fresh = self._sqs.send_message(QueueUrl=self.queue_url, **send_entry(slot, delay_seconds=delay))["MessageId"]
-        try:
-            self._ddb.update_item(**aws_ops.update(
-                self.table, key(job.id, META), {"message_id": fresh, "receipt": None},
-                condition="#message_id = :mid AND #job_state = :running AND #attempt = :k",
-                values={"mid": message_id, "running": JobState.RUNNING.value, "k": job.attempt},
-            ))
-        except ClientError as err:
-            if err.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
-                raise
-            return  # the holder changed meanwhile: the fresh copy is a duplicate and will be deleted
-        self._delete_message(receipt)
+            # The holder changed meanwhile: a reposted copy is a duplicate now and will be deleted.
 
     def _sweep(self, worker: str, lease_seconds: float, node: str | None) -> Job | None:
-        """Claim straight from the table a job its message should have brought by now: the oldest
-        one queued for ``sweep_grace_s``, else a running one whose lease expired that long ago."""
+        """Claim straight from the table a single-node job its message should have brought by now:
+        the oldest one queued for ``sweep_grace_s``, else a running one whose lease expired that
+        long ago."""
         cutoff = time.time() - self.sweep_grace_s
-        for item in self._by_state(JobState.QUEUED, filter_expression="#updated_at < :cutoff", cutoff=cutoff):
-            claimed = self._try_claim(item, worker, lease_seconds, node, None)
-            if claimed is not None:
-                return claimed
-        for item in self._by_state(JobState.RUNNING, filter_expression="#lease_until < :cutoff", cutoff=cutoff):
-            claimed = self._try_claim(item, worker, lease_seconds, node, None)
-            if claimed is not None:
-                return claimed
+        for state, expired in ((JobState.QUEUED, "#updated_at < :cutoff"), (JobState.RUNNING, "#lease_until < :cutoff")):
+            for item in self._by_state(state, filter_expression=expired, cutoff=cutoff):
+                job = item_to_job(item, self.table)
+                if job.spec.nodes != 1 or job.worker == gang_worker(job.id, job.attempt):
+                    continue
+                claimed = self._try_claim(item, worker, lease_seconds, node, None)
+                if claimed is not None:
+                    return claimed
         return None
 
     def _try_claim(
@@ -487,7 +464,7 @@ class AwsQueue:
         # After the table write, so the message stays hidden at least as long as the lease lasts.
         _, receipt = held_message(updated.get("Attributes", {}))
         if receipt:
-            self._hide_message(receipt, visibility_seconds(lease_seconds))
+            self._box.hide(receipt, lease_seconds)
         return True
 
     # -- the timeline -----------------------------------------------------------------------
@@ -537,9 +514,10 @@ class AwsQueue:
             requeue, items = self._end_items(job, end)
             reasons = self._transact(items)
             if reasons is None:
-                self._delete_message(receipt)
+                self._box.delete(receipt)
+                self._delete_slot_messages(job_id, attempt)
                 if requeue:
-                    self._send_slots(job_id, attempt + 1)
+                    self._box.send_slots(job_id, attempt + 1, job.spec.nodes)
                 return Transition(job=self.get(job_id), applied=True)
             if "ConditionalCheckFailed" in reasons:
                 return Transition(job=self.get(job_id), applied=False)
@@ -547,6 +525,12 @@ class AwsQueue:
             # the next read. Jittered backoff keeps the racers from colliding again in lockstep.
             time.sleep(random.uniform(0, 0.02 * (2 ** round_)))
         raise UserError(f"ending attempt {attempt} of job {job_id!r} in {self.uri} kept conflicting with other writers; try again")
+
+    def _delete_slot_messages(self, job_id: str, attempt: int) -> None:
+        """The messages the members of an ended attempt kept hidden: nobody needs them now (a
+        receipt gone stale meanwhile leaves its message to be deleted by its next receiver)."""
+        for item in self._partition(job_id, slot_sk_prefix(attempt)):
+            self._box.delete(held_message(item)[1])
 
     def _end_items(self, job: Job, end: AttemptEnd) -> tuple[bool, list[dict[str, Any]]]:
         """(requeued?, the transaction) that ends ``job``'s running attempt as ``end`` says."""
@@ -620,7 +604,9 @@ class AwsQueue:
     # -- gang slots and node records (GangStore) ----------------------------------------------
     # A slot claim is an item of its own (``slot#<attempt>#<slot>`` in the job's partition), taken
     # and released in a transaction with a ConditionCheck that the job is still QUEUED at that
-    # attempt: once a gang starts, its slots cannot change hands.
+    # attempt: once a gang starts, its slots cannot change hands. The claim also keeps the slot
+    # message that brought it (id, receipt, receive count, body): renewing the slot re-hides the
+    # message, releasing it shows the message again, the attempt's end deletes it.
 
     def _queued_check(self, job_id: str, attempt: int) -> dict[str, Any]:
         return {"ConditionCheck": aws_ops.check(
@@ -628,12 +614,62 @@ class AwsQueue:
             {"queued": JobState.QUEUED.value, "k": attempt},
         )}
 
+    @_aws_call("reading the job queue")
+    def slot_offers(self, *, hide_seconds: float, now: float | None = None) -> list[SlotOffer]:
+        for _ in range(MAX_RECEIVES_PER_CLAIM):
+            received = self._box.receive(wait_seconds=self.address.wait_seconds, hide_seconds=hide_seconds)
+            if received is None:
+                break
+            offer = self._offer_from(received)
+            if offer is not None:
+                return [offer]
+        return self._stray_offers(time.time() if now is None else now)
+
+    def _stray_offers(self, now: float) -> list[SlotOffer]:
+        """Slots whose message should have come by now (``sweep_grace_s``) but did not — lost
+        between a commit and its send, or dead-lettered: read from the table, at most every
+        quarter grace period, so an idle fleet does not query the table every second."""
+        if time.monotonic() < self._next_stray_sweep:
+            return []
+        self._next_stray_sweep = time.monotonic() + self.sweep_grace_s / 4
+        cutoff = now - self.sweep_grace_s
+        lost: list[SlotOffer] = []
+        for item in self._by_state(JobState.RUNNING):
+            job = item_to_job(item, self.table)
+            if job.worker != gang_worker(job.id, job.attempt):
+                if job.lease_until is not None and job.lease_until < cutoff:
+                    lost.append(SlotOffer(job_id=job.id, attempt=job.attempt, slot=0, lost=True))
+                continue
+            stale = view(self.slot_claims(job.id, job.attempt), job.spec.nodes, cutoff).free_slots
+            lost += [SlotOffer(job_id=job.id, attempt=job.attempt, slot=s, lost=True) for s in stale[:1]]
+        free: list[SlotOffer] = []
+        for item in self._by_state(JobState.QUEUED, filter_expression="#updated_at < :cutoff", cutoff=cutoff):
+            job = item_to_job(item, self.table)
+            current = view(self.slot_claims(job.id, job.attempt), job.spec.nodes, now)
+            free += [SlotOffer(job_id=job.id, attempt=job.attempt, slot=s) for s in current.free_slots]
+        return lost + free
+
+    @_aws_call("deleting a job queue message")
+    def offer_done(self, offer: SlotOffer) -> None:
+        if isinstance(offer.ref, ReceivedMessage):
+            self._box.delete(offer.ref.receipt)
+
+    @_aws_call("returning a job queue message")
+    def offer_back(self, offer: SlotOffer, *, delay_seconds: float = 0.0) -> None:
+        if isinstance(offer.ref, ReceivedMessage):
+            self._box.give_back(offer.ref, delay_seconds=delay_seconds)
+
     @_aws_call("claiming a gang slot")
-    def take_slot(self, claim: SlotClaim, *, now: float) -> bool:
+    def take_slot(self, claim: SlotClaim, *, now: float, offer: SlotOffer | None = None) -> bool:
+        item = slot_item(claim)
+        if offer is not None and isinstance(offer.ref, ReceivedMessage):
+            message = offer.ref
+            item.update({"message_id": av(message.message_id), "receipt": av(message.receipt),
+                         "receives": av(message.receive_count), "body": av(message.body.model_dump_json())})
         return self._transact([
             self._queued_check(claim.job_id, claim.attempt),
             {"Put": aws_ops.put(
-                self.table, slot_item(claim),
+                self.table, item,
                 condition="attribute_not_exists(#pk) OR #lease_until < :now OR #worker = :w",
                 values={"now": now, "w": claim.worker},
             )},
@@ -644,23 +680,35 @@ class AwsQueue:
         from botocore.exceptions import ClientError
 
         try:
-            self._ddb.update_item(**aws_ops.update(
-                self.table, key(job_id, slot_sk(attempt, slot)), {"lease_until": lease_until},
-                condition="attribute_exists(#pk) AND #worker = :w", values={"w": worker},
-            ))
+            updated = self._ddb.update_item(
+                **aws_ops.update(
+                    self.table, key(job_id, slot_sk(attempt, slot)), {"lease_until": lease_until},
+                    condition="attribute_exists(#pk) AND #worker = :w", values={"w": worker},
+                ),
+                ReturnValues="ALL_NEW",
+            )
         except ClientError as err:
             if err.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
                 return False
             raise
+        # After the table write, so the message stays hidden at least as long as the slot lease.
+        _, receipt = held_message(updated.get("Attributes", {}))
+        if receipt:
+            self._box.hide(receipt, lease_until - time.time())
         return True
 
     @_aws_call("releasing a gang slot")
     def release_slot(self, job_id: str, attempt: int, slot: int, worker: str) -> bool:
-        return self._transact([
+        slot_key = key(job_id, slot_sk(attempt, slot))
+        record = self._ddb.get_item(TableName=self.table, Key=slot_key, ConsistentRead=True).get("Item") or {}
+        released = self._transact([
             self._queued_check(job_id, attempt),
-            {"Delete": aws_ops.delete(self.table, key(job_id, slot_sk(attempt, slot)),
-                                      condition="#worker = :w", values={"w": worker})},
+            {"Delete": aws_ops.delete(self.table, slot_key, condition="#worker = :w", values={"w": worker})},
         ]) is None
+        message = held_slot_message(record)
+        if released and message is not None:
+            self._box.give_back(message)  # the slot is free again: so is its wake-up
+        return released
 
     @_aws_call("reading gang slots")
     def slot_claims(self, job_id: str, attempt: int) -> list[SlotClaim]:
@@ -675,3 +723,50 @@ class AwsQueue:
         params = aws_ops.key_condition(self.table, NODES_PK, NODE_PREFIX)
         items = [i for page in self._ddb.get_paginator("query").paginate(**params) for i in page.get("Items", [])]
         return sorted((item_to_node(i, self.table) for i in items), key=lambda n: n.id)
+
+    # -- stop requests ----------------------------------------------------------------------------
+    # The stop request of attempt k lives on the job's meta item: ``stop_attempt`` = k and
+    # ``stop_request`` = the request as JSON. One transaction writes it, conditional on the job
+    # RUNNING at k and no request for k yet, together with its timeline event; so the first request
+    # per attempt wins, a later attempt overwrites the pair, and a member polls it with one
+    # consistent GetItem of two attributes.
+
+    @_aws_call("requesting a stop")
+    def request_stop(self, job_id: str, attempt: int, notice: Notice) -> bool:
+        request = StopRequest.of(notice, requested_at=time.time())
+        for round_ in range(CONFLICT_RETRIES):
+            reasons = self._transact([
+                {"Update": aws_ops.update(
+                    self.table, key(job_id, META),
+                    {"stop_attempt": attempt, "stop_request": request.model_dump_json()},
+                    condition="#job_state = :running AND #attempt = :k "
+                              "AND (attribute_not_exists(#stop_attempt) OR #stop_attempt <> :k)",
+                    values={"running": JobState.RUNNING.value, "k": attempt},
+                )},
+                self._event(job_id, attempt, "stop-request", request.requested_at, request.timeline_data()),
+            ])
+            if reasons is None:
+                return True
+            if "ConditionalCheckFailed" in reasons:
+                if self._meta(job_id) is None:
+                    raise UnknownJob(job_id, self.uri)
+                return False  # not running at this attempt, or another request came first
+            time.sleep(random.uniform(0, 0.02 * (2 ** round_)))  # TransactionConflict: re-evaluate
+        raise UserError(f"requesting a stop of job {job_id!r} attempt {attempt} in {self.uri} kept conflicting with other writers; try again")
+
+    @_aws_call("reading a stop request")
+    def stop_request(self, job_id: str, attempt: int) -> Notice | None:
+        item = self._ddb.get_item(
+            TableName=self.table, Key=key(job_id, META), ConsistentRead=True,
+            ProjectionExpression="#stop_attempt, #stop_request",
+            ExpressionAttributeNames={"#stop_attempt": "stop_attempt", "#stop_request": "stop_request"},
+        ).get("Item") or {}
+        if "stop_attempt" not in item or plain(item["stop_attempt"]) != attempt or "stop_request" not in item:
+            return None
+        try:
+            return StopRequest.model_validate_json(plain(item["stop_request"])).notice()
+        except ValueError as err:  # pydantic's ValidationError included
+            raise UserError(
+                f"the stop request of job {job_id!r} attempt {attempt} in table {self.table} is unreadable "
+                f"({' '.join(str(err).split())[:200]}); it was not written by gpucloud"
+            ) from err

@@ -3,17 +3,20 @@
 The decisions live here once, for every backend; the backend only stores slot claims atomically
 (``GangStore``). The life of attempt k of an N-node job:
 
-1. **Forming.** The job is QUEUED at k. Agents ``claim_slot``: each takes the lowest free slot of
-   the oldest job with one (free: never taken, or its holder's lease ran out). Members renew their
-   slot leases while they wait; one that waits too long ``release_slot``s (the slot is free again,
-   no attempt is lost).
+1. **Forming.** The job is QUEUED at k. Agents ``claim_slot``: each takes a slot the queue offers
+   (on SQS the slot's own message — one per slot of every attempt; embedded, the oldest job's free
+   slots) if it is free (never taken, or its holder's lease ran out). Members renew their slot
+   leases while they wait, which keeps their messages hidden; one that waits too long
+   ``release_slot``s (the slot and its message are free again, no attempt is lost).
 2. **Starting.** When all N slots are held by live leases the gang is formed; every member calls
    ``start_gang``, which claims the *job* for the gang's shared worker id (``gang_worker``): exactly
    one such claim applies (the queue's atomic claim), the others find the job RUNNING for the same
    gang and join. The runner on every member then renews that one job lease.
 3. **Losing a member.** A formed gang whose member stopped renewing its slot (killed, node gone)
-   cannot go on: ``fail_over`` ends attempt k as REQUEUED through ``end_attempt``, so however many
-   members notice at once exactly one attempt k+1 exists, and the survivors claim its slots.
+   cannot go on: its slot comes back as a ``lost`` offer (the message reappears when the lease
+   runs out; embedded, the table shows it), and ``fail_over`` ends attempt k as REQUEUED through
+   ``end_attempt``, so however many agents notice at once exactly one attempt k+1 exists, and the
+   survivors claim its slots.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ import dataclasses
 import time
 from typing import Collection, Protocol
 
-from gpucloud.jobs.model import AttemptEnd, AttemptState, Job, JobState, SlotClaim
-from gpucloud.jobs.queue import GangStore, JobQueue, Transition
+from gpucloud.jobs.model import AttemptEnd, AttemptState, Job, JobState, SlotClaim, SlotOffer
+from gpucloud.jobs.queue import GangStore, JobQueue, Transition, UnknownJob
 
-TAKE_RETRIES = 4  # another agent took the slot we picked: re-read and pick again
+TAKE_RETRIES = 4
+GANG_WORKER_PREFIX = "gang:"  # a job lease held by a gang, not by one worker  # another agent took the slot we picked: re-read and pick again
 
 
 class GangQueue(JobQueue, GangStore, Protocol):
@@ -68,34 +72,92 @@ def view(claims: list[SlotClaim], size: int, now: float) -> GangView:
 
 def gang_worker(job_id: str, attempt: int) -> str:
     """The worker id the whole gang holds the job lease under (every member renews it)."""
-    return f"gang:{job_id}:{attempt}"
+    return f"{GANG_WORKER_PREFIX}{job_id}:{attempt}"
 
 
 def claim_slot(
     queue: GangQueue, worker: str, address: str, *, lease_seconds: float, job_id: str | None = None,
-    now: float | None = None, skip: Collection[tuple[str, int]] = (),
+    now: float | None = None, skip: Collection[tuple[str, int]] = (), skip_delay: float = 0.0,
 ) -> SlotClaim | None:
-    """Take one free slot of the oldest QUEUED job that has one (or of exactly ``job_id``).
+    """Take one slot the queue offers (``slot_offers``: an SQS slot message, or the table's free
+    slots), or a free slot of exactly ``job_id``.
 
-    A worker that already holds a live slot of that attempt gets it back (renewed): an agent that
-    restarts between claiming and starting does not hold two slots of one gang. ``skip`` names
-    (job, attempt) pairs not to take now (gangs this worker just gave up waiting for).
+    Offers of attempts whose holder stopped renewing are failed over on the way (exactly once,
+    through ``end_attempt``). A worker that already holds a live slot of the offered attempt gets
+    that one back (renewed): an agent that restarts between claiming and starting does not hold
+    two slots of one gang. ``skip`` names (job, attempt) pairs not to take now (gangs this worker
+    just gave up waiting for); their offers go back for others, shown again after ``skip_delay``.
     """
-    candidates = [queue.get(job_id)] if job_id is not None else queue.list_jobs([JobState.QUEUED])
-    for job in candidates:
-        if job.state is not JobState.QUEUED or (job.id, job.attempt) in skip:
-            continue
-        for _ in range(TAKE_RETRIES):
-            at = time.time() if now is None else now
-            current = view(queue.slot_claims(job.id, job.attempt), job.spec.nodes, at)
-            mine = current.held_by(worker)
-            slot = mine.slot if mine is not None else (current.free_slots[0] if current.free_slots else None)
-            if slot is None:
-                break  # gang full: the next job
-            claim = SlotClaim(job_id=job.id, attempt=job.attempt, slot=slot, worker=worker, address=address,
-                              lease_until=at + lease_seconds)
-            if queue.take_slot(claim, now=at):
-                return claim
+    if job_id is not None:
+        return _claim_in(queue, queue.get(job_id), worker, address, lease_seconds, now)
+    claimed: SlotClaim | None = None
+    for offer in queue.slot_offers(hide_seconds=lease_seconds, now=now):
+        if claimed is not None:
+            queue.offer_back(offer)
+        elif (offer.job_id, offer.attempt) in skip:
+            queue.offer_back(offer, delay_seconds=skip_delay)
+        elif offer.lost:
+            _fail_over_offer(queue, offer, now)
+        else:
+            claimed = _take_offer(queue, offer, worker, address, lease_seconds, now)
+    return claimed
+
+
+def _take_offer(queue: GangQueue, offer: SlotOffer, worker: str, address: str, lease_seconds: float,
+                now: float | None) -> SlotClaim | None:
+    try:
+        job = queue.get(offer.job_id)
+    except UnknownJob:
+        queue.offer_done(offer)
+        return None
+    if job.state is not JobState.QUEUED or job.attempt != offer.attempt:
+        # Moved on since the offer was read: started (then its members hold their own messages)
+        # or superseded. Either way this copy is not needed.
+        queue.offer_done(offer)
+        return None
+    at = time.time() if now is None else now
+    current = view(queue.slot_claims(job.id, job.attempt), job.spec.nodes, at)
+    mine = current.held_by(worker)
+    if mine is not None and mine.slot != offer.slot:
+        queue.offer_back(offer)
+        renewed = mine.model_copy(update={"lease_until": at + lease_seconds})
+        return renewed if queue.renew_slot(job.id, job.attempt, mine.slot, worker, lease_until=renewed.lease_until) else None
+    claim = SlotClaim(job_id=job.id, attempt=job.attempt, slot=offer.slot, worker=worker, address=address,
+                      lease_until=at + lease_seconds)
+    if queue.take_slot(claim, now=at, offer=offer):
+        return claim
+    queue.offer_back(offer)  # a live holder has it: the next receiver sees that and decides
+    return None
+
+
+def _fail_over_offer(queue: GangQueue, offer: SlotOffer, now: float | None) -> None:
+    try:
+        job = queue.get(offer.job_id)
+    except UnknownJob:
+        queue.offer_done(offer)
+        return
+    if job.state is JobState.RUNNING and job.attempt == offer.attempt and fail_over(queue, job, now=now) is None:
+        queue.offer_back(offer)  # the holder renewed after all: its message goes back to it
+        return
+    queue.offer_done(offer)
+
+
+def _claim_in(queue: GangQueue, job: Job, worker: str, address: str, lease_seconds: float,
+              now: float | None) -> SlotClaim | None:
+    """The lowest free slot of ``job``'s queued attempt, read from the table (or this worker's own)."""
+    if job.state is not JobState.QUEUED:
+        return None
+    for _ in range(TAKE_RETRIES):
+        at = time.time() if now is None else now
+        current = view(queue.slot_claims(job.id, job.attempt), job.spec.nodes, at)
+        mine = current.held_by(worker)
+        slot = mine.slot if mine is not None else (current.free_slots[0] if current.free_slots else None)
+        if slot is None:
+            return None  # gang full
+        claim = SlotClaim(job_id=job.id, attempt=job.attempt, slot=slot, worker=worker, address=address,
+                          lease_until=at + lease_seconds)
+        if queue.take_slot(claim, now=at):
+            return claim
     return None
 
 
@@ -130,20 +192,27 @@ def release(queue: GangQueue, claim: SlotClaim) -> bool:
 
 
 def lost_member(queue: GangQueue, job: Job, *, now: float | None = None) -> int | None:
-    """The first slot of ``job``'s running gang attempt that has no live holder (None: all alive)."""
-    if job.state is not JobState.RUNNING or job.worker != gang_worker(job.id, job.attempt):
+    """The first slot of ``job``'s running attempt that has no live holder (None: all alive).
+
+    A gang attempt (every agent-run one) is judged by its slot leases; an attempt a single
+    ``gpucloud worker`` holds, by its job lease (slot 0)."""
+    if job.state is not JobState.RUNNING:
         return None
-    current = view(queue.slot_claims(job.id, job.attempt), job.spec.nodes, time.time() if now is None else now)
+    at = time.time() if now is None else now
+    if job.worker != gang_worker(job.id, job.attempt):
+        return 0 if job.lease_until is not None and job.lease_until < at else None
+    current = view(queue.slot_claims(job.id, job.attempt), job.spec.nodes, at)
     return current.free_slots[0] if current.free_slots else None
 
 
 def fail_over(queue: GangQueue, job: Job, *, now: float | None = None) -> Transition | None:
-    """Requeue ``job``'s running gang attempt as k+1 when a member is lost (exactly once, through
-    ``end_attempt``); None when every member is alive."""
+    """Requeue ``job``'s running attempt as k+1 when a member (or its single worker) is lost
+    (exactly once, through ``end_attempt``); None when every member is alive."""
     slot = lost_member(queue, job, now=now)
     if slot is None:
         return None
-    end = AttemptEnd(state=AttemptState.REQUEUED, reason=f"gang member of slot {slot} stopped renewing its lease")
+    who = f"gang member of slot {slot}" if job.worker == gang_worker(job.id, job.attempt) else f"worker {job.worker}"
+    end = AttemptEnd(state=AttemptState.REQUEUED, reason=f"{who} stopped renewing its lease")
     transition = queue.end_attempt(job.id, job.attempt, end)
     if transition.applied:
         queue.record(job.id, job.attempt, "lease-expired", data={"slot": slot})

@@ -8,10 +8,13 @@ timestamps from which ``gpucloud job show`` derives latencies, steps lost and GP
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gpucloud.signals.events import STOP_KINDS, Notice
 
 
 class JobState(str, enum.Enum):
@@ -42,6 +45,7 @@ EVENT_KINDS = (
     "started",  # the command's process group is running
     "resume",  # the session restored a checkpoint (or started fresh); data.step
     "notice",  # an interruption notice was observed; data.kind, data.deadline, data.source
+    "stop-request",  # a stop was requested for the whole gang attempt; data.kind, data.deadline, data.instance_id
     "flag",  # the preempt control file was written
     "save",  # an early checkpoint was requested (rebalance recommendation)
     "ack",  # every rank agreed on the stop step; data.step
@@ -147,6 +151,24 @@ class SlotClaim(BaseModel):
     lease_until: float
 
 
+@dataclasses.dataclass(frozen=True)
+class SlotOffer:
+    """A slot that may need a worker now, as a backend found it (``GangStore.slot_offers``).
+
+    ``lost``: the slot belongs to a running attempt whose holder stopped renewing — the attempt is
+    to be failed over, not the slot taken. ``ref`` is the backend's handle on what brought the
+    offer (the SQS slot message on AWS; None when it was read from the table); the taker passes
+    the offer back to ``take_slot``, ``offer_done`` or ``offer_back`` so the backend can keep,
+    delete or return that message.
+    """
+
+    job_id: str
+    attempt: int
+    slot: int
+    lost: bool = False
+    ref: Any = None
+
+
 class NodeState(str, enum.Enum):
     IDLE = "idle"  # nothing to claim
     WAITING = "waiting"  # holds a slot, waiting for the rest of its gang
@@ -170,3 +192,58 @@ class NodeRecord(BaseModel):
     attempt: int | None = None
     slot: int | None = None
     updated_at: float
+    reason: str | None = None  # why the record was closed by someone else (e.g. the agent was found dead)
+
+
+class StopRequest(BaseModel):
+    """A stop notice recorded on a running attempt (``JobQueue.request_stop``).
+
+    How a notice seen by one gang member, or by the events-queue handler of any agent, reaches the
+    supervisor of every member: each polls the attempt's request and flags its ranks exactly as
+    for a notice of its own. The notice's own fields travel unchanged, so every member plans
+    against the real deadline, and ``event_id`` lets a member that saw the notice itself ignore
+    the copy.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: str
+    source: str
+    deadline: float | None
+    received_at: float
+    event_id: str = Field(min_length=1)
+    action: str | None = None
+    payload: dict[str, Any] = Field(default_factory=dict)
+    instance_id: str | None = None  # the instance the notice is about, when known
+    requested_at: float
+
+    @field_validator("kind")
+    @classmethod
+    def _a_stop_kind(cls, value: str) -> str:
+        if value not in STOP_KINDS:
+            raise ValueError(f"{value!r} is not a stop notice (one of {', '.join(sorted(STOP_KINDS))})")
+        return value
+
+    @classmethod
+    def of(cls, notice: Notice, *, requested_at: float, instance_id: str | None = None) -> "StopRequest":
+        """The request for ``notice``; ``instance_id`` defaults to the one the payload names."""
+        if not notice.is_stop:
+            raise ValueError(f"a {notice.kind} notice cannot stop a gang (stop notices: {', '.join(sorted(STOP_KINDS))})")
+        named = notice.payload.get("instance-id")
+        return cls(
+            kind=notice.kind, source=notice.source, deadline=notice.deadline, received_at=notice.received_at,
+            event_id=notice.event_id, action=notice.action, payload=dict(notice.payload),
+            instance_id=instance_id or (named if isinstance(named, str) else None), requested_at=requested_at,
+        )
+
+    def notice(self) -> Notice:
+        payload = dict(self.payload)
+        if self.instance_id is not None:
+            payload.setdefault("instance-id", self.instance_id)
+        return Notice(kind=self.kind, source=self.source, deadline=self.deadline,  # type: ignore[arg-type]
+                      received_at=self.received_at, event_id=self.event_id, action=self.action, payload=payload)
+
+    def timeline_data(self) -> dict[str, Any]:
+        """What the ``stop-request`` timeline event carries."""
+        return {"kind": self.kind, "source": self.source, "deadline": self.deadline, "action": self.action,
+                "instance_id": self.instance_id, "event_id": self.event_id}

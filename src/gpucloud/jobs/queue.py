@@ -19,7 +19,8 @@ import dataclasses
 from typing import Any, Iterable, Protocol
 
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import Attempt, AttemptEnd, Event, Job, JobSpec, JobState, NodeRecord, SlotClaim
+from gpucloud.jobs.model import Attempt, AttemptEnd, Event, Job, JobSpec, JobState, NodeRecord, SlotClaim, SlotOffer
+from gpucloud.signals.events import Notice
 
 
 class UnknownJob(UserError):
@@ -58,6 +59,9 @@ class JobQueue(Protocol):
         """Atomically take the oldest claimable job (or exactly ``job_id``) for ``worker``.
 
         Claimable: QUEUED, or RUNNING with an expired lease. Returns the RUNNING job, or None.
+        Without ``job_id`` only jobs of one node that no gang holds are taken: a gang (and an
+        agent's gang of one) is formed and failed over through slots (``jobs.gang``), and one
+        worker running an N-node job would start every rank on a single node.
         With ``attempt`` (and ``job_id``) only that attempt, QUEUED, is taken — never a later one:
         a gang member that formed for attempt k must not start attempt k+1.
         """
@@ -92,6 +96,21 @@ class JobQueue(Protocol):
         """The timeline in the order things happened (by ``at``; ties in recording order)."""
         ...
 
+    def request_stop(self, job_id: str, attempt: int, notice: Notice) -> bool:
+        """Record stop notice ``notice`` on attempt ``attempt`` so every gang member's supervisor
+        stops its ranks (``stop_request``), and add a ``stop-request`` timeline event.
+
+        Applies only while the job is RUNNING at ``attempt``, and once: of any number of racing or
+        repeated requests exactly one returns True; the rest (and any for an attempt that is not
+        running) return False and change nothing. ``UnknownJob`` when there is no such job.
+        """
+        ...
+
+    def stop_request(self, job_id: str, attempt: int) -> Notice | None:
+        """The notice a stop was requested with for attempt ``attempt`` (a consistent read, cheap
+        enough to poll every second); None when none was (or there is no such job)."""
+        ...
+
     def close(self) -> None:
         ...
 
@@ -105,9 +124,26 @@ class GangStore(Protocol):
     once its gang has started; of racing takers of one slot exactly one succeeds.
     """
 
-    def take_slot(self, claim: SlotClaim, *, now: float) -> bool:
+    def slot_offers(self, *, hide_seconds: float, now: float | None = None) -> list[SlotOffer]:
+        """Slots that may need a worker now, oldest job first: free slots of queued attempts, and
+        (``lost``) slots of running gang attempts whose holder stopped renewing. On SQS this is a
+        receive of the slot messages, kept hidden for ``hide_seconds`` (the table is read only for
+        strays); embedded, a read of the table. Leases are judged at ``now`` (default: the clock).
+        An offer is a hint: ``take_slot`` and ``end_attempt`` decide."""
+        ...
+
+    def offer_done(self, offer: SlotOffer) -> None:
+        """The offer needs nobody any more (failed over, or found stale): drop its message."""
+        ...
+
+    def offer_back(self, offer: SlotOffer, *, delay_seconds: float = 0.0) -> None:
+        """Not taken by this worker: let another receive it, after ``delay_seconds``."""
+        ...
+
+    def take_slot(self, claim: SlotClaim, *, now: float, offer: SlotOffer | None = None) -> bool:
         """Store ``claim`` if the job is QUEUED at ``claim.attempt`` and the slot is free (never
-        taken, or its lease ended before ``now``) or already ``claim.worker``'s."""
+        taken, or its lease ended before ``now``) or already ``claim.worker``'s. With the ``offer``
+        that brought it, the holder keeps the offer's message hidden while it renews the slot."""
         ...
 
     def renew_slot(self, job_id: str, attempt: int, slot: int, worker: str, *, lease_until: float) -> bool:
@@ -116,7 +152,7 @@ class GangStore(Protocol):
 
     def release_slot(self, job_id: str, attempt: int, slot: int, worker: str) -> bool:
         """Give the slot up while the job is still QUEUED at ``attempt``; False when the gang has
-        started meanwhile (or ``worker`` did not hold it)."""
+        started meanwhile (or ``worker`` did not hold it). Its message becomes visible again."""
         ...
 
     def slot_claims(self, job_id: str, attempt: int) -> list[SlotClaim]:

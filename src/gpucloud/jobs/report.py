@@ -209,6 +209,8 @@ def _r(value: float | None) -> float | None:
 
 
 def _detail(event: Event) -> str:
+    if event.kind == "stop-request":
+        return _stop_request_detail(event)
     data = dict(event.data)
     data.pop("event_id", None)
     for key in ("deadline", "ack_by", "commit_by"):
@@ -216,3 +218,18 @@ def _detail(event: Event) -> str:
             data[key] = f"{data[key] - event.at:+.1f}s"
     parts = [f"{k}={' '.join(v) if isinstance(v, list) else v}" for k, v in data.items() if v is not None]
     return ", ".join(parts)
+
+
+def _stop_request_detail(event: Event) -> str:
+    """e.g. "spot-interruption (terminate) from queue about i-0abc..., deadline +95.0s: every gang member stops"."""
+    data = event.data
+    text = str(data.get("kind") or "stop")
+    if data.get("action"):
+        text += f" ({data['action']})"
+    if data.get("source"):
+        text += f" from {data['source']}"
+    if data.get("instance_id"):
+        text += f" about {data['instance_id']}"
+    if isinstance(data.get("deadline"), (int, float)):
+        text += f", deadline {data['deadline'] - event.at:+.1f}s"
+    return text + ": every gang member stops"

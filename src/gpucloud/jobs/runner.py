@@ -352,33 +352,17 @@ def claim_single_node_job(
     """Claim the oldest claimable job of one node for ``worker``, leaving gang jobs alone.
 
     A job with ``nodes > 1`` needs a gang of agents (``gpucloud agent``); one worker running it
-    would start every rank on a single node. Each gang job passed over is told to ``on_skip``.
-
-    With no gang job waiting, the backend's own claim runs (on SQS it takes the job's message with
-    it). With one waiting, the single-node job is claimed by id, so the backend cannot hand over
-    the gang; the AWS backend then drops the job's message on a later receive, once the job ended.
+    would start every rank on a single node. Both backends' ``claim`` skip gangs themselves (on SQS
+    a gang's slot messages are handed back for the agents); each gang job waiting is told to
+    ``on_skip`` so the operator learns why it stays queued.
     """
-    now = time.time()
-    single: list[Job] = []
-    gangs = False
-    for job in queue.list_jobs([JobState.QUEUED, JobState.RUNNING]):
-        if job.state is JobState.RUNNING and (job.lease_until is None or job.lease_until >= now):
-            continue  # held by a live worker
-        if job.spec.nodes > 1:
-            gangs = True
-            if on_skip is not None:
+    if on_skip is not None:
+        now = time.time()
+        for job in queue.list_jobs([JobState.QUEUED, JobState.RUNNING]):
+            expired = job.state is JobState.QUEUED or (job.lease_until is not None and job.lease_until < now)
+            if job.spec.nodes > 1 and expired:
                 on_skip(job)
-        else:
-            single.append(job)
-    if not single:
-        return None
-    if not gangs:
-        return queue.claim(worker, lease_seconds=lease_seconds, node=node)
-    for job in single:
-        claimed = queue.claim(worker, lease_seconds=lease_seconds, job_id=job.id, node=node)
-        if claimed is not None:
-            return claimed  # None: another worker won this one; try the next
-    return None
+    return queue.claim(worker, lease_seconds=lease_seconds, node=node)
 
 
 def _claim(queue: JobQueue, job_id: str | None, worker: str, config: SupervisorConfig) -> Job:

@@ -32,8 +32,12 @@ from gpucloud.jobs.model import (
     JobState,
     NodeRecord,
     SlotClaim,
+    SlotOffer,
 )
+from gpucloud.jobs.gang import GANG_WORKER_PREFIX, gang_worker
 from gpucloud.jobs.queue import Transition, UnknownJob
+from gpucloud.jobs.model import StopRequest
+from gpucloud.signals.events import Notice
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 30.0
@@ -89,6 +93,14 @@ CREATE TABLE IF NOT EXISTS gang_slots (
     PRIMARY KEY (job_id, attempt, slot)
 );
 CREATE TABLE IF NOT EXISTS nodes (id TEXT PRIMARY KEY, record TEXT NOT NULL);
+-- One stop request per attempt (JobQueue.request_stop). IF NOT EXISTS also adds it to a queue
+-- file written before it existed: the migration is this statement, run at every open.
+CREATE TABLE IF NOT EXISTS stop_requests (
+    job_id TEXT NOT NULL REFERENCES jobs (id),
+    attempt INTEGER NOT NULL,
+    request TEXT NOT NULL,
+    PRIMARY KEY (job_id, attempt)
+);
 """
 
 _ATTEMPT_FIELDS = ("started_at", "resumed_step", "last_step", "node")
@@ -205,8 +217,10 @@ class SqliteQueue:
                     "SELECT * FROM jobs WHERE id = ? AND state = 'queued' AND attempt = ?", (job_id, attempt)
                 ).fetchone()
             elif job_id is None:
+                # Single-node jobs only, and none an agent runs as a gang (see JobQueue.claim).
                 row = db.execute(
-                    f"SELECT * FROM jobs WHERE {claimable} ORDER BY created_at, id LIMIT 1", (now,)
+                    f"SELECT * FROM jobs WHERE {claimable} AND COALESCE(json_extract(spec, '$.nodes'), 1) = 1 "
+                    "AND (worker IS NULL OR worker NOT LIKE ?) ORDER BY created_at, id LIMIT 1", (now, f"{GANG_WORKER_PREFIX}%")
                 ).fetchone()
             else:
                 row = db.execute(f"SELECT * FROM jobs WHERE id = ? AND {claimable}", (job_id, now)).fetchone()
@@ -357,7 +371,38 @@ class SqliteQueue:
 
     # -- gang slots and node records (GangStore) -----------------------------------------------
 
-    def take_slot(self, claim: SlotClaim, *, now: float) -> bool:
+    def slot_offers(self, *, hide_seconds: float, now: float | None = None) -> list[SlotOffer]:
+        """Read from the table (no messages here): the slots of running gang attempts whose holder
+        stopped renewing, then the free slots of queued attempts, oldest job first."""
+        at = time.time() if now is None else now
+        with self._tx() as db:
+            jobs = db.execute(
+                "SELECT id, attempt, state, worker, spec FROM jobs WHERE state IN (?, ?) ORDER BY created_at, id",
+                (JobState.QUEUED.value, JobState.RUNNING.value),
+            ).fetchall()
+            held = db.execute(
+                "SELECT s.job_id, s.slot FROM gang_slots s JOIN jobs j ON j.id = s.job_id AND j.attempt = s.attempt "
+                "WHERE s.lease_until >= ?", (at,),
+            ).fetchall()
+        live = {(r["job_id"], r["slot"]) for r in held}
+        lost: list[SlotOffer] = []
+        free: list[SlotOffer] = []
+        for job in jobs:
+            nodes = int(json.loads(job["spec"]).get("nodes", 1))
+            open_slots = [s for s in range(nodes) if (job["id"], s) not in live]
+            if job["state"] == JobState.QUEUED.value:
+                free += [SlotOffer(job_id=job["id"], attempt=job["attempt"], slot=s) for s in open_slots]
+            elif job["worker"] == gang_worker(job["id"], job["attempt"]) and open_slots:
+                lost.append(SlotOffer(job_id=job["id"], attempt=job["attempt"], slot=open_slots[0], lost=True))
+        return lost + free
+
+    def offer_done(self, offer: SlotOffer) -> None:
+        return None  # nothing carries an offer here: the table is the whole story
+
+    def offer_back(self, offer: SlotOffer, *, delay_seconds: float = 0.0) -> None:
+        return None
+
+    def take_slot(self, claim: SlotClaim, *, now: float, offer: SlotOffer | None = None) -> bool:
         with self._tx() as db:
             if not _queued_at(db, claim.job_id, claim.attempt):
                 return False
@@ -407,6 +452,39 @@ class SqliteQueue:
             except ValidationError as err:
                 raise UserError(f"node record {row['id']!r} in {self.uri} is unreadable ({err.errors()[0]['msg']}); it was not written by gpucloud") from err
         return records
+
+
+    # -- stop requests ----------------------------------------------------------------------------
+
+    def request_stop(self, job_id: str, attempt: int, notice: Notice) -> bool:
+        request = StopRequest.of(notice, requested_at=time.time())
+        with self._tx() as db:
+            row = db.execute("SELECT state, attempt FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise UnknownJob(job_id, self.uri)
+            if row["state"] != JobState.RUNNING.value or row["attempt"] != attempt:
+                return False
+            # The primary key (job_id, attempt) makes the first request the only one.
+            if db.execute(
+                "INSERT OR IGNORE INTO stop_requests (job_id, attempt, request) VALUES (?, ?, ?)",
+                (job_id, attempt, request.model_dump_json()),
+            ).rowcount != 1:
+                return False
+            _insert_event(db, job_id, attempt, "stop-request", request.requested_at, request.timeline_data())
+        return True
+
+    def stop_request(self, job_id: str, attempt: int) -> Notice | None:
+        rows = self._read("SELECT request FROM stop_requests WHERE job_id = ? AND attempt = ?", (job_id, attempt))
+        if not rows:
+            return None
+        try:
+            return StopRequest.model_validate_json(rows[0]["request"]).notice()
+        except ValidationError as err:
+            first = err.errors()[0]
+            raise UserError(
+                f"the stop request of job {job_id!r} attempt {attempt} in {self.uri} is unreadable "
+                f"({'.'.join(str(p) for p in first['loc']) or 'request'}: {first['msg']}); it was not written by gpucloud"
+            ) from err
 
 
 def _queued_at(db: sqlite3.Connection, job_id: str, attempt: int) -> bool:

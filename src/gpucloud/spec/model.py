@@ -151,6 +151,37 @@ class ImageBuild(SpecModel):
     root_volume_gib: int = Field(default=100, alias="rootVolumeGiB")
 
 
+class S3Object(BaseModel):
+    """An ``s3://bucket/key`` URI, split."""
+
+    model_config = ConfigDict(frozen=True)
+
+    bucket: str
+    key: str
+
+    @property
+    def file_name(self) -> str:
+        return self.key.rsplit("/", 1)[-1]
+
+
+class Agent(SpecModel):
+    """Where a node gets the gpucloud package its node agent runs (``scripts/node-bootstrap.sh``)."""
+
+    # 's3://bucket/key.whl': a wheel (pip wheel --no-deps .) the node copies with its instance role;
+    # the stack grants s3:GetObject on exactly that object. Or a pip requirement for gpucloud:
+    # 'gpucloud==0.1.0' from your index, 'gpucloud @ https://.../gpucloud-0.1.0-py3-none-any.whl'.
+    # None: the AMI already has it in /opt/gpucloud/venv (the gpucloud image, ami.parameter).
+    package: str | None = None
+
+    @property
+    def s3_wheel(self) -> S3Object | None:
+        """The wheel's bucket and key when ``package`` is an ``s3://`` URI (validity: ``rules.py``)."""
+        if self.package is None or not self.package.startswith("s3://"):
+            return None
+        bucket, _, key = self.package.removeprefix("s3://").partition("/")
+        return S3Object(bucket=bucket, key=key)
+
+
 class Network(SpecModel):
     vpc_cidr: str | None = None  # new VPC (default 10.0.0.0/16) ...
     vpc_id: str | None = None  # ... or an existing VPC with private subnets
@@ -182,6 +213,7 @@ class ClusterSpec(SpecModel):
     storage: Storage = Storage()
     ami: Ami = Ami()
     image: ImageBuild | None = None
+    agent: Agent = Agent()
     access: Access = Access()
     job_plane: JobPlane = JobPlane()
     tags: dict[str, str] = {}

@@ -12,6 +12,9 @@ import ipaddress
 import re
 from typing import Callable, Iterator
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
 from gpucloud.catalog import Catalog, InstanceType
 from gpucloud.infra.cost import GroupSizing, estimate_cost
 from gpucloud.infra.scaling_plan import default_lead_minutes, minimum_lead_minutes, wind_down_time
@@ -32,6 +35,10 @@ SUBNET_ID_RE = re.compile(r"^subnet-[0-9a-f]{8,17}$")
 SSM_PARAMETER_RE = re.compile(r"^/[A-Za-z0-9_.\-/]+$")
 WHEEL_URI_RE = re.compile(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]/.+\.whl$")
 SCHEDULE_RE = re.compile(r"^(cron|rate)\(.+\)$")
+BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+AGENT_PROJECT = "gpucloud"
+AGENT_PACKAGE_EXAMPLES = ("'s3://my-artifacts/wheels/gpucloud-0.1.0-py3-none-any.whl', 'gpucloud==0.1.0' "
+                          "or 'gpucloud @ https://example.com/gpucloud-0.1.0-py3-none-any.whl'")
 TAG_KEY_RESERVED = ("aws:", "gpucloud:")
 
 
@@ -480,6 +487,57 @@ def image_pipeline_settings(spec: ClusterSpec, catalog: Catalog) -> Iterator[Pro
         )
 
 
+def agent_package(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    """The node agent's package must be installable on the node (``scripts/node-bootstrap.sh``)."""
+    package = spec.agent.package
+    key = key_path("agent", "package")
+    if package is None:
+        if spec.ami.id is None and spec.ami.parameter is None:
+            yield Problem(key, "required when the nodes boot a DLAMI (ami.flavour, the default), which has no "
+                          f"gpucloud: give {AGENT_PACKAGE_EXAMPLES}, or boot the gpucloud image (ami.parameter)")
+        return
+    wheel = spec.agent.s3_wheel
+    if wheel is not None:
+        yield from _s3_wheel_problems(key, package, wheel.bucket, wheel.key)
+        return
+    if re.match(r"^[a-z][a-z0-9+.-]*://", package):
+        yield Problem(key, f"a URL alone is not a pip requirement; write 'gpucloud @ {package}' "
+                      "(or give an s3://bucket/key.whl wheel)", package)
+        return
+    try:
+        requirement = Requirement(package)
+    except InvalidRequirement:
+        yield Problem(key, f"not a pip requirement or an s3:// wheel URI; e.g. {AGENT_PACKAGE_EXAMPLES}", package)
+        return
+    if canonicalize_name(requirement.name) != AGENT_PROJECT:
+        yield Problem(key, f"names the project {requirement.name!r}; the node agent is the {AGENT_PROJECT!r} "
+                      "package", package)
+    elif requirement.url is not None and requirement.url.startswith("s3://"):
+        yield Problem(key, "pip cannot download s3:// URLs; give the s3://bucket/key.whl URI alone "
+                      "(the node copies it with its instance role)", package)
+
+
+def _s3_wheel_problems(key: str, package: str, bucket: str, object_key: str) -> Iterator[Problem]:
+    if not BUCKET_RE.match(bucket) or not object_key or object_key.endswith("/"):
+        yield Problem(key, "an s3:// wheel URI names a bucket and one .whl object, e.g. "
+                      "'s3://my-artifacts/wheels/gpucloud-0.1.0-py3-none-any.whl'", package)
+        return
+    if "*" in object_key or "?" in object_key:
+        yield Problem(key, "no '*' or '?' in the key: the stack grants s3:GetObject on exactly this object, "
+                      "and IAM would read them as wildcards", package)
+        return
+    file_name = object_key.rsplit("/", 1)[-1]
+    try:
+        project = parse_wheel_filename(file_name)[0]
+    except InvalidWheelFilename:
+        yield Problem(key, "the object must keep the file name pip wheel gave it, "
+                      "gpucloud-<version>-<python>-<abi>-<platform>.whl: pip reads the project and "
+                      "version from it", package)
+        return
+    if project != AGENT_PROJECT:
+        yield Problem(key, f"a wheel of {project!r}; the node agent is the {AGENT_PROJECT!r} package", package)
+
+
 def tag_keys(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     for key in spec.tags:
         if key.startswith(TAG_KEY_RESERVED) or not 1 <= len(key) <= 128:
@@ -572,6 +630,7 @@ RULES: tuple[Rule, ...] = (
     ssh_access,
     ami_choice,
     image_pipeline_settings,
+    agent_package,
     tag_keys,
     job_plane_limits,
     cost_ceiling,

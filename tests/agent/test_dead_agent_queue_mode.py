@@ -1,0 +1,129 @@
+"""Queue mode end to end: a 2-node gang whose node a loses its AGENT (killed -9; its torchrun and
+ranks keep running as orphans). An EventBridge spot warning for a's instance arrives on the events
+queue (moto SQS); the surviving agent's consumer finds a's agent dead and requests the gang's stop
+through the job table; b's supervisor flags its ranks, and the ranks' collective makes a's orphaned
+ranks save the same step too. The attempt is requeued exactly once as REQUEUED (no crash counted),
+and a's record is closed as stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import boto3
+import pytest
+
+from gpucloud import control
+from gpucloud.checkpoint.store import latest_committed
+from gpucloud.jobs.demo import EXAMPLE
+from gpucloud.jobs.model import AttemptState, JobSpec, JobState, NodeState
+from gpucloud.jobs.sqlite_queue import SqliteQueue
+from gpucloud.signals.imds_emulator import ImdsEmulator
+from fleet import samples  # the reference's EventBridge payloads
+
+from .conftest import CLI, wait_for
+from .test_fleet_simulation import free_port
+from .test_lost_member import descendants
+
+SLOT_LEASE = 3.0
+
+
+def start_agent(env, tmp_path: Path, name: str, emulator: ImdsEmulator, port: int, events_queue: str) -> subprocess.Popen:
+    argv = [*CLI, "agent", "--imds-endpoint", emulator.endpoint, "--poll-interval", "0.2", "--address", "127.0.0.1",
+            "--rendezvous-port", str(port), "--run-dir", str(tmp_path / name / "run"), "--slot-lease", str(SLOT_LEASE),
+            "--gang-timeout", "2", "--idle-exit", "3", "--events-queue", events_queue, "--output", "json"]
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+def test_a_spot_warning_for_a_node_whose_agent_died_requeues_the_gang_without_a_crash(tmp_path, gpucloud_home,
+                                                                                     fresh_aws_account):
+    env = dict(os.environ)  # the moto endpoint and fake credentials (fresh_aws_account), GPUCLOUD_HOME
+    sqs = boto3.client("sqs")
+    events_queue = sqs.create_queue(QueueName="gpucloud-events")["QueueUrl"]
+    queue = SqliteQueue(gpucloud_home / "queue.db")
+    durable = tmp_path / "durable"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=1", str(EXAMPLE), "--steps", "300",
+               "--seed", "5", "--step-seconds", "0.1"]
+    job = queue.submit(JobSpec(command=command, checkpoint_uri=str(durable), nodes=2, max_attempts=1), job_id="orphans")
+    port = free_port()
+    instances = {"a": samples.INSTANCE, "b": samples.OTHER_INSTANCE}
+    emulators = {name: ImdsEmulator(instance_id=i, instance_type="g5.xlarge", instance_life_cycle="spot").__enter__()
+                 for name, i in instances.items()}
+    procs: dict[str, subprocess.Popen] = {}
+    orphans: list[int] = []
+    try:
+        for name in ("a", "b"):
+            procs[name] = start_agent(env, tmp_path, name, emulators[name], port, events_queue)
+        wait_for(lambda: queue.get(job.id).state is JobState.RUNNING, 60, "the gang of a and b to start")
+        controls = {name: tmp_path / name / "run" / job.id / "attempt-1" / "control" for name in ("a", "b")}
+        wait_for(lambda: (p := control.read(controls["b"], control.PROGRESS)) is not None and p["step"] >= 3, 90,
+                 "attempt 1 to reach step 3")
+        # Node a's agent dies; its torchrun and rank go on, orphaned (nobody supervises them now).
+        orphans = descendants(procs["a"].pid)
+        assert orphans, "node a's torchrun should be running"
+        procs["a"].send_signal(signal.SIGKILL)
+        procs["a"].wait(10)
+        a_worker = next(n.id for n in queue.nodes() if n.instance_id == instances["a"])
+        wait_for(lambda: time.time() - next(n for n in queue.nodes() if n.id == a_worker).updated_at > SLOT_LEASE, 30,
+                 "node a's agent record to go silent for a slot lease")
+        assert control.read(controls["b"], control.PREEMPT) is None  # nothing has stopped the gang yet
+
+        warned_at = time.time()
+        warning = samples.spot_warning(instances["a"], time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(warned_at)))
+        sqs.send_message(QueueUrl=events_queue, MessageBody=json.dumps(warning))
+
+        out_b, err_b = procs["b"].communicate(timeout=120)
+        wait_for(lambda: not any(alive(pid) for pid in orphans), 30, "node a's orphaned ranks to exit after saving")
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+        for pid in orphans:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        for emulator in emulators.values():
+            emulator.__exit__(None, None, None)
+    assert procs["b"].returncode == 0, err_b[-3000:]
+
+    # Requeued once as REQUEUED: the lost member cost no attempt (max_attempts=1 would have FAILED it).
+    after = queue.get(job.id)
+    assert (after.state, after.attempt, after.crashes) == (JobState.QUEUED, 2, 0), after
+    first = queue.attempts(job.id)[0]
+    assert first.state is AttemptState.REQUEUED and first.committed_step is not None, first
+    events = queue.events(job.id)
+    kinds = [e.kind for e in events]
+    assert kinds.count("requeue") == 1 and kinds.count("stop-request") == 1 and "crash" not in kinds
+    (request,) = [e for e in events if e.kind == "stop-request"]
+    assert (request.data["source"], request.data["instance_id"]) == ("queue", instances["a"])
+    assert request.data["deadline"] == pytest.approx(int(warned_at) + 120)  # event time + the 2-minute lead
+
+    # Every rank on both nodes saved the same step: the orphans' ack on a, the supervised one on b.
+    step = first.committed_step
+    assert control.read(controls["a"], control.ACK)["step"] == control.read(controls["b"], control.ACK)["step"] == step
+    assert control.read(controls["a"], control.COMMITTED)["step"] == step
+    assert latest_committed(str(durable), job.id) == step
+
+    # The dead agent's record is closed with the reason; the message is gone from the queue.
+    lost = {n.id: n for n in queue.nodes()}[a_worker]
+    assert lost.state is NodeState.STOPPED and "agent found dead at a spot-interruption notice" in lost.reason
+    depth = sqs.get_queue_attributes(QueueUrl=events_queue, AttributeNames=["All"])["Attributes"]
+    assert (depth["ApproximateNumberOfMessages"], depth["ApproximateNumberOfMessagesNotVisible"]) == ("0", "0")
+    summary = json.loads(out_b.splitlines()[-1])
+    assert [(r["attempt"], r["state"]) for r in summary["ran"]] == [(1, "requeued")]
+    flag = next(e for e in events if e.kind == "flag")
+    print(f"\nwarning sent -> b's ranks flagged {flag.at - warned_at:.2f}s, -> commit "
+          f"{next(e.at for e in events if e.kind == 'commit') - warned_at:.2f}s")

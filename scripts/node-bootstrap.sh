@@ -6,10 +6,11 @@
 #    service made one; otherwise stripe the instance-store NVMe disks (RAID 0, XFS) ourselves.
 # 2. FSx for Lustre: install the client if missing and mount it (systemd automount, _netdev).
 # 3. EFA: log whether the expected number of EFA devices came up (p5en initialises late: retry).
-# 4. Node agent: install gpucloud (the stack's agent.package: an s3:// wheel copied with the instance
-#    role, or a pip requirement; nothing when the AMI has it) and start gpucloud-agent.service, which runs `gpucloud agent`
-#    (claims gang slots from the cluster's queue named in node.env, runs attempts under the spot
-#    supervisor, holds scale-in protection while busy, scales the node in when idle).
+# 4. Node agent: install gpucloud (the stack's agent.package: an s3:// wheel copied with the
+#    instance role, or a pip requirement; nothing when the AMI has it) and start
+#    gpucloud-agent.service, which runs `gpucloud agent` (claims gang slots from the cluster's
+#    queue named in node.env, runs attempts under the spot supervisor, holds scale-in protection
+#    while busy, scales the node in when idle).
 set -euo pipefail
 
 ENV_FILE=/etc/gpucloud/node.env

@@ -1,8 +1,10 @@
 """The backlog metric: the one contract between the stack's scale-out alarm and the publishers.
 
-The stack (``infra/scaling.py``) alarms on these names; the node agents, and ``gpucloud submit``
-when a group has no node yet to publish, send them with ``put_metric_data_request``. Both import
-this module, so a renamed metric or dimension cannot leave the alarm watching nothing.
+The stack (``infra/scaling.py``) alarms on these names; the node agents send them with
+``put_metric_data_request``. Both import this module, so a renamed metric or dimension cannot
+leave the alarm watching nothing. A group with no node has no publisher: the alarm then reads the
+job queue's own ``AWS/SQS ApproximateNumberOfMessagesVisible`` (one message per unclaimed slot),
+which SQS publishes by itself (see ``infra/scaling_plan.py``).
 
 Per node group and minute, two group-wide counts:
 

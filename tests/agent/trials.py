@@ -2,7 +2,7 @@
 
 Each trial submits a few jobs (single-node and gangs) and runs a fleet of simulated agents through
 the node agent's protocol calls (``gang.claim_slot`` / ``members`` / ``start_gang`` / ``renew`` /
-``release`` / ``fail_over_lost_gangs``, ``heartbeat``, ``end_attempt``), in an order and with
+``release``, ``heartbeat``, ``end_attempt``), in an order and with
 faults drawn from ``random.Random(seed)``. Slot leases run on a virtual clock handed to the gang
 functions as ``now`` (one round = one second), so a lease "expires" by advancing the clock, never
 by sleeping. Agents that die with SIGKILL are real forked processes writing to the same SQLite
@@ -157,8 +157,8 @@ class Trial:
             self._work(agent)
 
     def _idle(self, agent: SimAgent) -> None:
-        # Duplicate sweeps: every idle agent sweeps, so several may fail the same gang over at once.
-        gang.fail_over_lost_gangs(self.queue, now=self.now)
+        # As the agent does: lost members come as offers, failed over inside claim_slot; every idle
+        # agent gets them, so several may fail the same gang over at once.
         agent.backoff = {k: r for k, r in agent.backoff.items() if r > self.round}
         agent.claim = gang.claim_slot(self.queue, agent.worker, f"10.0.0.{self.names}", lease_seconds=SLOT_LEASE,
                                       now=self.now, skip=agent.backoff.keys())

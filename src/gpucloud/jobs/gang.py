@@ -217,13 +217,3 @@ def fail_over(queue: GangQueue, job: Job, *, now: float | None = None) -> Transi
     if transition.applied:
         queue.record(job.id, job.attempt, "lease-expired", data={"slot": slot})
     return transition
-
-
-def fail_over_lost_gangs(queue: GangQueue, *, now: float | None = None) -> list[Transition]:
-    """``fail_over`` every running gang with a lost member; what an idle agent sweeps."""
-    applied = []
-    for job in queue.list_jobs([JobState.RUNNING]):
-        transition = fail_over(queue, job, now=now)
-        if transition is not None and transition.applied:
-            applied.append(transition)
-    return applied

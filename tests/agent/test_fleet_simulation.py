@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -21,6 +22,8 @@ from gpucloud.jobs.demo import EXAMPLE, weights_identical
 from gpucloud.jobs.model import JobState, NodeState
 from gpucloud.jobs.sqlite_queue import SqliteQueue
 from gpucloud.signals.imds_emulator import ImdsEmulator
+
+from jobs.aws_fixtures import aws_job_plane  # noqa: F401  (fixture: the job plane on the session moto server)
 
 from .conftest import CLI, wait_for
 
@@ -92,9 +95,24 @@ def run_noticed_gang(queue: SqliteQueue, job_id: str, env: dict[str, str], work:
 
 
 @pytest.mark.slow
-def test_a_noticed_gang_member_is_replaced_by_the_standby_and_the_job_ends_bitwise_identical(tmp_path, env, gpucloud_home):
+@pytest.mark.parametrize("backend", ["sqlite", "aws"])
+def test_a_noticed_gang_member_is_replaced_by_the_standby_and_the_job_ends_bitwise_identical(
+    tmp_path, env, gpucloud_home, backend, request,
+):
+    """On the embedded queue, and on SQS + DynamoDB (moto server): there the agents find their
+    slots through the slot messages, keep them hidden while they work, and the requeue's messages
+    bring the survivor and the standby to attempt 2."""
     durable = tmp_path / "durable"
-    queue = SqliteQueue(gpucloud_home / "queue.db")
+    if backend == "sqlite":
+        queue = SqliteQueue(gpucloud_home / "queue.db")
+    else:
+        from gpucloud.jobs.locations import open_queue
+
+        plane = request.getfixturevalue("aws_job_plane")
+        queue = open_queue(plane["uri"])
+        # os.environ now has the moto server's endpoint and fake credentials (set by the fixture).
+        env = {**env, **os.environ, "GPUCLOUD_QUEUE": plane["uri"]}
+    request.addfinalizer(queue.close)
     from gpucloud.jobs.model import JobSpec
 
     job = queue.submit(JobSpec(command=train(out=tmp_path / "gang.pt", nproc=1, standalone=True, step_seconds=0.15),

@@ -1,6 +1,7 @@
 """Fleet benchmark: a gang interrupted across nodes, and the scaling decision at queue depth.
 
     .venv/bin/python benchmarks/bench_fleet.py [--trials 3] [--depths 1 10 100 1000] [--max-nodes 64]
+                                               [--backend sqlite|aws]
 
 **Interruption across nodes** (issue 4), ``--trials`` times: the fleet simulation of
 ``tests/agent/test_fleet_simulation.py`` (its ``run_noticed_gang``, not a copy): three ``gpucloud agent``
@@ -22,12 +23,17 @@ a few agent records in a real SQLite queue; one decision = read the fleet from t
 (``agent.fleet_view.fleet_state``) + ``fleet.scaling.desired_capacity``. Reported per decision,
 with the pure decision alone as the baseline of the same run (listing / pure ratio).
 
-Writes benchmarks/results/fleet.json; exit 1 when a goal is missed.
+With ``--backend aws`` the trials run on SQS + DynamoDB served by a local moto server: the agents
+find their slots through the slot messages and attempt 2's messages bring them back after the
+requeue (the scale decisions still read a SQLite queue: they measure the decision, not moto).
+
+Writes benchmarks/results/fleet.json (fleet-aws.json); exit 1 when a goal is missed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -39,12 +45,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the simulation's helpers live in the test package
+sys.path.insert(1, str(ROOT / "tests"))  # ... and import their fixtures as pytest does (`jobs.aws_fixtures`)
 
 from gpucloud import control  # noqa: E402
 from gpucloud.agent.fleet_view import fleet_state  # noqa: E402
 from gpucloud.fleet.scaling import GroupBounds, desired_capacity  # noqa: E402
 from gpucloud.jobs import gang  # noqa: E402
 from gpucloud.jobs.model import JobSpec, NodeRecord, NodeState  # noqa: E402
+from gpucloud.jobs.locations import open_queue  # noqa: E402
+from gpucloud.jobs.queue import JobQueue  # noqa: E402
 from gpucloud.jobs.sqlite_queue import SqliteQueue  # noqa: E402
 from report import config_of, finish  # noqa: E402  (benchmarks/report.py)
 from tests.agent.test_fleet_simulation import NODES, run_noticed_gang, train  # noqa: E402
@@ -57,10 +66,24 @@ ISOLATED_ENV = ("GPUCLOUD_QUEUE", "AWS_EC2_METADATA_SERVICE_ENDPOINT", "GPUCLOUD
                 "GPUCLOUD_JOB_QUEUE_URL")
 
 
-def one_trial(work: Path, step_seconds: float, notice_after_step: int) -> dict:
-    home = work / "home"
+def open_trial_queue(backend: str, home: Path, endpoint: str | None) -> tuple[JobQueue, dict[str, str]]:
+    """A fresh queue for one trial and the environment the agents reach it with."""
     env = {k: v for k, v in os.environ.items() if k not in ISOLATED_ENV} | {"GPUCLOUD_HOME": str(home)}
-    queue = SqliteQueue(home / "queue.db")
+    if backend == "sqlite":
+        return SqliteQueue(home / "queue.db"), env
+    from tests.conftest import FAKE_AWS, reset_account
+    from tests.jobs.aws_fixtures import REGION, create_job_plane
+
+    assert endpoint is not None
+    reset_account(endpoint)
+    os.environ.update({**FAKE_AWS, "AWS_ENDPOINT_URL": endpoint})  # this process's own queue client
+    plane = create_job_plane(endpoint)
+    uri = f"aws://{REGION}?table={plane['table']}&queue={plane['queue_url']}"
+    return open_queue(uri), env | FAKE_AWS | {"AWS_ENDPOINT_URL": endpoint, "GPUCLOUD_QUEUE": uri}
+
+
+def one_trial(work: Path, step_seconds: float, notice_after_step: int, backend: str, endpoint: str | None) -> dict:
+    queue, env = open_trial_queue(backend, work / "home", endpoint)
     job = queue.submit(JobSpec(command=train(out=work / "gang.pt", nproc=1, standalone=True, step_seconds=step_seconds),
                                checkpoint_uri=str(work / "durable"), nodes=2), job_id="bench")
     run = run_noticed_gang(queue, job.id, env, work, notice_after_step=notice_after_step, notice_lead=NOTICE_LEAD_S)
@@ -169,19 +192,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notice-after-step", type=int, default=3, help="announce the interruption after this step")
     parser.add_argument("--depths", type=int, nargs="+", default=[1, 10, 100, 1000], help="queued gangs per decision")
     parser.add_argument("--max-nodes", type=int, default=64, help="the group's max size for the decision")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--backend", choices=("sqlite", "aws"), default="sqlite",
+                        help="the trials' job queue: the embedded file, or SQS + DynamoDB on a local moto server "
+                             "(slot messages; needs the test extra)")
+    parser.add_argument("--out", type=Path, default=None, help=f"report path (default {RESULTS.parent}/fleet[-aws].json)")
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = RESULTS if args.backend == "sqlite" else RESULTS.with_name("fleet-aws.json")
     if args.trials < 0 or any(d < 1 for d in args.depths) or args.max_nodes < 1:
         parser.error("--trials must be >= 0, every --depths value >= 1 and --max-nodes >= 1")
     logging.basicConfig(level=logging.ERROR)
 
     rows, goals_per_trial, scaling = [], [], []
-    with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp, contextlib.ExitStack() as stack:
+        endpoint = None
+        if args.backend == "aws":
+            from tests.conftest import moto_endpoint
+
+            endpoint = stack.enter_context(moto_endpoint())
         for trial in range(args.trials):
-            print(f"trial {trial + 1}/{args.trials}: 3 agents, a 2-node gang, a notice on node a ...", file=sys.stderr, flush=True)
+            print(f"trial {trial + 1}/{args.trials} ({args.backend}): 3 agents, a 2-node gang, a notice on node a ...",
+                  file=sys.stderr, flush=True)
             work = Path(tmp) / f"trial-{trial}"
             work.mkdir()
-            rows.append(one_trial(work, args.step_seconds, args.notice_after_step))
+            rows.append(one_trial(work, args.step_seconds, args.notice_after_step, args.backend, endpoint))
             goals_per_trial.append(trial_goals(rows[-1]))
         bounds = GroupBounds(0, args.max_nodes)
         for depth in args.depths:
@@ -202,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     goals = {name: all(g[name] for g in goals_per_trial) for name in (goals_per_trial[0] if goals_per_trial else {})}
     report = {
         "benchmark": "fleet",
-        "config": config_of(args, agents=len(NODES), gang_nodes=2, ranks_per_node=1, backend="gloo", queue="sqlite",
+        "config": config_of(args, agents=len(NODES), gang_nodes=2, ranks_per_node=1, backend="gloo", queue=args.backend,
                             agent_poll_interval_s=AGENT_POLL_S, notice_lead_s=NOTICE_LEAD_S),
         "trials": rows,
         "scale_decision": scaling,

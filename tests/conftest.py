@@ -63,9 +63,10 @@ def _serialized_dynamodb() -> Iterator[None]:
             setattr(DynamoDBBackend, name, method)
 
 
-@pytest.fixture(scope="session")
-def moto_server() -> Iterator[str]:
-    """One moto server for the session (it takes a second to start); its endpoint URL."""
+@contextlib.contextmanager
+def moto_endpoint() -> Iterator[str]:
+    """A moto server on 127.0.0.1 with serializable DynamoDB transactions; its endpoint URL (the
+    session fixture below, and ``benchmarks/bench_fleet.py --backend aws``)."""
     from moto.server import ThreadedMotoServer
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
@@ -78,6 +79,18 @@ def moto_server() -> Iterator[str]:
             server.stop()
 
 
+def reset_account(endpoint: str) -> None:
+    """moto keeps its backends in process-global state: empty the whole account."""
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")).read()
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[str]:
+    """One moto server for the session (it takes a second to start); its endpoint URL."""
+    with moto_endpoint() as endpoint:
+        yield endpoint
+
+
 @pytest.fixture
 def fresh_aws_account(moto_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
     """The moto server reset to an empty account, with boto3 pointed at it; its endpoint URL."""
@@ -85,6 +98,5 @@ def fresh_aws_account(moto_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
         monkeypatch.setenv(name, value)
     for name in ("AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
         monkeypatch.delenv(name, raising=False)
-    # moto keeps its backends in process-global state: every test starts from an empty account.
-    urllib.request.urlopen(urllib.request.Request(f"{moto_server}/moto-api/reset", method="POST")).read()
+    reset_account(moto_server)  # every test starts from an empty account
     return moto_server

@@ -97,6 +97,7 @@ def test_a_spot_warning_for_a_node_whose_agent_died_requeues_the_gang_without_a_
                 os.kill(pid, signal.SIGKILL)
         for emulator in emulators.values():
             emulator.__exit__(None, None, None)
+    print(err_b[-6000:]); print([(e.kind, round(e.at - warned_at, 2), e.data) for e in queue.events(job.id)])
     assert procs["b"].returncode == 0, err_b[-3000:]
 
     # Requeued once as REQUEUED: the lost member cost no attempt (max_attempts=1 would have FAILED it).

@@ -12,7 +12,12 @@
   to the dead-letter queue, where a person can read them; nothing is lost, nothing crashes;
 - notices about instances outside ``instance_ids`` are made visible again at once for the consumer
   that owns them. Every receive counts toward maxReceiveCount, so on a queue shared by many nodes
-  run fleet-level consumers (``instance_ids=None``), or per-node consumers on per-node queues.
+  run fleet-level consumers (``instance_ids=None``), or per-node consumers on per-node queues;
+- a message is received hidden for only ``RECEIVE_VISIBILITY`` seconds and hidden for the full
+  ``visibility_timeout`` just before its handler runs. A consumer that dies during a long poll
+  (its node's agent killed) may still be handed a message by SQS; it comes back within seconds
+  for a live consumer instead of after the handler's whole visibility timeout -- for a spot
+  warning, after the node is gone.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from gpucloud.signals.events import Notice
 log = logging.getLogger("gpucloud.fleet")
 
 DEFAULT_VISIBILITY_TIMEOUT = 150  # s: a handler that blocks through the 2-minute spot lead finishes first
+RECEIVE_VISIBILITY = 10  # s: how long a received message stays hidden until its handler starts
 _RETRY_AFTER_ERROR = 5.0  # s between polls after the queue itself failed
 
 
@@ -59,6 +65,7 @@ class EventsQueueConsumer:
         instance_ids: Iterable[str] | None = None,
         wait_seconds: int = 20,
         visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT,
+        receive_visibility: int = RECEIVE_VISIBILITY,
         max_messages: int = 10,
         rules: QueueRules | None = None,
         clock: Callable[[], float] = time.time,
@@ -68,12 +75,14 @@ class EventsQueueConsumer:
         _check_range("wait_seconds", wait_seconds, 0, 20, "the SQS long-poll limit")
         _check_range("visibility_timeout", visibility_timeout, 0, 43200, "the SQS limit, 12 hours")
         _check_range("max_messages", max_messages, 1, 10, "the SQS receive limit")
+        _check_range("receive_visibility", receive_visibility, 1, 43200, "the SQS limit, 12 hours")
         self._sqs = sqs_client
         self._url = queue_url
         self._on_notice = on_notice
         self._instances = None if instance_ids is None else frozenset(check_instance_id(i) for i in instance_ids)
         self._wait = wait_seconds
         self._visibility = visibility_timeout
+        self._receive_visibility = min(receive_visibility, visibility_timeout)
         self._max = max_messages
         self._rules = rules or QueueRules()
         self._clock = clock
@@ -84,7 +93,7 @@ class EventsQueueConsumer:
             QueueUrl=self._url,
             MaxNumberOfMessages=self._max,
             WaitTimeSeconds=self._wait,
-            VisibilityTimeout=self._visibility,
+            VisibilityTimeout=self._receive_visibility,
             MessageSystemAttributeNames=["ApproximateReceiveCount"],
         )
         result = PollResult()
@@ -121,6 +130,10 @@ class EventsQueueConsumer:
             result.passed_on.append(f"{ref}: {parsed.kind} for {instance}")
             self._release(message, ref)
             return
+        if self._visibility > self._receive_visibility and not self._hide(message, ref):
+            # No longer ours (its receipt expired) or the queue failed: redelivery hands it over.
+            result.failed.append(f"{ref}: could not be kept hidden for its handler; left to be delivered again")
+            return
         try:
             self._on_notice(parsed)
         except Exception as err:  # noqa: BLE001 - any handler failure: keep consuming; redelivery retries it
@@ -138,6 +151,18 @@ class EventsQueueConsumer:
             # Typically the visibility timeout ran out during a long handler: the message comes back
             # and its notice is deduplicated by event_id.
             log.warning("events queue: could not delete %s (%s); it will be delivered again", ref, _one_line(err))
+
+    def _hide(self, message: dict[str, Any], ref: str) -> bool:
+        """Keep the message hidden for the handler's whole visibility timeout; False when that
+        failed (the receipt is stale or the queue unreachable: leave the message to redelivery)."""
+        try:
+            self._sqs.change_message_visibility(QueueUrl=self._url, ReceiptHandle=message["ReceiptHandle"],
+                                                VisibilityTimeout=self._visibility)
+        except (BotoCoreError, ClientError) as err:
+            log.warning("events queue: could not keep %s hidden for its handler (%s); leaving it to be delivered again",
+                        ref, _one_line(err))
+            return False
+        return True
 
     def _release(self, message: dict[str, Any], ref: str) -> None:
         try:

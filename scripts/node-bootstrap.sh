@@ -170,8 +170,10 @@ install_agent() {
   install_agent_package
   cat > /opt/gpucloud/agent-start <<'START'
 #!/usr/bin/env bash
-# Start the node agent. Its queue, region and lifecycle hook come from node.env (the unit's
-# EnvironmentFile); control directories live on the node's own disk.
+# Start the node agent. Its job queue, region and lifecycle hook come from node.env (the unit's
+# EnvironmentFile), and so does GPUCLOUD_EVENTS_QUEUE_URL: every agent also consumes the cluster's
+# events queue, so a noticed node whose agent died is still handled. Control directories live on
+# the node's own disk.
 set -euo pipefail
 exec /opt/gpucloud/venv/bin/gpucloud agent --run-dir /var/lib/gpucloud/run
 START

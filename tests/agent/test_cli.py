@@ -54,12 +54,14 @@ def test_nodes_lists_agents_with_state_type_lifecycle_and_job(gpucloud_home):
                                    lifecycle="spot", job_id="llama", attempt=2, slot=1, updated_at=now))
     queue.register_node(NodeRecord(id="i-2:10", address="10.0.0.2", state=NodeState.IDLE, instance_type="p5.48xlarge",
                                    lifecycle="on-demand", updated_at=now - 3600))
-    queue.register_node(NodeRecord(id="i-3:10", address="10.0.0.3", state=NodeState.STOPPED, updated_at=now))
+    queue.register_node(NodeRecord(id="i-3:10", address="10.0.0.3", state=NodeState.STOPPED, updated_at=now,
+                                   reason="spot-interruption from the events queue; its agent was dead"))
     runner = CliRunner()
     shown = json.loads(runner.invoke(nodes, ["--output", "json"]).output)
     assert [(n["id"], n["state"], n["lifecycle"], n["job_id"], n["slot"]) for n in shown] == [
         ("i-1:10", "running", "spot", "llama", 1)]
     everything = json.loads(runner.invoke(nodes, ["--all", "--output", "json"]).output)
     assert [n["state"] for n in everything] == ["running", "silent", "stopped"]
-    table = runner.invoke(nodes, ["--all"], env={"COLUMNS": "200"}).output
-    assert "p5.48xlarge" in table and "on-demand" in table and "silent" in table
+    assert [n["reason"] for n in everything] == [None, None, "spot-interruption from the events queue; its agent was dead"]
+    table = runner.invoke(nodes, ["--all"], env={"COLUMNS": "250"}).output
+    assert "p5.48xlarge" in table and "on-demand" in table and "silent" in table and "its agent was dead" in table

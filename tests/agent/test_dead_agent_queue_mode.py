@@ -3,7 +3,11 @@ ranks keep running as orphans). An EventBridge spot warning for a's instance arr
 queue (moto SQS); the surviving agent's consumer finds a's agent dead and requests the gang's stop
 through the job table; b's supervisor flags its ranks, and the ranks' collective makes a's orphaned
 ranks save the same step too. The attempt is requeued exactly once as REQUEUED (no crash counted),
-and a's record is closed as stopped."""
+and a's record is closed as stopped.
+
+a's agent dies while its own events-queue consumer is in a long poll; SQS may hand the warning to
+that dead poll, and the consumer's short receive visibility brings it back to b within seconds
+(the printed flag latency is then about 10 s instead of about 1 s)."""
 
 from __future__ import annotations
 
@@ -56,7 +60,7 @@ def test_a_spot_warning_for_a_node_whose_agent_died_requeues_the_gang_without_a_
     events_queue = sqs.create_queue(QueueName="gpucloud-events")["QueueUrl"]
     queue = SqliteQueue(gpucloud_home / "queue.db")
     durable = tmp_path / "durable"
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=1", str(EXAMPLE), "--steps", "300",
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=1", str(EXAMPLE), "--steps", "600",
                "--seed", "5", "--step-seconds", "0.1"]
     job = queue.submit(JobSpec(command=command, checkpoint_uri=str(durable), nodes=2, max_attempts=1), job_id="orphans")
     port = free_port()
@@ -97,7 +101,6 @@ def test_a_spot_warning_for_a_node_whose_agent_died_requeues_the_gang_without_a_
                 os.kill(pid, signal.SIGKILL)
         for emulator in emulators.values():
             emulator.__exit__(None, None, None)
-    print(err_b[-6000:]); print([(e.kind, round(e.at - warned_at, 2), e.data) for e in queue.events(job.id)])
     assert procs["b"].returncode == 0, err_b[-3000:]
 
     # Requeued once as REQUEUED: the lost member cost no attempt (max_attempts=1 would have FAILED it).

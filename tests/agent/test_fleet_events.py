@@ -316,3 +316,15 @@ def test_a_bad_events_queue_url_or_visibility_is_refused_with_one_line(tmp_path)
     with pytest.raises(UserError, match="visibility timeout 20s must exceed 30s"):
         watch_events_queue("https://sqs.us-east-1.amazonaws.com/1/e", q, OfflineHooks(), node_lease=LEASE, worker="w",
                            visibility_timeout=20, sqs_client=object())
+
+
+def test_the_agent_refuses_a_bad_events_queue_with_one_line(env):
+    import subprocess
+
+    from .conftest import CLI
+
+    done = subprocess.run([*CLI, "agent", "--no-imds", "--idle-exit", "0", "--events-queue", "sqs-events"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("gpucloud: error: events queue URL 'sqs-events' is not a URL "
+                                   "(https://sqs.<region>.amazonaws.com/<account>/<name>)")

@@ -3,7 +3,6 @@ local notice and the attempt ends REQUEUED; an agent's own stop notice is record
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 
@@ -136,3 +135,10 @@ def test_an_agents_own_stop_notice_is_recorded_for_its_gang(tmp_path):
     assert (event.attempt, event.data["event_id"], event.data["instance_id"]) == (1, own.event_id, INSTANCE)
     assert [e.kind for e in q.events(job.id)].count("flag") == 1  # the copy in the table is not a second notice
     assert q.attempts(job.id)[0].state is AttemptState.REQUEUED
+
+
+def test_a_notice_the_node_took_before_the_attempt_is_yielded_first():
+    inbox, early = Inbox(), warning(instance=None, source="imds")
+    notices = TableNotices(inbox, FlakyQueue(None), "j1", 1, first=early, clock=Clock())
+    assert notices.get(0.0) is early
+    assert notices.get(0.0) is None

@@ -277,6 +277,10 @@ def test_user_data_carries_the_node_settings(previews, stack: str) -> None:
     assert ("GPUCLOUD_FSX_DNS=fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com" in text) == (stack != "dev")
     expected_efa = {"dev": 0, "p4d-spot": 4, "p5-capacity-block": 32}[stack]
     assert f"GPUCLOUD_EFA_INTERFACES={expected_efa}" in text
+    assert f"GPUCLOUD_EVENTS_QUEUE_URL=https://sqs.us-east-1.amazonaws.com/123456789012/{preview.cluster}-jobplane-events" \
+        in text  # the agents' queue mode
+    [hook] = one(preview, "aws:autoscaling/group:Group").inputs["initialLifecycleHooks"]
+    assert f"GPUCLOUD_LIFECYCLE_TIMEOUT={int(hook['heartbeatTimeout'])}" in text  # the dead-agent handler's deadline
     assert "gpucloud-agent.service" in text
 
 

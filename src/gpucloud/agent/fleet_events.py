@@ -42,7 +42,7 @@ from gpucloud.agent.loop import REPLACE_KINDS
 from gpucloud.agent.table_notices import request_gang_stop
 from gpucloud.errors import UserError
 from gpucloud.fleet.event_messages import QueueRules, instance_of
-from gpucloud.fleet.events_queue import DEFAULT_VISIBILITY_TIMEOUT, EventsQueueConsumer
+from gpucloud.fleet.events_queue import DEFAULT_VISIBILITY_TIMEOUT, EventsQueueConsumer, check_queue_url
 from gpucloud.fleet.lifecycle import lifecycle_action_of
 from gpucloud.jobs.gang import GangQueue
 from gpucloud.jobs.model import Job, JobState, NodeRecord, NodeState
@@ -260,7 +260,7 @@ def queue_region(queue_url: str, env: Mapping[str, str] | None = None) -> str:
     """The region of an SQS queue URL (``https://sqs.<region>.amazonaws.com/...``); for other URLs
     (a local emulator) the node's ``GPUCLOUD_REGION``, ``AWS_REGION`` or ``AWS_DEFAULT_REGION``."""
     env = os.environ if env is None else env
-    match = _SQS_HOST.match(queue_url)
+    match = _SQS_HOST.match(check_queue_url(queue_url))
     if match:
         return match.group(1) or match.group(2)
     for name in ("GPUCLOUD_REGION", "AWS_REGION", "AWS_DEFAULT_REGION"):

@@ -290,10 +290,11 @@ class Agent:
             )
             job = job.model_copy(update={"spec": job.spec.model_copy(update={"command": argv})})
         if self.stop_notice is not None:
-            # Noticed while the gang formed, and the gang started anyway: it must still save.
+            # Noticed while the gang formed, and the gang started anyway: it must still save. Our
+            # supervisor gets the notice first thing (below); the peers through the table.
             try:
                 request_gang_stop(self.queue, job.id, job.attempt, self.stop_notice, instance_id=self.identity.instance_id)
-            except Exception as err:  # noqa: BLE001 - the in-band flag still reaches the gang
+            except Exception as err:  # noqa: BLE001 - our own flag still spreads through the ranks' collective
                 log.warning("requesting the gang's stop for %s attempt %d failed: %s", job.id, job.attempt, err)
 
         def about_this_node(notice: Notice) -> None:
@@ -304,7 +305,8 @@ class Agent:
 
         # Every member also watches the attempt's stop request in the job table, so a notice seen
         # anywhere (or by the events-queue handler, for a node whose agent is dead) flags its ranks.
-        notices = TableNotices(self.notices, self.queue, job.id, job.attempt, on_table_notice=about_this_node)
+        notices = TableNotices(self.notices, self.queue, job.id, job.attempt, on_table_notice=about_this_node,
+                               first=self.stop_notice)
         return run_attempt(
             self.queue, job, worker=gang.gang_worker(job.id, job.attempt), notices=notices, config=self.config,
             local_checkpoint_dir=self.options.local_checkpoint_dir, on_event=self._on_event,

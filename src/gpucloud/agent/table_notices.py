@@ -48,12 +48,13 @@ class TableNotices:
     ``event_id`` and ignores the copy; ``on_table_notice`` is told of the request as it is yielded
     (the agent uses it to treat a request about its own instance as its own notice). A failed read
     is logged and retried at the next interval: the supervisor's loop must not stop for it.
+    ``first`` is a notice the node already took (e.g. while its gang formed), yielded before anything.
     """
 
     def __init__(
         self, source: NoticeSource, queue: JobQueue, job_id: str, attempt: int, *,
         interval: float = POLL_INTERVAL, on_table_notice: Callable[[Notice], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        first: Notice | None = None, clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if interval <= 0:
             raise ValueError(f"the stop-request poll interval must be more than 0 seconds, got {interval}")
@@ -62,6 +63,7 @@ class TableNotices:
         self._next_read = clock()  # read at once: a request may predate this attempt's supervisor
         self._found: Notice | None = None
         self._last_error: str | None = None
+        self._first = first
 
     @property
     def found(self) -> Notice | None:
@@ -69,6 +71,9 @@ class TableNotices:
         return self._found
 
     def get(self, timeout: float) -> Notice | None:
+        if self._first is not None:
+            first, self._first = self._first, None
+            return first
         if self._found is None and self._clock() >= self._next_read:
             self._next_read = self._clock() + self.interval
             notice = self._read()

@@ -21,7 +21,8 @@ Examples:
 \b
 States: idle (nothing to claim), waiting (holds a slot, its gang is forming), running,
 stopping (an interruption notice arrived), stopped (the agent exited). An agent silent for
-longer than --stale-after seconds is shown as "silent" (killed, or its node is gone).
+longer than --stale-after seconds is shown as "silent" (killed, or its node is gone). "why"
+says what closed a record another agent closed (an interruption for a node whose agent had died).
 """,
 )
 @click.option("--queue", "queue_uri", metavar="URI", help="Job queue (default: $GPUCLOUD_QUEUE, else the node's AWS queue from GPUCLOUD_REGION/GPUCLOUD_JOB_TABLE/GPUCLOUD_JOB_QUEUE_URL, else sqlite:///$GPUCLOUD_HOME/queue.db).")
@@ -49,13 +50,15 @@ def nodes(queue_uri, show_all, stale_after, output) -> None:
             "id": node.id, "state": state, "address": node.address, "instance_id": node.instance_id,
             "instance_type": node.instance_type, "lifecycle": node.lifecycle, "job_id": node.job_id,
             "attempt": node.attempt, "slot": node.slot, "seen_seconds_ago": round(now - node.updated_at, 1),
+            "reason": node.reason,
         })
     if output == "json":
         print_json(rows)
         return
     print_table(
         f"{len(rows)} node agent(s)",
-        ["agent", "state", "instance type", "lifecycle", "job", "attempt", "slot", "seen"],
+        ["agent", "state", "instance type", "lifecycle", "job", "attempt", "slot", "seen", "why"],
         [[r["id"], r["state"], r["instance_type"] or "-", r["lifecycle"] or "-", r["job_id"] or "-",
-          r["attempt"] or "-", "-" if r["slot"] is None else r["slot"], f"{r['seen_seconds_ago']:.0f}s ago"] for r in rows],
+          r["attempt"] or "-", "-" if r["slot"] is None else r["slot"], f"{r['seen_seconds_ago']:.0f}s ago",
+          r["reason"] or "-"] for r in rows],
     )

@@ -70,8 +70,7 @@ class EventsQueueConsumer:
         rules: QueueRules | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if not isinstance(queue_url, str) or not queue_url.startswith(("https://", "http://")):
-            raise UserError(f"events queue URL {queue_url!r} is not a URL (https://sqs.<region>.amazonaws.com/<account>/<name>)")
+        check_queue_url(queue_url)
         _check_range("wait_seconds", wait_seconds, 0, 20, "the SQS long-poll limit")
         _check_range("visibility_timeout", visibility_timeout, 0, 43200, "the SQS limit, 12 hours")
         _check_range("max_messages", max_messages, 1, 10, "the SQS receive limit")
@@ -169,6 +168,12 @@ class EventsQueueConsumer:
             self._sqs.change_message_visibility(QueueUrl=self._url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0)
         except (BotoCoreError, ClientError) as err:
             log.warning("events queue: could not release %s (%s); it reappears after %ds", ref, _one_line(err), self._visibility)
+
+
+def check_queue_url(queue_url: object) -> str:
+    if not isinstance(queue_url, str) or not queue_url.startswith(("https://", "http://")):
+        raise UserError(f"events queue URL {queue_url!r} is not a URL (https://sqs.<region>.amazonaws.com/<account>/<name>)")
+    return queue_url
 
 
 def _check_range(name: str, value: object, low: int, high: int, why: str) -> None:

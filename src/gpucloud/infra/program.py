@@ -116,6 +116,8 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
             "GPUCLOUD_JOB_TABLE": jobs.table.name,
             "GPUCLOUD_CHECKPOINT_BUCKET": store.bucket_name,
             "GPUCLOUD_LIFECYCLE_HOOK": DRAIN_HOOK,
+            # the hook's heartbeat timeout: how long a dead agent's peers may take to commit
+            "GPUCLOUD_LIFECYCLE_TIMEOUT": str(gp.group.drain_timeout_seconds),
             "GPUCLOUD_EFA_INTERFACES": str(gp.efa_layout.efa_interfaces),
             "GPUCLOUD_NVME_SCRATCH": "1" if spec.storage.nvme_scratch else "0",
             "GPUCLOUD_SCRATCH_PATH": spec.storage.scratch_path,

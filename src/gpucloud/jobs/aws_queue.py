@@ -70,7 +70,7 @@ from gpucloud.jobs.aws_items import (
     slot_sk,
     slot_sk_prefix,
 )
-from gpucloud.jobs.aws_messages import Action, Holder, MalformedMessage, decide, parse_slot_message, visibility_seconds
+from gpucloud.jobs.aws_messages import Action, Holder, MalformedMessage, decide, parse_slot_message
 from gpucloud.jobs.aws_slot_box import ReceivedMessage, SlotMessageBox, held_slot_message
 from gpucloud.jobs.aws_schema import STATE_INDEX, STATE_INDEX_HASH_KEY
 from gpucloud.jobs.aws_uri import AwsQueueAddress

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import os
 import threading
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -26,6 +27,13 @@ from gpucloud.checkpoint.manifest import FileEntry, new_hasher
 # DCP's default of one writer thread is 2-3x slower than the disk (checkpoint-performance.md
 # §1.3); 8 threads reached raw-write speed there.
 DEFAULT_WRITER_THREADS = 8
+
+# Without a process group we pass no_dist=True on purpose (one process, its own files); torch still
+# warns on every save and load, which would print once per checkpoint in a user's log. A filter
+# installed once, not catch_warnings around each call: saves run on background threads, and
+# catch_warnings swaps the process-wide filter list under them.
+warnings.filterwarnings("ignore", message=r"torch\.distributed is disabled, unavailable or uninitialized",
+                        category=UserWarning)
 
 
 class _ChecksummingStream(io.RawIOBase):

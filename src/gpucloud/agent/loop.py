@@ -174,10 +174,7 @@ class Agent:
         if claim is not None:
             # The gang learns of it through the job table too, so the peers save even if this
             # node's ranks cannot spread the flag (cheap and idempotent; refused while forming).
-            try:
-                request_gang_stop(self.queue, claim.job_id, claim.attempt, notice, instance_id=self.identity.instance_id)
-            except Exception as err:  # noqa: BLE001 - the in-band flag still stops the gang
-                log.warning("requesting the gang's stop for %s attempt %d failed: %s", claim.job_id, claim.attempt, err)
+            self._request_gang_stop(claim.job_id, claim.attempt, notice)
         if notice.kind not in REPLACE_KINDS:
             outcome = f"no replacement requested for a {notice.kind} notice"
         else:
@@ -186,6 +183,12 @@ class Agent:
             except UserError as err:  # AsgError included: the notice is handled either way
                 outcome = f"replacement not requested: {err}"
         self.report(NodeState.STOPPING, notice=notice.kind, replacement=outcome)
+
+    def _request_gang_stop(self, job_id: str, attempt: int, notice: Notice) -> None:
+        try:
+            request_gang_stop(self.queue, job_id, attempt, notice, instance_id=self.identity.instance_id)
+        except Exception as err:  # noqa: BLE001 - the in-band flag still spreads through the ranks' collective
+            log.warning("requesting the gang's stop for %s attempt %d failed: %s", job_id, attempt, err)
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -292,10 +295,7 @@ class Agent:
         if self.stop_notice is not None:
             # Noticed while the gang formed, and the gang started anyway: it must still save. Our
             # supervisor gets the notice first thing (below); the peers through the table.
-            try:
-                request_gang_stop(self.queue, job.id, job.attempt, self.stop_notice, instance_id=self.identity.instance_id)
-            except Exception as err:  # noqa: BLE001 - our own flag still spreads through the ranks' collective
-                log.warning("requesting the gang's stop for %s attempt %d failed: %s", job.id, job.attempt, err)
+            self._request_gang_stop(job.id, job.attempt, self.stop_notice)
 
         def about_this_node(notice: Notice) -> None:
             # Recorded by another agent's events-queue handler about this very instance: it is this

@@ -7,7 +7,7 @@ and a's record is closed as stopped.
 
 a's agent dies while its own events-queue consumer is in a long poll; SQS may hand the warning to
 that dead poll, and the consumer's short receive visibility brings it back to b within seconds
-(the printed flag latency is then about 10 s instead of about 1 s)."""
+(the printed flag latency is then about 5 s instead of about 1 s)."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ from gpucloud.signals.events import Notice
 log = logging.getLogger("gpucloud.fleet")
 
 DEFAULT_VISIBILITY_TIMEOUT = 150  # s: a handler that blocks through the 2-minute spot lead finishes first
-RECEIVE_VISIBILITY = 10  # s: how long a received message stays hidden until its handler starts
+RECEIVE_VISIBILITY = 5  # s: how long a received message stays hidden until its handler starts (ample: parsing takes ms)
 _RETRY_AFTER_ERROR = 5.0  # s between polls after the queue itself failed
 
 

@@ -134,6 +134,9 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
                       "gpucloud:ami.parameter = 'gpucloud/ami'", "starting with '/'"),
     "image-wheel": ("image_pipeline_settings", _set("gpucloud:image", {"wheelS3Uri": "https://x/gpucloud.whl"}),
                     "gpucloud:image.wheelS3Uri = 'https://x/gpucloud.whl'", "S3 URI of the gpucloud wheel"),
+    "image-wheel-renamed": ("image_pipeline_settings", _set("gpucloud:image", {"wheelS3Uri": "s3://wheels-bucket/agent.whl"}),
+                            "gpucloud:image.wheelS3Uri = 's3://wheels-bucket/agent.whl'",
+                            "must keep the file name pip wheel gave it"),
     "image-build-type": ("image_pipeline_settings", _set("gpucloud:image", {
         "wheelS3Uri": "s3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl", "buildInstanceTypes": ["m5.large"]}),
         "gpucloud:image.buildInstanceTypes[0] = 'm5.large'", "needs NVIDIA GPUs"),

@@ -163,6 +163,14 @@ class S3Object(BaseModel):
     def file_name(self) -> str:
         return self.key.rsplit("/", 1)[-1]
 
+    @classmethod
+    def parse(cls, uri: str | None) -> "S3Object | None":
+        """Split an ``s3://`` URI (None for anything else; validity: ``rules._s3_wheel_problems``)."""
+        if uri is None or not uri.startswith("s3://"):
+            return None
+        bucket, _, key = uri.removeprefix("s3://").partition("/")
+        return cls(bucket=bucket, key=key)
+
 
 class Agent(SpecModel):
     """Where a node gets the gpucloud package its node agent runs (``scripts/node-bootstrap.sh``)."""
@@ -176,10 +184,7 @@ class Agent(SpecModel):
     @property
     def s3_wheel(self) -> S3Object | None:
         """The wheel's bucket and key when ``package`` is an ``s3://`` URI (validity: ``rules.py``)."""
-        if self.package is None or not self.package.startswith("s3://"):
-            return None
-        bucket, _, key = self.package.removeprefix("s3://").partition("/")
-        return S3Object(bucket=bucket, key=key)
+        return S3Object.parse(self.package)
 
 
 class Network(SpecModel):

@@ -19,7 +19,7 @@ from gpucloud.catalog import Catalog, InstanceType
 from gpucloud.infra.cost import GroupSizing, estimate_cost
 from gpucloud.infra.scaling_plan import default_lead_minutes, minimum_lead_minutes, wind_down_time
 from gpucloud.spec.decisions import efa_enabled
-from gpucloud.spec.model import RESERVED_CAPACITY, ClusterSpec, NodeGroup
+from gpucloud.spec.model import RESERVED_CAPACITY, ClusterSpec, NodeGroup, S3Object
 from gpucloud.spec.problems import Problem, key_path
 
 Rule = Callable[[ClusterSpec, Catalog], Iterator[Problem]]
@@ -33,7 +33,6 @@ REGION_RE = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
 VPC_ID_RE = re.compile(r"^vpc-[0-9a-f]{8,17}$")
 SUBNET_ID_RE = re.compile(r"^subnet-[0-9a-f]{8,17}$")
 SSM_PARAMETER_RE = re.compile(r"^/[A-Za-z0-9_.\-/]+$")
-WHEEL_URI_RE = re.compile(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]/.+\.whl$")
 SCHEDULE_RE = re.compile(r"^(cron|rate)\(.+\)$")
 BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 AGENT_PROJECT = "gpucloud"
@@ -449,12 +448,15 @@ def image_pipeline_settings(spec: ClusterSpec, catalog: Catalog) -> Iterator[Pro
     image = spec.image
     if image is None:
         return
-    if not WHEEL_URI_RE.match(image.wheel_s3_uri):
+    wheel = S3Object.parse(image.wheel_s3_uri)
+    if wheel is None:
         yield Problem(
             key_path("image", "wheelS3Uri"),
             "the S3 URI of the gpucloud wheel, e.g. 's3://my-bucket/wheels/gpucloud-0.1.0-py3-none-any.whl'",
             image.wheel_s3_uri,
         )
+    else:  # the same checks as a node's agent.package wheel: the image installs it the same way
+        yield from _s3_wheel_problems(key_path("image", "wheelS3Uri"), image.wheel_s3_uri, wheel.bucket, wheel.key)
     for i, build_type in enumerate(image.build_instance_types):
         itype = catalog.instance_types.get(build_type)
         if itype is None or itype.gpus == 0:

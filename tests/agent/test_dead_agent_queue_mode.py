@@ -11,6 +11,7 @@ that dead poll, and the consumer's short receive visibility brings it back to b 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -25,7 +26,7 @@ import pytest
 from gpucloud import control
 from gpucloud.checkpoint.store import latest_committed
 from gpucloud.jobs.demo import EXAMPLE
-from gpucloud.jobs.model import AttemptState, JobSpec, JobState, NodeState
+from gpucloud.jobs.model import AttemptState, Job, JobSpec, JobState, NodeState
 from gpucloud.jobs.sqlite_queue import SqliteQueue
 from gpucloud.signals.imds_emulator import ImdsEmulator
 from fleet import samples  # the reference's EventBridge payloads
@@ -52,17 +53,24 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-@pytest.mark.slow
-def test_a_spot_warning_for_a_node_whose_agent_died_requeues_the_gang_without_a_crash(tmp_path, gpucloud_home,
-                                                                                     fresh_aws_account):
-    env = dict(os.environ)  # the moto endpoint and fake credentials (fresh_aws_account), GPUCLOUD_HOME
-    sqs = boto3.client("sqs")
-    events_queue = sqs.create_queue(QueueName="gpucloud-events")["QueueUrl"]
-    queue = SqliteQueue(gpucloud_home / "queue.db")
-    durable = tmp_path / "durable"
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=1", str(EXAMPLE), "--steps", "600",
-               "--seed", "5", "--step-seconds", "0.1"]
-    job = queue.submit(JobSpec(command=command, checkpoint_uri=str(durable), nodes=2, max_attempts=1), job_id="orphans")
+@dataclasses.dataclass(frozen=True)
+class DeadAgentRun:
+    """What one run of the scenario left behind (every process has exited)."""
+
+    warned_at: float  # time.time() when the spot warning was put on the events queue
+    instances: dict[str, str]  # node name -> instance id
+    a_worker: str  # node a's agent (killed)
+    controls: dict[str, Path]  # node name -> attempt 1's control directory
+    survivor: tuple[int, str, str]  # node b's agent: exit code, stdout, stderr
+
+
+def run_dead_agent_gang(queue: SqliteQueue, job_id: str, env: dict[str, str], work: Path, sqs, events_queue: str, *,
+                        warn_after_step: int = 3) -> DeadAgentRun:
+    """The scenario (this test and ``benchmarks/bench_dead_agent.py``): agents a and b, each with its
+    own IMDS emulator, run the 2-node gang ``job_id`` and consume ``events_queue``; once b's rank
+    passed ``warn_after_step``, a's agent is killed -9 (its torchrun and rank keep running), and once
+    its record is silent for a slot lease, a spot warning for a's instance goes on the events queue.
+    Returns when b's agent exited and a's orphaned ranks are gone."""
     port = free_port()
     instances = {"a": samples.INSTANCE, "b": samples.OTHER_INSTANCE}
     emulators = {name: ImdsEmulator(instance_id=i, instance_type="g5.xlarge", instance_life_cycle="spot").__enter__()
@@ -71,20 +79,22 @@ def test_a_spot_warning_for_a_node_whose_agent_died_requeues_the_gang_without_a_
     orphans: list[int] = []
     try:
         for name in ("a", "b"):
-            procs[name] = start_agent(env, tmp_path, name, emulators[name], port, events_queue)
-        wait_for(lambda: queue.get(job.id).state is JobState.RUNNING, 60, "the gang of a and b to start")
-        controls = {name: tmp_path / name / "run" / job.id / "attempt-1" / "control" for name in ("a", "b")}
-        wait_for(lambda: (p := control.read(controls["b"], control.PROGRESS)) is not None and p["step"] >= 3, 90,
-                 "attempt 1 to reach step 3")
+            procs[name] = start_agent(env, work, name, emulators[name], port, events_queue)
+        wait_for(lambda: queue.get(job_id).state is JobState.RUNNING, 60, "the gang of a and b to start")
+        controls = {name: work / name / "run" / job_id / "attempt-1" / "control" for name in ("a", "b")}
+        wait_for(lambda: (p := control.read(controls["b"], control.PROGRESS)) is not None and p["step"] >= warn_after_step,
+                 90, f"attempt 1 to reach step {warn_after_step}")
         # Node a's agent dies; its torchrun and rank go on, orphaned (nobody supervises them now).
         orphans = descendants(procs["a"].pid)
-        assert orphans, "node a's torchrun should be running"
+        if not orphans:
+            raise AssertionError("node a's torchrun should be running")
         procs["a"].send_signal(signal.SIGKILL)
         procs["a"].wait(10)
         a_worker = next(n.id for n in queue.nodes() if n.instance_id == instances["a"])
         wait_for(lambda: time.time() - next(n for n in queue.nodes() if n.id == a_worker).updated_at > SLOT_LEASE, 30,
                  "node a's agent record to go silent for a slot lease")
-        assert control.read(controls["b"], control.PREEMPT) is None  # nothing has stopped the gang yet
+        if control.read(controls["b"], control.PREEMPT) is not None:
+            raise AssertionError("the gang stopped before any warning")
 
         warned_at = time.time()
         warning = samples.spot_warning(instances["a"], time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(warned_at)))
@@ -101,7 +111,30 @@ def test_a_spot_warning_for_a_node_whose_agent_died_requeues_the_gang_without_a_
                 os.kill(pid, signal.SIGKILL)
         for emulator in emulators.values():
             emulator.__exit__(None, None, None)
-    assert procs["b"].returncode == 0, err_b[-3000:]
+    return DeadAgentRun(warned_at=warned_at, instances=instances, a_worker=a_worker, controls=controls,
+                        survivor=(procs["b"].returncode, out_b, err_b))
+
+
+def orphan_job(queue: SqliteQueue, durable: Path, job_id: str) -> Job:
+    """The gang job of the scenario: 600 steps of 0.1 s, at most one attempt (a crash would fail it)."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=1", str(EXAMPLE), "--steps", "600",
+               "--seed", "5", "--step-seconds", "0.1"]
+    return queue.submit(JobSpec(command=command, checkpoint_uri=str(durable), nodes=2, max_attempts=1), job_id=job_id)
+
+
+@pytest.mark.slow
+def test_a_spot_warning_for_a_node_whose_agent_died_requeues_the_gang_without_a_crash(tmp_path, gpucloud_home,
+                                                                                     fresh_aws_account):
+    env = dict(os.environ)  # the moto endpoint and fake credentials (fresh_aws_account), GPUCLOUD_HOME
+    sqs = boto3.client("sqs")
+    events_queue = sqs.create_queue(QueueName="gpucloud-events")["QueueUrl"]
+    queue = SqliteQueue(gpucloud_home / "queue.db")
+    durable = tmp_path / "durable"
+    job = orphan_job(queue, durable, "orphans")
+    run = run_dead_agent_gang(queue, job.id, env, tmp_path, sqs, events_queue)
+    warned_at, instances, a_worker, controls = run.warned_at, run.instances, run.a_worker, run.controls
+    code_b, out_b, err_b = run.survivor
+    assert code_b == 0, err_b[-3000:]
 
     # Requeued once as REQUEUED: the lost member cost no attempt (max_attempts=1 would have FAILED it).
     after = queue.get(job.id)

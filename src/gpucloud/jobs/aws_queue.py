@@ -70,7 +70,7 @@ from gpucloud.jobs.aws_items import (
     slot_sk,
     slot_sk_prefix,
 )
-from gpucloud.jobs.aws_messages import Action, Holder, MalformedMessage, decide, parse_slot_message
+from gpucloud.jobs.aws_messages import Action, Decision, Holder, MalformedMessage, decide, parse_slot_message
 from gpucloud.jobs.aws_slot_box import ReceivedMessage, SlotMessageBox, held_slot_message
 from gpucloud.jobs.aws_schema import STATE_INDEX, STATE_INDEX_HASH_KEY
 from gpucloud.jobs.aws_uri import AwsQueueAddress
@@ -335,7 +335,7 @@ class AwsQueue:
             log.info("job queue message %s deleted: %s", message_id, decision.reason)
             self._box.delete(receipt)
         elif decision.action in (Action.PARK, Action.REPOST):
-            self._hand_to_holder(job, holder_key, holder, received, decision)
+            self._hand_to_holder(holder_key, holder, received, decision)
         return None
 
     def _holder(self, job: Job, item: dict[str, Any], slot: int) -> tuple[dict[str, Any] | None, Holder | None]:
@@ -352,8 +352,8 @@ class AwsQueue:
         held_id, _ = held_message(slot_record)
         return slot_key, Holder(worker=claim.worker, lease_until=claim.lease_until, message_id=held_id)
 
-    def _hand_to_holder(self, job: Job, holder_key: dict[str, Any] | None, holder: Holder | None,
-                        message: ReceivedMessage, decision: Any) -> None:
+    def _hand_to_holder(self, holder_key: dict[str, Any] | None, holder: Holder | None, message: ReceivedMessage,
+                        decision: Decision) -> None:
         """PARK: hide the holder's message again and hand its new receipt to the holder, whose
         renewals keep extending it. REPOST: replace it by a fresh, delayed copy (receive count 0)
         and hand the holder the copy's id. The write is conditional on the holder still keeping

@@ -98,6 +98,7 @@ _CREDENTIAL_CODES = {
 _MISSING_CODES = {"ResourceNotFoundException", "AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 def _aws_call(doing: str) -> Callable[[F], F]:
@@ -503,7 +504,7 @@ class AwsQueue:
 
     @_aws_call("ending an attempt")
     def end_attempt(self, job_id: str, attempt: int, end: AttemptEnd) -> Transition:
-        for round_ in range(CONFLICT_RETRIES):
+        def once() -> Transition | None:
             item = self._meta(job_id)
             if item is None:
                 raise UnknownJob(job_id, self.uri)
@@ -521,10 +522,20 @@ class AwsQueue:
                 return Transition(job=self.get(job_id), applied=True)
             if "ConditionalCheckFailed" in reasons:
                 return Transition(job=self.get(job_id), applied=False)
-            # TransactionConflict: a racing transaction held these items; its outcome is visible to
-            # the next read. Jittered backoff keeps the racers from colliding again in lockstep.
+            return None  # TransactionConflict: the racer's outcome is visible to the next read
+
+        return self._until_decided(once, f"ending attempt {attempt} of job {job_id!r}")
+
+    def _until_decided(self, once: Callable[[], T | None], doing: str) -> T:
+        """Run ``once`` until it decides (returns non-None); None means a TransactionConflict (a
+        racing transaction held the same items), retried after a jittered backoff so the racers do
+        not collide again in lockstep."""
+        for round_ in range(CONFLICT_RETRIES):
+            decided = once()
+            if decided is not None:
+                return decided
             time.sleep(random.uniform(0, 0.02 * (2 ** round_)))
-        raise UserError(f"ending attempt {attempt} of job {job_id!r} in {self.uri} kept conflicting with other writers; try again")
+        raise UserError(f"{doing} in {self.uri} kept conflicting with other writers; try again")
 
     def _delete_slot_messages(self, job_id: str, attempt: int) -> None:
         """The messages the members of an ended attempt kept hidden: nobody needs them now (a
@@ -734,7 +745,8 @@ class AwsQueue:
     @_aws_call("requesting a stop")
     def request_stop(self, job_id: str, attempt: int, notice: Notice) -> bool:
         request = StopRequest.of(notice, requested_at=time.time())
-        for round_ in range(CONFLICT_RETRIES):
+
+        def once() -> bool | None:
             reasons = self._transact([
                 {"Update": aws_ops.update(
                     self.table, key(job_id, META),
@@ -751,8 +763,9 @@ class AwsQueue:
                 if self._meta(job_id) is None:
                     raise UnknownJob(job_id, self.uri)
                 return False  # not running at this attempt, or another request came first
-            time.sleep(random.uniform(0, 0.02 * (2 ** round_)))  # TransactionConflict: re-evaluate
-        raise UserError(f"requesting a stop of job {job_id!r} attempt {attempt} in {self.uri} kept conflicting with other writers; try again")
+            return None  # TransactionConflict: re-evaluate
+
+        return self._until_decided(once, f"requesting a stop of job {job_id!r} attempt {attempt}")
 
     @_aws_call("reading a stop request")
     def stop_request(self, job_id: str, attempt: int) -> Notice | None:

@@ -98,8 +98,14 @@ def main(argv: list[str]) -> int:
         os.sync()
         return path
 
-    report: dict = {"state_bytes": nbytes, "reps": args.reps, "dir": str(root), "host": platform.node(),
-                    "cpus": os.cpu_count(), "torch": torch.__version__}
+    report: dict = {
+        "state_bytes": nbytes,
+        "reps": args.reps,
+        "dir": str(root),
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+    }
 
     # Interleave raw and checkpoint writes so both see the same disk conditions.
     thread_counts = [int(t) for t in args.threads.split(",")]
@@ -111,8 +117,9 @@ def main(argv: list[str]) -> int:
         raw_times.append(raw_write(tensors, path / "raw.bin"))
         for threads in thread_counts:
             uri = fresh(f"ckpt-t{threads}")
-            sess = TrainingSession(model, optimizer, checkpoint_uri=str(uri), job_id="bench", keep_last=1,
-                                   writer_threads=threads)
+            sess = TrainingSession(
+                model, optimizer, checkpoint_uri=str(uri), job_id="bench", keep_last=1, writer_threads=threads
+            )
             start = time.perf_counter()
             sess.save_now(rep + 1)
             save_times[threads].append(time.perf_counter() - start)
@@ -120,8 +127,12 @@ def main(argv: list[str]) -> int:
     raw_s = median(raw_times)
     report["raw_write"] = {"seconds": raw_s, "gb_per_s": nbytes / raw_s / 1e9, "all_seconds": raw_times}
     report["save"] = {
-        str(t): {"seconds": median(v), "gb_per_s": nbytes / median(v) / 1e9, "vs_raw": raw_s / median(v),
-                 "all_seconds": v}
+        str(t): {
+            "seconds": median(v),
+            "gb_per_s": nbytes / median(v) / 1e9,
+            "vs_raw": raw_s / median(v),
+            "all_seconds": v,
+        }
         for t, v in save_times.items()
     }
     best_threads = max(thread_counts, key=lambda t: raw_s / median(save_times[t]))
@@ -137,8 +148,15 @@ def main(argv: list[str]) -> int:
     # done, and that wait counts as stall. The background persist then finishes before the next
     # save (as with any sane interval), so waiting for it is not counted.
     uri = fresh("async")
-    sess = TrainingSession(model, optimizer, checkpoint_uri=str(uri), job_id="bench", keep_last=1,
-                           every_steps=2, writer_threads=best_threads)
+    sess = TrainingSession(
+        model,
+        optimizer,
+        checkpoint_uri=str(uri),
+        job_id="bench",
+        keep_last=1,
+        every_steps=2,
+        writer_threads=best_threads,
+    )
     stalls: list[float] = []
     for step in range(1, 2 * (args.reps + 1) + 1):
         train_step(model, optimizer)
@@ -156,8 +174,11 @@ def main(argv: list[str]) -> int:
         baseline_steps.append(time.perf_counter() - t0)
     sync_s = median(save_times[best_threads])
     report["async"] = {
-        "stall_seconds": median(stalls), "all_stall_seconds": stalls, "sync_save_seconds": sync_s,
-        "train_step_seconds": median(baseline_steps), "save_every_steps": 2,
+        "stall_seconds": median(stalls),
+        "all_stall_seconds": stalls,
+        "sync_save_seconds": sync_s,
+        "train_step_seconds": median(baseline_steps),
+        "save_every_steps": 2,
     }
     report["stall_vs_sync"] = median(stalls) / sync_s
     report["goals"] = {
@@ -172,10 +193,14 @@ def main(argv: list[str]) -> int:
     print(f"raw sequential write: {report['raw_write']['gb_per_s']:.2f} GB/s ({raw_s:.2f} s)")
     for t, r in report["save"].items():
         print(f"checkpoint save, {t:>2} writer threads: {r['gb_per_s']:.2f} GB/s = {r['vs_raw']:.2f}x raw")
-    print(f"save_vs_raw (medians, {best_threads} threads): {report['save_vs_raw']:.2f}  (goal >= 0.8); "
-          f"fastest run vs fastest run: {report['save_vs_raw_best_of_reps']:.2f}")
-    print(f"async stall {median(stalls) * 1000:.1f} ms vs sync save {sync_s * 1000:.0f} ms: "
-          f"{report['stall_vs_sync']:.3f}  (goal <= 0.05)")
+    print(
+        f"save_vs_raw (medians, {best_threads} threads): {report['save_vs_raw']:.2f}  (goal >= 0.8); "
+        f"fastest run vs fastest run: {report['save_vs_raw_best_of_reps']:.2f}"
+    )
+    print(
+        f"async stall {median(stalls) * 1000:.1f} ms vs sync save {sync_s * 1000:.0f} ms: "
+        f"{report['stall_vs_sync']:.3f}  (goal <= 0.05)"
+    )
     print(f"wrote {RESULTS}")
     return 0
 

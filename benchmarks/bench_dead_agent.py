@@ -33,17 +33,24 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the scenario lives in the test package
 sys.path.insert(1, str(ROOT / "tests"))  # ... and imports its neighbours as pytest does (`fleet.samples`)
 
-from gpucloud import control  # noqa: E402
-from gpucloud.jobs.model import AttemptState  # noqa: E402
-from gpucloud.jobs.sqlite_queue import SqliteQueue  # noqa: E402
-from report import config_of, finish  # noqa: E402  (benchmarks/report.py)
 from tests.agent.test_dead_agent_queue_mode import orphan_job, run_dead_agent_gang  # noqa: E402
 from tests.conftest import FAKE_AWS, moto_endpoint, reset_account  # noqa: E402
 
+from gpucloud import control  # noqa: E402
+from gpucloud.jobs.model import AttemptState  # noqa: E402
+from gpucloud.queue.sqlite import SqliteQueue  # noqa: E402
+from report import config_of, finish  # noqa: E402  (benchmarks/report.py)
+
 RESULTS = ROOT / "benchmarks" / "results" / "dead-agent.json"
 SPOT_LEAD_S = 120.0
-ISOLATED_ENV = ("GPUCLOUD_QUEUE", "AWS_EC2_METADATA_SERVICE_ENDPOINT", "GPUCLOUD_REGION", "GPUCLOUD_JOB_TABLE",
-                "GPUCLOUD_JOB_QUEUE_URL", "GPUCLOUD_EVENTS_QUEUE_URL")
+ISOLATED_ENV = (
+    "GPUCLOUD_QUEUE",
+    "AWS_EC2_METADATA_SERVICE_ENDPOINT",
+    "GPUCLOUD_REGION",
+    "GPUCLOUD_JOB_TABLE",
+    "GPUCLOUD_JOB_QUEUE_URL",
+    "GPUCLOUD_EVENTS_QUEUE_URL",
+)
 
 
 def one_trial(work: Path, endpoint: str) -> dict:
@@ -81,7 +88,8 @@ def one_trial(work: Path, endpoint: str) -> dict:
 def trial_goals(row: dict) -> dict[str, bool]:
     return {
         "both_nodes_saved_the_committed_step": set(row["ack_steps"].values()) == {row["committed_step"]},
-        "requeued_once_without_a_crash": row["requeues"] == 1 and row["crashes"] == 0
+        "requeued_once_without_a_crash": row["requeues"] == 1
+        and row["crashes"] == 0
         and row["attempt_1"] == AttemptState.REQUEUED.value,
         "committed_before_the_deadline": row["warning_to_commit_s"] < SPOT_LEAD_S,
     }
@@ -98,8 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-dead-agent-") as tmp, moto_endpoint() as endpoint:
         for trial in range(args.trials):
-            print(f"trial {trial + 1}/{args.trials}: a 2-node gang, node a's agent killed, a spot warning on the "
-                  "events queue ...", file=sys.stderr, flush=True)
+            print(
+                f"trial {trial + 1}/{args.trials}: a 2-node gang, node a's agent killed, a spot warning on the "
+                "events queue ...",
+                file=sys.stderr,
+                flush=True,
+            )
             work = Path(tmp) / f"trial-{trial}"
             work.mkdir()
             rows.append(one_trial(work, endpoint))
@@ -110,8 +122,15 @@ def main(argv: list[str] | None = None) -> int:
         summary |= {f"{key}_median": round(statistics.median(values), 4), f"{key}_max": round(max(values), 4)}
     report = {
         "benchmark": "dead-agent",
-        "config": config_of(args, gang_nodes=2, ranks_per_node=1, backend="gloo", queue="sqlite",
-                            events_queue="sqs (moto)", spot_lead_s=SPOT_LEAD_S),
+        "config": config_of(
+            args,
+            gang_nodes=2,
+            ranks_per_node=1,
+            backend="gloo",
+            queue="sqlite",
+            events_queue="sqs (moto)",
+            spot_lead_s=SPOT_LEAD_S,
+        ),
         "trials": rows,
         "summary": summary,
         "goals_met": {name: all(g[name] for g in goals_per_trial) for name in goals_per_trial[0]},

@@ -45,25 +45,31 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the simulation's helpers live in the test package
-sys.path.insert(1, str(ROOT / "tests"))  # ... and import their fixtures as pytest does (`jobs.aws_fixtures`)
+sys.path.insert(1, str(ROOT / "tests"))  # ... and import their fixtures as pytest does (`jobqueue.aws_fixtures`)
+
+from tests.agent.test_fleet_simulation import NODES, run_noticed_gang, train  # noqa: E402
 
 from gpucloud import control  # noqa: E402
 from gpucloud.agent.fleet_view import fleet_state  # noqa: E402
-from gpucloud.fleet.scaling import GroupBounds, desired_capacity  # noqa: E402
-from gpucloud.jobs import gang  # noqa: E402
+from gpucloud.agent.scaling import GroupBounds, desired_capacity  # noqa: E402
 from gpucloud.jobs.model import JobSpec, NodeRecord, NodeState  # noqa: E402
-from gpucloud.jobs.locations import open_queue  # noqa: E402
-from gpucloud.jobs.queue import JobQueue  # noqa: E402
-from gpucloud.jobs.sqlite_queue import SqliteQueue  # noqa: E402
+from gpucloud.queue import gang  # noqa: E402
+from gpucloud.queue.locations import open_queue  # noqa: E402
+from gpucloud.queue.protocol import JobQueue  # noqa: E402
+from gpucloud.queue.sqlite import SqliteQueue  # noqa: E402
 from report import config_of, finish  # noqa: E402  (benchmarks/report.py)
-from tests.agent.test_fleet_simulation import NODES, run_noticed_gang, train  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "fleet.json"
 NOTICE_LEAD_S = 120.0  # a spot interruption's two minutes
 AGENT_POLL_S = 0.2  # start_agent's --poll-interval (IMDS and queue)
 NODE_LEASE_S = 3600.0  # the depth runs' agent records stay live for the whole measurement
-ISOLATED_ENV = ("GPUCLOUD_QUEUE", "AWS_EC2_METADATA_SERVICE_ENDPOINT", "GPUCLOUD_REGION", "GPUCLOUD_JOB_TABLE",
-                "GPUCLOUD_JOB_QUEUE_URL")
+ISOLATED_ENV = (
+    "GPUCLOUD_QUEUE",
+    "AWS_EC2_METADATA_SERVICE_ENDPOINT",
+    "GPUCLOUD_REGION",
+    "GPUCLOUD_JOB_TABLE",
+    "GPUCLOUD_JOB_QUEUE_URL",
+)
 
 
 def open_trial_queue(backend: str, home: Path, endpoint: str | None) -> tuple[JobQueue, dict[str, str]]:
@@ -72,7 +78,7 @@ def open_trial_queue(backend: str, home: Path, endpoint: str | None) -> tuple[Jo
     if backend == "sqlite":
         return SqliteQueue(home / "queue.db"), env
     from tests.conftest import FAKE_AWS, reset_account
-    from tests.jobs.aws_fixtures import REGION, create_job_plane
+    from tests.jobqueue.aws_fixtures import REGION, create_job_plane
 
     assert endpoint is not None
     reset_account(endpoint)
@@ -84,8 +90,14 @@ def open_trial_queue(backend: str, home: Path, endpoint: str | None) -> tuple[Jo
 
 def one_trial(work: Path, step_seconds: float, notice_after_step: int, backend: str, endpoint: str | None) -> dict:
     queue, env = open_trial_queue(backend, work / "home", endpoint)
-    job = queue.submit(JobSpec(command=train(out=work / "gang.pt", nproc=1, standalone=True, step_seconds=step_seconds),
-                               checkpoint_uri=str(work / "durable"), nodes=2), job_id="bench")
+    job = queue.submit(
+        JobSpec(
+            command=train(out=work / "gang.pt", nproc=1, standalone=True, step_seconds=step_seconds),
+            checkpoint_uri=str(work / "durable"),
+            nodes=2,
+        ),
+        job_id="bench",
+    )
     run = run_noticed_gang(queue, job.id, env, work, notice_after_step=notice_after_step, notice_lead=NOTICE_LEAD_S)
     noticed_at, outputs = run.noticed_at, run.outputs
     if run.codes != {"a": 75, "b": 0, "standby": 0}:
@@ -97,7 +109,9 @@ def one_trial(work: Path, step_seconds: float, notice_after_step: int, backend: 
     queue.close()
 
     # Each node's own control directory of attempt 1: its ack (all local ranks stopped) and commit.
-    acks = {name: control.read(work / name / "run" / job.id / "attempt-1" / "control", control.ACK) for name in ("a", "b")}
+    acks = {
+        name: control.read(work / name / "run" / job.id / "attempt-1" / "control", control.ACK) for name in ("a", "b")
+    }
     if any(a is None for a in acks.values()):
         raise RuntimeError(f"a node wrote no ack for attempt 1: {acks}")
     commit_at = min(e.at for e in events if e.kind == "commit" and e.attempt == 1)
@@ -106,7 +120,9 @@ def one_trial(work: Path, step_seconds: float, notice_after_step: int, backend: 
     resumed_2 = {e.data.get("step") for e in events if e.kind == "resume" and e.attempt == 2}
     ran_2 = sorted(name for name, s in summaries.items() for r in s["ran"] if r["attempt"] == 2)
     return {
-        "notice_to_notice_seen_s": round(min(e.at for e in events if e.kind == "notice" and e.attempt == 1) - noticed_at, 4),
+        "notice_to_notice_seen_s": round(
+            min(e.at for e in events if e.kind == "notice" and e.attempt == 1) - noticed_at, 4
+        ),
         "notice_to_every_rank_flagged_s": round(max(a["written_at"] for a in acks.values()) - noticed_at, 4),
         "ack_spread_between_nodes_s": round(abs(acks["a"]["written_at"] - acks["b"]["written_at"]), 4),
         "notice_to_commit_s": round(commit_at - noticed_at, 4),
@@ -161,6 +177,7 @@ def timed(fn, min_seconds: float, min_runs: int) -> tuple[list[float], object]:
 def scale_decision_at(work: Path, depth: int, bounds: GroupBounds) -> dict:
     queue = fill_queue(work / f"depth-{depth}.db", depth)
     try:
+
         def decide():
             return desired_capacity(fleet_state(queue, node_lease=NODE_LEASE_S), bounds)
 
@@ -192,10 +209,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notice-after-step", type=int, default=3, help="announce the interruption after this step")
     parser.add_argument("--depths", type=int, nargs="+", default=[1, 10, 100, 1000], help="queued gangs per decision")
     parser.add_argument("--max-nodes", type=int, default=64, help="the group's max size for the decision")
-    parser.add_argument("--backend", choices=("sqlite", "aws"), default="sqlite",
-                        help="the trials' job queue: the embedded file, or SQS + DynamoDB on a local moto server "
-                             "(slot messages; needs the test extra)")
-    parser.add_argument("--out", type=Path, default=None, help=f"report path (default {RESULTS.parent}/fleet[-aws].json)")
+    parser.add_argument(
+        "--backend",
+        choices=("sqlite", "aws"),
+        default="sqlite",
+        help="the trials' job queue: the embedded file, or SQS + DynamoDB on a local moto server "
+        "(slot messages; needs the test extra)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help=f"report path (default {RESULTS.parent}/fleet[-aws].json)"
+    )
     args = parser.parse_args(argv)
     if args.out is None:
         args.out = RESULTS if args.backend == "sqlite" else RESULTS.with_name("fleet-aws.json")
@@ -211,8 +234,11 @@ def main(argv: list[str] | None = None) -> int:
 
             endpoint = stack.enter_context(moto_endpoint())
         for trial in range(args.trials):
-            print(f"trial {trial + 1}/{args.trials} ({args.backend}): 3 agents, a 2-node gang, a notice on node a ...",
-                  file=sys.stderr, flush=True)
+            print(
+                f"trial {trial + 1}/{args.trials} ({args.backend}): 3 agents, a 2-node gang, a notice on node a ...",
+                file=sys.stderr,
+                flush=True,
+            )
             work = Path(tmp) / f"trial-{trial}"
             work.mkdir()
             rows.append(one_trial(work, args.step_seconds, args.notice_after_step, args.backend, endpoint))
@@ -228,16 +254,26 @@ def main(argv: list[str] | None = None) -> int:
 
     summary = {
         "trials": len(rows),
-        **{f"{key}_{name}": stat(key, fn) for key in ("notice_to_every_rank_flagged_s", "notice_to_commit_s",
-                                                      "commit_to_attempt_2_running_s")
-           for name, fn in (("median", statistics.median), ("max", max))},
+        **{
+            f"{key}_{name}": stat(key, fn)
+            for key in ("notice_to_every_rank_flagged_s", "notice_to_commit_s", "commit_to_attempt_2_running_s")
+            for name, fn in (("median", statistics.median), ("max", max))
+        },
         "scale_decision_ms_by_depth": {r["queued_gangs"]: r["per_decision_ms_median"] for r in scaling},
     }
     goals = {name: all(g[name] for g in goals_per_trial) for name in (goals_per_trial[0] if goals_per_trial else {})}
     report = {
         "benchmark": "fleet",
-        "config": config_of(args, agents=len(NODES), gang_nodes=2, ranks_per_node=1, backend="gloo", queue=args.backend,
-                            agent_poll_interval_s=AGENT_POLL_S, notice_lead_s=NOTICE_LEAD_S),
+        "config": config_of(
+            args,
+            agents=len(NODES),
+            gang_nodes=2,
+            ranks_per_node=1,
+            backend="gloo",
+            queue=args.backend,
+            agent_poll_interval_s=AGENT_POLL_S,
+            notice_lead_s=NOTICE_LEAD_S,
+        ),
         "trials": rows,
         "scale_decision": scaling,
         "summary": summary,

@@ -82,7 +82,8 @@ def main() -> None:
     commands = {"image check": wall([*gpucloud, "image", "check", str(MATRIX), "-o", "json"], args.repeat)}
     for name, node in NODES.items():
         commands[f"doctor {name} (recorded)"] = wall(
-            [*gpucloud, "doctor", "--recorded", str(node), "--matrix", str(MATRIX), "-o", "json"], args.repeat)
+            [*gpucloud, "doctor", "--recorded", str(node), "--matrix", str(MATRIX), "-o", "json"], args.repeat
+        )
     for result in commands.values():
         result["ratio_to_baseline"] = round(result["median_s"] / baseline["median_s"], 1)
         result["meets_goal"] = result["median_s"] < GOAL_S
@@ -97,11 +98,15 @@ def main() -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
     for name, result in commands.items():
-        print(f"{name:<24} {result['median_s']:.3f} s  ({result['ratio_to_baseline']}x python start-up, "
-              f"goal < {GOAL_S} s: {'met' if result['meets_goal'] else 'MISSED'})")
+        print(
+            f"{name:<24} {result['median_s']:.3f} s  ({result['ratio_to_baseline']}x python start-up, "
+            f"goal < {GOAL_S} s: {'met' if result['meets_goal'] else 'MISSED'})"
+        )
     ip = report["in_process"]
-    print(f"rules: {ip['rules']} in {ip['image_rules_s'] * 1e6:.0f} us; checks: {ip['checks']} in "
-          f"{ip['doctor_checks_s'] * 1e6:.0f} us; render 7 components: {ip['render_components_s'] * 1e3:.1f} ms")
+    print(
+        f"rules: {ip['rules']} in {ip['image_rules_s'] * 1e6:.0f} us; checks: {ip['checks']} in "
+        f"{ip['doctor_checks_s'] * 1e6:.0f} us; render 7 components: {ip['render_components_s'] * 1e3:.1f} ms"
+    )
     print(f"report: {RESULTS.relative_to(REPO)}")
 
 

@@ -34,11 +34,24 @@ GOAL_16_GROUPS_S = 3.0
 
 def sixteen_group_stack() -> dict:
     types = ["g6.xlarge", "g5.xlarge", "p4d.24xlarge", "p5.48xlarge"]
-    groups = [{"name": f"g{i:02d}", "instanceType": types[i % 4], "maxNodes": 2,
-               "capacity": {"type": "spot"} if i % 2 else {"type": "on-demand"}} for i in range(16)]
-    return {"config": {"aws:region": "us-east-1", "gpucloud:availabilityZone": "us-east-1b",
-                       "gpucloud:nodeGroups": groups, "gpucloud:storage": {"fsx": {"sizeGiB": 1200}},
-                       "gpucloud:agent": {"package": "s3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl"}}}
+    groups = [
+        {
+            "name": f"g{i:02d}",
+            "instanceType": types[i % 4],
+            "maxNodes": 2,
+            "capacity": {"type": "spot"} if i % 2 else {"type": "on-demand"},
+        }
+        for i in range(16)
+    ]
+    return {
+        "config": {
+            "aws:region": "us-east-1",
+            "gpucloud:availabilityZone": "us-east-1b",
+            "gpucloud:nodeGroups": groups,
+            "gpucloud:storage": {"fsx": {"sizeGiB": 1200}},
+            "gpucloud:agent": {"package": "s3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl"},
+        }
+    }
 
 
 def wall(argv: list[str], repeat: int) -> dict:
@@ -54,8 +67,11 @@ def wall(argv: list[str], repeat: int) -> dict:
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()}")
     # CPU seconds are reported beside wall time: they stay comparable when other work shares the cores
-    return {"median_s": round(statistics.median(times), 3), "runs_s": [round(t, 3) for t in times],
-            "median_cpu_s": round(statistics.median(cpu), 3)}
+    return {
+        "median_s": round(statistics.median(times), 3),
+        "runs_s": [round(t, 3) for t in times],
+        "median_cpu_s": round(statistics.median(cpu), 3),
+    }
 
 
 def resources_per_second(stack_file: Path, name: str) -> dict:
@@ -67,8 +83,11 @@ def resources_per_second(stack_file: Path, name: str) -> dict:
     start = time.perf_counter()
     preview = preview_stack(spec, name)
     elapsed = time.perf_counter() - start
-    return {"resources": len(preview.resources), "in_process_s": round(elapsed, 3),
-            "resources_per_s": round(len(preview.resources) / elapsed, 1)}
+    return {
+        "resources": len(preview.resources),
+        "in_process_s": round(elapsed, 3),
+        "resources_per_s": round(len(preview.resources) / elapsed, 1),
+    }
 
 
 def main() -> None:
@@ -81,8 +100,12 @@ def main() -> None:
 
     baseline = wall([sys.executable, "-c", "pass"], args.repeat)
     report: dict = {
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
-                    "load_average_at_start": [round(x, 2) for x in os.getloadavg()]},
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        },
         "baseline_python_start": baseline,
         "help": wall(gpucloud + ["--help"], args.repeat),
         "plans": {},
@@ -97,19 +120,28 @@ def main() -> None:
             row["ratio_to_baseline"] = round(row["median_s"] / baseline["median_s"], 2)
             row.update(resources_per_second(path, name))
             report["plans"][name] = row
-            print(f"plan {name:18s} {row['median_s']:6.2f} s wall {row['median_cpu_s']:6.2f} s cpu  "
-                  f"{row['resources']:4d} resources  "
-                  f"{row['resources_per_s']:7.1f} resources/s (in-process)")
+            print(
+                f"plan {name:18s} {row['median_s']:6.2f} s wall {row['median_cpu_s']:6.2f} s cpu  "
+                f"{row['resources']:4d} resources  "
+                f"{row['resources_per_s']:7.1f} resources/s (in-process)"
+            )
     sixteen = report["plans"]["sixteen-groups"]["median_s"]
-    report["goal"] = {"sixteen_groups_under_s": GOAL_16_GROUPS_S, "measured_s": sixteen,
-                      "measured_cpu_s": report["plans"]["sixteen-groups"]["median_cpu_s"],
-                      "met": sixteen < GOAL_16_GROUPS_S}
+    report["goal"] = {
+        "sixteen_groups_under_s": GOAL_16_GROUPS_S,
+        "measured_s": sixteen,
+        "measured_cpu_s": report["plans"]["sixteen-groups"]["median_cpu_s"],
+        "met": sixteen < GOAL_16_GROUPS_S,
+    }
     report["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     print(f"python start      {baseline['median_s']:6.3f} s")
-    print(f"gpucloud --help   {report['help']['median_s']:6.3f} s  ({report['help']['ratio_to_baseline']}x python start)")
-    print(f"16-group plan goal < {GOAL_16_GROUPS_S} s: {'met' if report['goal']['met'] else 'NOT met'} "
-          f"({sixteen} s wall, {report['goal']['measured_cpu_s']} s cpu; load average "
-          f"{report['machine']['load_average_at_start'][0]} at start)")
+    print(
+        f"gpucloud --help   {report['help']['median_s']:6.3f} s  ({report['help']['ratio_to_baseline']}x python start)"
+    )
+    print(
+        f"16-group plan goal < {GOAL_16_GROUPS_S} s: {'met' if report['goal']['met'] else 'NOT met'} "
+        f"({sixteen} s wall, {report['goal']['measured_cpu_s']} s cpu; load average "
+        f"{report['machine']['load_average_at_start'][0]} at start)"
+    )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
     print(f"report: {RESULTS.relative_to(REPO)}")

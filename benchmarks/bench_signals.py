@@ -59,7 +59,9 @@ def one_trial(interval: float, rng: random.Random) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--interval", type=float, default=1.0, help="poll interval in seconds (default 1.0, spot-train's default)")
+    parser.add_argument(
+        "--interval", type=float, default=1.0, help="poll interval in seconds (default 1.0, spot-train's default)"
+    )
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "signals.json")
@@ -72,14 +74,17 @@ def main(argv: list[str] | None = None) -> int:
     with ImdsEmulator() as emu:
         round_s = quiet_round_seconds(emu.endpoint)
     latencies = sorted(one_trial(args.interval, rng) for _ in range(args.trials))
-    p95 = latencies[min(len(latencies) - 1, int(round(0.95 * (len(latencies) - 1))))]
+    p95 = latencies[min(len(latencies) - 1, round(0.95 * (len(latencies) - 1)))]
     report = {
         "benchmark": "notice_to_notice_latency",
         "interval_s": args.interval,
         "trials": args.trials,
         "quiet_round_s": round_s,
         "latency_s": {"median": statistics.median(latencies), "p95": p95, "max": latencies[-1], "min": latencies[0]},
-        "ratio_to_interval": {"median": statistics.median(latencies) / args.interval, "max": latencies[-1] / args.interval},
+        "ratio_to_interval": {
+            "median": statistics.median(latencies) / args.interval,
+            "max": latencies[-1] / args.interval,
+        },
         "goal": "max latency <= interval (+ one quiet round)",
         "goal_met": latencies[-1] <= args.interval + round_s,
     }

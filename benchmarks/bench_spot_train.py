@@ -36,8 +36,8 @@ from gpucloud.jobs.model import JobSpec
 from gpucloud.jobs.process_group import ProcessGroup
 from gpucloud.jobs.report import build_report
 from gpucloud.jobs.runner import attempt_environment, supervise_job
-from gpucloud.jobs.sqlite_queue import SqliteQueue
 from gpucloud.jobs.supervisor import SupervisorConfig
+from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.imds_emulator import ImdsEmulator
 from report import config_of, finish  # benchmarks/report.py
 
@@ -52,15 +52,33 @@ def notice_driven(queue: SqliteQueue, work: Path, position: int, args: argparse.
         injector = SpotInjector(emulator, position, lead_seconds=args.lead_seconds)
         with open(work / f"{job.id}-1.log", "w") as log:
             tap = StepTap(log, injector)
-            first = supervise_job(queue, job.id, worker="node-a", notices=hub, config=config, sink=tap,
-                                  local_checkpoint_dir=str(work / job.id / "node-a"), run_root=work / "run-a")
+            first = supervise_job(
+                queue,
+                job.id,
+                worker="node-a",
+                notices=hub,
+                config=config,
+                sink=tap,
+                local_checkpoint_dir=str(work / job.id / "node-a"),
+                run_root=work / "run-a",
+            )
     if first.exit_code != 75:
         raise RuntimeError(f"{job.id}: attempt 1 exited {first.exit_code}, expected 75; see {work}")
-    with ImdsEmulator() as emulator, imds_hub(emulator.endpoint, args.poll_interval) as hub:
-        with open(work / f"{job.id}-2.log", "w") as log:
-            second = supervise_job(queue, job.id, worker="node-b", notices=hub, config=config,
-                                   sink=StepTap(log, lambda step: None),
-                                   local_checkpoint_dir=str(work / job.id / "node-b"), run_root=work / "run-b")
+    with (
+        ImdsEmulator() as emulator,
+        imds_hub(emulator.endpoint, args.poll_interval) as hub,
+        open(work / f"{job.id}-2.log", "w") as log,
+    ):
+        second = supervise_job(
+            queue,
+            job.id,
+            worker="node-b",
+            notices=hub,
+            config=config,
+            sink=StepTap(log, lambda step: None),
+            local_checkpoint_dir=str(work / job.id / "node-b"),
+            run_root=work / "run-b",
+        )
     if second.exit_code != 0:
         raise RuntimeError(f"{job.id}: attempt 2 exited {second.exit_code}; see {work}")
     events = queue.events(job.id)
@@ -117,8 +135,12 @@ def periodic_only(queue: SqliteQueue, work: Path, position: int, args: argparse.
 
 def _spec(work: Path, position: int, args: argparse.Namespace, kind: str) -> JobSpec:
     command = training_command(
-        steps=position + TAIL_STEPS, seed=position, step_seconds=args.step_seconds,
-        out=work / f"{kind}-{position}.pt", every_steps=args.every_steps, log_steps=True,
+        steps=position + TAIL_STEPS,
+        seed=position,
+        step_seconds=args.step_seconds,
+        out=work / f"{kind}-{position}.pt",
+        every_steps=args.every_steps,
+        log_steps=True,
     )
     return JobSpec(command=command, checkpoint_uri=str(work / "durable"), max_attempts=1)
 
@@ -160,10 +182,12 @@ def main(argv: list[str] | None = None) -> int:
         "steps_lost_baseline_mean": round(statistics.mean(lost_base), 3),
         "steps_lost_baseline_max": max(lost_base),
         "steps_lost_ratio_notice_vs_baseline": round(statistics.mean(lost_notice) / statistics.mean(lost_base), 4)
-        if statistics.mean(lost_base) else None,
+        if statistics.mean(lost_base)
+        else None,
     }
     goals = {
-        "all_ranks_flagged_within_poll_interval_plus_one_step": summary["announce_to_all_ranks_flagged_s_max"] <= flag_goal,
+        "all_ranks_flagged_within_poll_interval_plus_one_step": summary["announce_to_all_ranks_flagged_s_max"]
+        <= flag_goal,
         "steps_lost_at_most_one": summary["steps_lost_notice_max"] <= 1,
     }
     report = {

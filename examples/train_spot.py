@@ -32,7 +32,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200, help="total optimizer steps")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--every-steps", type=int, default=None, help="periodic checkpoint interval (steps)")
-    parser.add_argument("--step-seconds", type=float, default=0.0, help="extra time per step, standing in for a big model")
+    parser.add_argument(
+        "--step-seconds", type=float, default=0.0, help="extra time per step, standing in for a big model"
+    )
     parser.add_argument("--out", default=None, help="write the final weights here (rank 0)")
     parser.add_argument("--log-steps", action="store_true", help="print 'step N' after every step (rank 0)")
     args = parser.parse_args()

@@ -41,8 +41,13 @@ def test_scripts_are_found():
 @pytest.mark.parametrize("script", shell_scripts(), ids=lambda p: str(p.relative_to(REPO)))
 def test_shellcheck_clean(script):
     # -x follows `source`d files (each script names its lib with a shellcheck directive)
-    done = subprocess.run([shellcheck_binary(), "-x", "--format=gcc", str(script)], cwd=script.parent,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [shellcheck_binary(), "-x", "--format=gcc", str(script)],
+        cwd=script.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 

@@ -19,15 +19,27 @@ from gpucloud.errors import UserError
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "plan": ("gpucloud.commands.plan", "plan", "Preview a stack offline: resources, EFA layout, hourly cost."),
     "catalog": ("gpucloud.commands.catalog", "catalog", "Show or refresh the GPU instance catalog."),
-    "spot-train": ("gpucloud.commands.spot_train", "spot_train", "Run a training command that survives spot interruptions."),
+    "spot-train": (
+        "gpucloud.commands.spot_train",
+        "spot_train",
+        "Run a training command that survives spot interruptions.",
+    ),
     "submit": ("gpucloud.commands.jobs", "submit", "Queue a training job."),
     "jobs": ("gpucloud.commands.jobs", "jobs", "List jobs in the queue."),
     "job": ("gpucloud.commands.jobs", "job", "Inspect one job: attempts, timeline, steps and GPU-hours lost."),
     "worker": ("gpucloud.commands.worker", "worker", "Take queued jobs and run them under spot-train."),
-    "agent": ("gpucloud.commands.agent", "agent", "Run the node agent: claim gang slots, run jobs, keep the ASG informed."),
+    "agent": (
+        "gpucloud.commands.agent",
+        "agent",
+        "Run the node agent: claim gang slots, run jobs, keep the ASG informed.",
+    ),
     "nodes": ("gpucloud.commands.nodes", "nodes", "List node agents: state, instance type, spot/on-demand, job."),
     "demo": ("gpucloud.commands.demo", "demo", "Offline end-to-end demo: spot notice, checkpoint, requeue, resume."),
-    "imds-emulator": ("gpucloud.commands.imds_emulator", "imds_emulator", "Serve an EC2 metadata emulator that can inject spot notices."),
+    "imds-emulator": (
+        "gpucloud.commands.imds_emulator",
+        "imds_emulator",
+        "Serve an EC2 metadata emulator that can inject spot notices.",
+    ),
     "image": ("gpucloud.commands.image", "image", "Check the pinned GPU image version matrix."),
     "doctor": ("gpucloud.commands.doctor", "doctor", "Check this node: GPUs, EFA, drivers, mounts, IMDS, agent."),
 }

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.agent.fleet_hooks import OfflineHooks
+from gpucloud.agent.asg_hooks import OfflineHooks
 from gpucloud.agent.identity import NodeIdentity
 from gpucloud.agent.loop import EXIT_STOPPED, Agent, AgentOptions
 from gpucloud.errors import UserError
-from gpucloud.jobs import gang
 from gpucloud.jobs.model import JobSpec, JobState, NodeState
-from gpucloud.jobs.sqlite_queue import SqliteQueue
 from gpucloud.jobs.supervisor import SupervisorConfig
+from gpucloud.queue import gang
+from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.events import Notice, event_id_for
 from jobs.conftest import Inbox  # the same hand-fed notice source the supervisor tests use
 
@@ -44,8 +44,15 @@ class RecordingHooks(OfflineHooks):
 
 def spot(lead: float = 60.0) -> Notice:
     body = {"action": "terminate", "time": time.time() + lead}
-    return Notice(kind="spot-interruption", source="test", deadline=time.time() + lead, received_at=time.time(),
-                  event_id=event_id_for("spot-interruption", body), action="terminate", payload=body)
+    return Notice(
+        kind="spot-interruption",
+        source="test",
+        deadline=time.time() + lead,
+        received_at=time.time(),
+        event_id=event_id_for("spot-interruption", body),
+        action="terminate",
+        payload=body,
+    )
 
 
 def free_port() -> int:
@@ -56,10 +63,17 @@ def free_port() -> int:
 
 def make_agent(tmp_path: Path, name: str, *, inbox: Inbox | None = None, hooks=None, **options) -> Agent:
     queue = SqliteQueue(tmp_path / "queue.db")
-    opts = AgentOptions(**{"slot_lease": 4.0, "poll_interval": 0.1, "idle_exit": 1.0,
-                           "run_root": tmp_path / name / "run", **options})
-    return Agent(queue, NodeIdentity(worker=name, address="127.0.0.1", instance_type="c5.large", lifecycle="spot"),
-                 inbox or Inbox(), hooks or OfflineHooks(), CONFIG, opts)
+    opts = AgentOptions(
+        **{"slot_lease": 4.0, "poll_interval": 0.1, "idle_exit": 1.0, "run_root": tmp_path / name / "run", **options}
+    )
+    return Agent(
+        queue,
+        NodeIdentity(worker=name, address="127.0.0.1", instance_type="c5.large", lifecycle="spot"),
+        inbox or Inbox(),
+        hooks or OfflineHooks(),
+        CONFIG,
+        opts,
+    )
 
 
 def test_an_agent_runs_a_one_node_job_and_exits_when_idle(tmp_path):
@@ -123,30 +137,45 @@ def test_two_agents_form_a_gang_and_run_torchrun_across_both(tmp_path):
     assert slots == [0, 1]
     kinds = [e.kind for e in q.events(job.id)]
     assert kinds.count("claimed") == 1 and kinds.count("finish") == 1
-    assert q.get(job.id).worker is None and gang.gang_worker(job.id, 1) in [e.data.get("worker") for e in q.events(job.id)]
+    assert q.get(job.id).worker is None and gang.gang_worker(job.id, 1) in [
+        e.data.get("worker") for e in q.events(job.id)
+    ]
 
 
 def test_a_sigterm_stops_the_agent_without_detaching_a_healthy_node(tmp_path):
     inbox, hooks = Inbox(), RecordingHooks()
     body = {"signal": "SIGTERM"}
-    inbox.put(Notice(kind="sigterm", source="signal", deadline=time.time() + 30, received_at=time.time(),
-                     event_id=event_id_for("sigterm", body), payload=body))
+    inbox.put(
+        Notice(
+            kind="sigterm",
+            source="signal",
+            deadline=time.time() + 30,
+            received_at=time.time(),
+            event_id=event_id_for("sigterm", body),
+            payload=body,
+        )
+    )
     summary = make_agent(tmp_path, "restarted", inbox=inbox, hooks=hooks, idle_exit=30.0).run()
     assert summary.stopped_by == "sigterm"
     assert ("noticed", None) not in hooks.calls
 
 
 def test_an_agent_runs_a_job_from_the_aws_queue(tmp_path, fresh_aws_account):
-    from gpucloud.jobs.locations import open_queue
-
-    from jobs.aws_fixtures import create_job_plane  # tests/jobs, a top-level package under pytest
+    from gpucloud.queue.locations import open_queue
+    from jobqueue.aws_fixtures import create_job_plane  # tests/jobqueue, a top-level package under pytest
 
     plane = create_job_plane(fresh_aws_account)
     uri = f"aws://us-east-1?table={plane['table']}&queue={plane['queue_url']}"
     q = open_queue(uri)
     job = q.submit(JobSpec(command=[sys.executable, "-c", "print('on aws')"]))
-    agent = Agent(q, NodeIdentity(worker="i-1:1", address="10.0.0.1", lifecycle="on-demand"), Inbox(), OfflineHooks(),
-                  CONFIG, AgentOptions(slot_lease=4.0, poll_interval=0.1, idle_exit=0.5, run_root=tmp_path / "run"))
+    agent = Agent(
+        q,
+        NodeIdentity(worker="i-1:1", address="10.0.0.1", lifecycle="on-demand"),
+        Inbox(),
+        OfflineHooks(),
+        CONFIG,
+        AgentOptions(slot_lease=4.0, poll_interval=0.1, idle_exit=0.5, run_root=tmp_path / "run"),
+    )
     summary = agent.run()
     assert [(r.job_id, r.state) for r in summary.ran] == [(job.id, "finished")]
     assert q.get(job.id).state is JobState.FINISHED

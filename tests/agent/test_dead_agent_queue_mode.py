@@ -27,9 +27,9 @@ from gpucloud import control
 from gpucloud.checkpoint.store import latest_committed
 from gpucloud.jobs.demo import EXAMPLE
 from gpucloud.jobs.model import AttemptState, Job, JobSpec, JobState, NodeState
-from gpucloud.jobs.sqlite_queue import SqliteQueue
+from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.imds_emulator import ImdsEmulator
-from fleet import samples  # the reference's EventBridge payloads
+from signals import eventbridge_samples as samples  # the reference's EventBridge payloads
 
 from .conftest import CLI, wait_for
 from .test_fleet_simulation import free_port
@@ -38,10 +38,33 @@ from .test_lost_member import descendants
 SLOT_LEASE = 3.0
 
 
-def start_agent(env, tmp_path: Path, name: str, emulator: ImdsEmulator, port: int, events_queue: str) -> subprocess.Popen:
-    argv = [*CLI, "agent", "--imds-endpoint", emulator.endpoint, "--poll-interval", "0.2", "--address", "127.0.0.1",
-            "--rendezvous-port", str(port), "--run-dir", str(tmp_path / name / "run"), "--slot-lease", str(SLOT_LEASE),
-            "--gang-timeout", "2", "--idle-exit", "3", "--events-queue", events_queue, "--output", "json"]
+def start_agent(
+    env, tmp_path: Path, name: str, emulator: ImdsEmulator, port: int, events_queue: str
+) -> subprocess.Popen:
+    argv = [
+        *CLI,
+        "agent",
+        "--imds-endpoint",
+        emulator.endpoint,
+        "--poll-interval",
+        "0.2",
+        "--address",
+        "127.0.0.1",
+        "--rendezvous-port",
+        str(port),
+        "--run-dir",
+        str(tmp_path / name / "run"),
+        "--slot-lease",
+        str(SLOT_LEASE),
+        "--gang-timeout",
+        "2",
+        "--idle-exit",
+        "3",
+        "--events-queue",
+        events_queue,
+        "--output",
+        "json",
+    ]
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -64,8 +87,16 @@ class DeadAgentRun:
     survivor: tuple[int, str, str]  # node b's agent: exit code, stdout, stderr
 
 
-def run_dead_agent_gang(queue: SqliteQueue, job_id: str, env: dict[str, str], work: Path, sqs, events_queue: str, *,
-                        warn_after_step: int = 3) -> DeadAgentRun:
+def run_dead_agent_gang(
+    queue: SqliteQueue,
+    job_id: str,
+    env: dict[str, str],
+    work: Path,
+    sqs,
+    events_queue: str,
+    *,
+    warn_after_step: int = 3,
+) -> DeadAgentRun:
     """The scenario (this test and ``benchmarks/bench_dead_agent.py``): agents a and b, each with its
     own IMDS emulator, run the 2-node gang ``job_id`` and consume ``events_queue``; once b's rank
     passed ``warn_after_step``, a's agent is killed -9 (its torchrun and rank keep running), and once
@@ -73,8 +104,10 @@ def run_dead_agent_gang(queue: SqliteQueue, job_id: str, env: dict[str, str], wo
     Returns when b's agent exited and a's orphaned ranks are gone."""
     port = free_port()
     instances = {"a": samples.INSTANCE, "b": samples.OTHER_INSTANCE}
-    emulators = {name: ImdsEmulator(instance_id=i, instance_type="g5.xlarge", instance_life_cycle="spot").__enter__()
-                 for name, i in instances.items()}
+    emulators = {
+        name: ImdsEmulator(instance_id=i, instance_type="g5.xlarge", instance_life_cycle="spot").__enter__()
+        for name, i in instances.items()
+    }
     procs: dict[str, subprocess.Popen] = {}
     orphans: list[int] = []
     try:
@@ -82,8 +115,11 @@ def run_dead_agent_gang(queue: SqliteQueue, job_id: str, env: dict[str, str], wo
             procs[name] = start_agent(env, work, name, emulators[name], port, events_queue)
         wait_for(lambda: queue.get(job_id).state is JobState.RUNNING, 60, "the gang of a and b to start")
         controls = {name: work / name / "run" / job_id / "attempt-1" / "control" for name in ("a", "b")}
-        wait_for(lambda: (p := control.read(controls["b"], control.PROGRESS)) is not None and p["step"] >= warn_after_step,
-                 90, f"attempt 1 to reach step {warn_after_step}")
+        wait_for(
+            lambda: (p := control.read(controls["b"], control.PROGRESS)) is not None and p["step"] >= warn_after_step,
+            90,
+            f"attempt 1 to reach step {warn_after_step}",
+        )
         # Node a's agent dies; its torchrun and rank go on, orphaned (nobody supervises them now).
         orphans = descendants(procs["a"].pid)
         if not orphans:
@@ -91,8 +127,11 @@ def run_dead_agent_gang(queue: SqliteQueue, job_id: str, env: dict[str, str], wo
         procs["a"].send_signal(signal.SIGKILL)
         procs["a"].wait(10)
         a_worker = next(n.id for n in queue.nodes() if n.instance_id == instances["a"])
-        wait_for(lambda: time.time() - next(n for n in queue.nodes() if n.id == a_worker).updated_at > SLOT_LEASE, 30,
-                 "node a's agent record to go silent for a slot lease")
+        wait_for(
+            lambda: time.time() - next(n for n in queue.nodes() if n.id == a_worker).updated_at > SLOT_LEASE,
+            30,
+            "node a's agent record to go silent for a slot lease",
+        )
         if control.read(controls["b"], control.PREEMPT) is not None:
             raise AssertionError("the gang stopped before any warning")
 
@@ -111,20 +150,37 @@ def run_dead_agent_gang(queue: SqliteQueue, job_id: str, env: dict[str, str], wo
                 os.kill(pid, signal.SIGKILL)
         for emulator in emulators.values():
             emulator.__exit__(None, None, None)
-    return DeadAgentRun(warned_at=warned_at, instances=instances, a_worker=a_worker, controls=controls,
-                        survivor=(procs["b"].returncode, out_b, err_b))
+    return DeadAgentRun(
+        warned_at=warned_at,
+        instances=instances,
+        a_worker=a_worker,
+        controls=controls,
+        survivor=(procs["b"].returncode, out_b, err_b),
+    )
 
 
 def orphan_job(queue: SqliteQueue, durable: Path, job_id: str) -> Job:
     """The gang job of the scenario: 600 steps of 0.1 s, at most one attempt (a crash would fail it)."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=1", str(EXAMPLE), "--steps", "600",
-               "--seed", "5", "--step-seconds", "0.1"]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node=1",
+        str(EXAMPLE),
+        "--steps",
+        "600",
+        "--seed",
+        "5",
+        "--step-seconds",
+        "0.1",
+    ]
     return queue.submit(JobSpec(command=command, checkpoint_uri=str(durable), nodes=2, max_attempts=1), job_id=job_id)
 
 
 @pytest.mark.slow
-def test_a_spot_warning_for_a_node_whose_agent_died_requeues_the_gang_without_a_crash(tmp_path, gpucloud_home,
-                                                                                     fresh_aws_account):
+def test_a_spot_warning_for_a_node_whose_agent_died_requeues_the_gang_without_a_crash(
+    tmp_path, gpucloud_home, fresh_aws_account
+):
     env = dict(os.environ)  # the moto endpoint and fake credentials (fresh_aws_account), GPUCLOUD_HOME
     sqs = boto3.client("sqs")
     events_queue = sqs.create_queue(QueueName="gpucloud-events")["QueueUrl"]
@@ -162,5 +218,7 @@ def test_a_spot_warning_for_a_node_whose_agent_died_requeues_the_gang_without_a_
     summary = json.loads(out_b.splitlines()[-1])
     assert [(r["attempt"], r["state"]) for r in summary["ran"]] == [(1, "requeued")]
     flag = next(e for e in events if e.kind == "flag")
-    print(f"\nwarning sent -> b's ranks flagged {flag.at - warned_at:.2f}s, -> commit "
-          f"{next(e.at for e in events if e.kind == 'commit') - warned_at:.2f}s")
+    print(
+        f"\nwarning sent -> b's ranks flagged {flag.at - warned_at:.2f}s, -> commit "
+        f"{next(e.at for e in events if e.kind == 'commit') - warned_at:.2f}s"
+    )

@@ -20,10 +20,9 @@ import pytest
 from gpucloud import control
 from gpucloud.jobs.demo import EXAMPLE, weights_identical
 from gpucloud.jobs.model import JobState, NodeState
-from gpucloud.jobs.sqlite_queue import SqliteQueue
+from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.imds_emulator import ImdsEmulator
-
-from jobs.aws_fixtures import aws_job_plane  # noqa: F401  (fixture: the job plane on the session moto server)
+from jobqueue.aws_fixtures import aws_job_plane  # noqa: F401  (fixture: the job plane on the session moto server)
 
 from .conftest import CLI, wait_for
 
@@ -38,15 +37,45 @@ def free_port() -> int:
 
 
 def train(*, out: Path, nproc: int, standalone: bool, step_seconds: float) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", *(["--standalone"] if standalone else []),
-            f"--nproc-per-node={nproc}", str(EXAMPLE), "--steps", str(STEPS), "--seed", "7",
-            "--step-seconds", str(step_seconds), "--out", str(out)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *(["--standalone"] if standalone else []),
+        f"--nproc-per-node={nproc}",
+        str(EXAMPLE),
+        "--steps",
+        str(STEPS),
+        "--seed",
+        "7",
+        "--step-seconds",
+        str(step_seconds),
+        "--out",
+        str(out),
+    ]
 
 
 def start_agent(env, tmp_path: Path, name: str, emulator: ImdsEmulator, port: int) -> subprocess.Popen:
-    argv = [*CLI, "agent", "--imds-endpoint", emulator.endpoint, "--poll-interval", "0.2", "--address", "127.0.0.1",
-            "--rendezvous-port", str(port), "--run-dir", str(tmp_path / name / "run"), "--slot-lease", "6",
-            "--idle-exit", "8", "--output", "json"]
+    argv = [
+        *CLI,
+        "agent",
+        "--imds-endpoint",
+        emulator.endpoint,
+        "--poll-interval",
+        "0.2",
+        "--address",
+        "127.0.0.1",
+        "--rendezvous-port",
+        str(port),
+        "--run-dir",
+        str(tmp_path / name / "run"),
+        "--slot-lease",
+        "6",
+        "--idle-exit",
+        "8",
+        "--output",
+        "json",
+    ]
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -60,15 +89,27 @@ class NoticedGang:
     codes: dict[str, int]  # agent name -> exit code
 
 
-def run_noticed_gang(queue: SqliteQueue, job_id: str, env: dict[str, str], work: Path, *,
-                     notice_after_step: int, notice_lead: float = 120.0, exit_timeout: float = 180.0) -> NoticedGang:
+def run_noticed_gang(
+    queue: SqliteQueue,
+    job_id: str,
+    env: dict[str, str],
+    work: Path,
+    *,
+    notice_after_step: int,
+    notice_lead: float = 120.0,
+    exit_timeout: float = 180.0,
+) -> NoticedGang:
     """The simulation (this test and ``benchmarks/bench_fleet.py``): agents a and b, each with its own
     IMDS emulator as its node, take the 2-node gang ``job_id``; once node a's rank passed
     ``notice_after_step`` the standby agent joins, a's emulator announces a spot interruption, and
     all three agents run until they exit. Agents still running after ``exit_timeout`` are killed."""
     port = free_port()
-    emulators = {name: ImdsEmulator(instance_id=f"i-00000000000000{n:03d}", instance_type="g5.xlarge",
-                                    instance_life_cycle="spot").__enter__() for n, name in enumerate(NODES)}
+    emulators = {
+        name: ImdsEmulator(
+            instance_id=f"i-00000000000000{n:03d}", instance_type="g5.xlarge", instance_life_cycle="spot"
+        ).__enter__()
+        for n, name in enumerate(NODES)
+    }
     procs: dict[str, subprocess.Popen] = {}
     try:
         for name in ("a", "b"):
@@ -76,8 +117,11 @@ def run_noticed_gang(queue: SqliteQueue, job_id: str, env: dict[str, str], work:
         wait_for(lambda: queue.get(job_id).state is JobState.RUNNING, 60, "the gang of a and b to start")
         gang = {c.slot: c.worker for c in queue.slot_claims(job_id, 1)}
         progress = work / "a" / "run" / job_id / "attempt-1" / "control"
-        wait_for(lambda: (p := control.read(progress, control.PROGRESS)) is not None and p["step"] >= notice_after_step,
-                 90, f"attempt 1 to reach step {notice_after_step} on node a")
+        wait_for(
+            lambda: (p := control.read(progress, control.PROGRESS)) is not None and p["step"] >= notice_after_step,
+            90,
+            f"attempt 1 to reach step {notice_after_step} on node a",
+        )
         # The standby node joins the fleet while the gang trains: idle, nothing to claim.
         procs["standby"] = start_agent(env, work, "standby", emulators["standby"], port)
         wait_for(lambda: len(queue.nodes()) == len(NODES), 60, "the standby agent to report itself")
@@ -90,14 +134,19 @@ def run_noticed_gang(queue: SqliteQueue, job_id: str, env: dict[str, str], work:
                 proc.kill()
         for emulator in emulators.values():
             emulator.__exit__(None, None, None)
-    return NoticedGang(noticed_at=noticed_at, gang=gang, outputs=outputs,
-                       codes={name: proc.returncode for name, proc in procs.items()})
+    return NoticedGang(
+        noticed_at=noticed_at, gang=gang, outputs=outputs, codes={name: proc.returncode for name, proc in procs.items()}
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sqlite", "aws"])
 def test_a_noticed_gang_member_is_replaced_by_the_standby_and_the_job_ends_bitwise_identical(
-    tmp_path, env, gpucloud_home, backend, request,
+    tmp_path,
+    env,
+    gpucloud_home,
+    backend,
+    request,
 ):
     """On the embedded queue, and on SQS + DynamoDB (moto server): there the agents find their
     slots through the slot messages, keep them hidden while they work, and the requeue's messages
@@ -106,7 +155,7 @@ def test_a_noticed_gang_member_is_replaced_by_the_standby_and_the_job_ends_bitwi
     if backend == "sqlite":
         queue = SqliteQueue(gpucloud_home / "queue.db")
     else:
-        from gpucloud.jobs.locations import open_queue
+        from gpucloud.queue.locations import open_queue
 
         plane = request.getfixturevalue("aws_job_plane")
         queue = open_queue(plane["uri"])
@@ -115,13 +164,31 @@ def test_a_noticed_gang_member_is_replaced_by_the_standby_and_the_job_ends_bitwi
     request.addfinalizer(queue.close)
     from gpucloud.jobs.model import JobSpec
 
-    job = queue.submit(JobSpec(command=train(out=tmp_path / "gang.pt", nproc=1, standalone=True, step_seconds=0.15),
-                               checkpoint_uri=str(durable), nodes=2), job_id="sim")
+    job = queue.submit(
+        JobSpec(
+            command=train(out=tmp_path / "gang.pt", nproc=1, standalone=True, step_seconds=0.15),
+            checkpoint_uri=str(durable),
+            nodes=2,
+        ),
+        job_id="sim",
+    )
     # The uninterrupted reference: the same 2 ranks on one node, no notice.
     reference = subprocess.Popen(
-        [*CLI, "spot-train", "--no-imds", "--checkpoint-uri", str(durable), "--output", "json", "--",
-         *train(out=tmp_path / "reference.pt", nproc=2, standalone=True, step_seconds=0.0)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            *CLI,
+            "spot-train",
+            "--no-imds",
+            "--checkpoint-uri",
+            str(durable),
+            "--output",
+            "json",
+            "--",
+            *train(out=tmp_path / "reference.pt", nproc=2, standalone=True, step_seconds=0.0),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     run = run_noticed_gang(queue, job.id, env, tmp_path, notice_after_step=3)
     noticed_at, members, outputs = run.noticed_at, run.gang, run.outputs
@@ -135,7 +202,10 @@ def test_a_noticed_gang_member_is_replaced_by_the_standby_and_the_job_ends_bitwi
     summaries = {name: json.loads(out.splitlines()[-1]) for name, (out, _) in outputs.items()}
     ran_2 = {name for name, s in summaries.items() for r in s["ran"] if r["attempt"] == 2}
     assert ran_2 == {"b", "standby"}
-    assert {c.worker for c in queue.slot_claims(job.id, 2)} == {summaries["b"]["worker"], summaries["standby"]["worker"]}
+    assert {c.worker for c in queue.slot_claims(job.id, 2)} == {
+        summaries["b"]["worker"],
+        summaries["standby"]["worker"],
+    }
     assert summaries["a"]["stopped_by"] == "spot-interruption"
     assert set(members.values()) == {summaries["a"]["worker"], summaries["b"]["worker"]}
 
@@ -148,7 +218,7 @@ def test_a_noticed_gang_member_is_replaced_by_the_standby_and_the_job_ends_bitwi
     resumed = {e.data.get("step") for e in events if e.kind == "resume" and e.attempt == 2}
     assert resumed == {stop_step}
 
-    ref_out, ref_err = reference.communicate(timeout=180)
+    _, ref_err = reference.communicate(timeout=180)
     assert reference.returncode == 0, ref_err[-2000:]
     assert weights_identical(tmp_path / "gang.pt", tmp_path / "reference.pt")
 
@@ -158,9 +228,13 @@ def test_a_noticed_gang_member_is_replaced_by_the_standby_and_the_job_ends_bitwi
     assert nodes[summaries["a"]["worker"]].lifecycle == "spot"
 
     # What the simulation measures (printed for the report; benchmarks/ keeps the numbers).
-    first = {kind: min(e.at for e in events if e.kind == kind and e.attempt == n) for kind, n in
-             (("ack", 1), ("commit", 1), ("started", 2))}
+    first = {
+        kind: min(e.at for e in events if e.kind == kind and e.attempt == n)
+        for kind, n in (("ack", 1), ("commit", 1), ("started", 2))
+    }
     last_ack = max(e.at for e in acks)
     started_2 = [e.at for e in events if e.kind == "started" and e.attempt == 2]
-    print(f"\nnotice->every node acked {last_ack - noticed_at:.2f}s, notice->commit {first['commit'] - noticed_at:.2f}s, "
-          f"commit->attempt 2 running on both {max(started_2) - first['commit']:.2f}s")
+    print(
+        f"\nnotice->every node acked {last_ack - noticed_at:.2f}s, notice->commit {first['commit'] - noticed_at:.2f}s, "
+        f"commit->attempt 2 running on both {max(started_2) - first['commit']:.2f}s"
+    )

@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 
 from gpucloud.agent.fleet_view import fleet_state
-from gpucloud.fleet.scaling import GroupBounds, WaitingGang, desired_capacity
-from gpucloud.jobs import gang
+from gpucloud.agent.scaling import GroupBounds, WaitingGang, desired_capacity
 from gpucloud.jobs.model import JobSpec, NodeRecord, NodeState
-from gpucloud.jobs.sqlite_queue import SqliteQueue
+from gpucloud.queue import gang
+from gpucloud.queue.sqlite import SqliteQueue
 
 CMD = [sys.executable, "-c", "pass"]
 
@@ -22,8 +22,11 @@ def test_unclaimed_slots_live_agents_and_the_desired_capacity_they_give(tmp_path
         assert gang.claim_slot(queue, "w1", "10.0.0.1", lease_seconds=30, now=now) is not None  # g2 slot 0
         # An expired claim on g3 frees its slot again.
         assert gang.claim_slot(queue, "w2", "10.0.0.2", lease_seconds=1, job_id="g3", now=now - 60) is not None
-        for worker, state, updated in (("w1", NodeState.WAITING, now), ("w3", NodeState.IDLE, now - 1),
-                                       ("dead", NodeState.RUNNING, now - 120)):
+        for worker, state, updated in (
+            ("w1", NodeState.WAITING, now),
+            ("w3", NodeState.IDLE, now - 1),
+            ("dead", NodeState.RUNNING, now - 120),
+        ):
             queue.register_node(NodeRecord(id=worker, address="x", state=state, updated_at=updated))
         state = fleet_state(queue, node_lease=30, launching=2, now=now)
     finally:

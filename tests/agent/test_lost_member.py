@@ -21,7 +21,7 @@ import pytest
 from gpucloud import control
 from gpucloud.jobs.demo import EXAMPLE
 from gpucloud.jobs.model import AttemptState, JobSpec, JobState
-from gpucloud.jobs.sqlite_queue import SqliteQueue
+from gpucloud.queue.sqlite import SqliteQueue
 
 from .conftest import CLI, wait_for
 from .test_fleet_simulation import free_port
@@ -47,26 +47,63 @@ def descendants(pid: int) -> list[int]:
 
 def start_agent(env, tmp_path: Path, name: str, port: int) -> subprocess.Popen:
     return subprocess.Popen(
-        [*CLI, "agent", "--no-imds", "--poll-interval", "0.2", "--rendezvous-port", str(port), "--run-dir",
-         str(tmp_path / name / "run"), "--slot-lease", "4", "--idle-exit", "6", "--output", "json"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            *CLI,
+            "agent",
+            "--no-imds",
+            "--poll-interval",
+            "0.2",
+            "--rendezvous-port",
+            str(port),
+            "--run-dir",
+            str(tmp_path / name / "run"),
+            "--slot-lease",
+            "4",
+            "--idle-exit",
+            "6",
+            "--output",
+            "json",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
 @pytest.mark.slow
 def test_a_killed_member_fails_the_attempt_over_once_and_the_job_finishes(tmp_path, env, gpucloud_home):
     queue = SqliteQueue(gpucloud_home / "queue.db")
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=1", str(EXAMPLE), "--steps", "20",
-               "--seed", "3", "--step-seconds", "0.15", "--every-steps", "2", "--out", str(tmp_path / "out.pt")]
-    job = queue.submit(JobSpec(command=command, checkpoint_uri=str(tmp_path / "durable"), nodes=2, max_attempts=3),
-                       job_id="lost")
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node=1",
+        str(EXAMPLE),
+        "--steps",
+        "20",
+        "--seed",
+        "3",
+        "--step-seconds",
+        "0.15",
+        "--every-steps",
+        "2",
+        "--out",
+        str(tmp_path / "out.pt"),
+    ]
+    job = queue.submit(
+        JobSpec(command=command, checkpoint_uri=str(tmp_path / "durable"), nodes=2, max_attempts=3), job_id="lost"
+    )
     port = free_port()
     procs = {"a": start_agent(env, tmp_path, "a", port), "b": start_agent(env, tmp_path, "b", port)}
     try:
         wait_for(lambda: queue.get(job.id).state is JobState.RUNNING, 60, "the gang to start")
         progress = tmp_path / "b" / "run" / job.id / "attempt-1" / "control"
-        wait_for(lambda: (p := control.read(progress, control.PROGRESS)) is not None and p["step"] >= 4, 90,
-                 "attempt 1 to reach step 4")
+        wait_for(
+            lambda: (p := control.read(progress, control.PROGRESS)) is not None and p["step"] >= 4,
+            90,
+            "attempt 1 to reach step 4",
+        )
         procs["standby"] = start_agent(env, tmp_path, "standby", port)
         wait_for(lambda: len(queue.nodes()) == 3, 60, "the standby to report itself")
         # Node b dies: its agent, torchrun and ranks, all at once, with no chance to clean up.
@@ -78,12 +115,15 @@ def test_a_killed_member_fails_the_attempt_over_once_and_the_job_finishes(tmp_pa
         for proc in procs.values():
             if proc.poll() is None:
                 proc.kill()
-    assert {n: procs[n].returncode for n in ("a", "standby")} == {"a": 0, "standby": 0}, \
-        {n: o[1][-2000:] for n, o in outputs.items()}
+    assert {n: procs[n].returncode for n in ("a", "standby")} == {"a": 0, "standby": 0}, {
+        n: o[1][-2000:] for n, o in outputs.items()
+    }
     after = queue.get(job.id)
     assert (after.state, after.attempt) == (JobState.FINISHED, 2)
     assert [e.kind for e in queue.events(job.id)].count("requeue") == 1
-    ran_2 = {name for name, (out, _) in outputs.items() for r in json.loads(out.splitlines()[-1])["ran"] if r["attempt"] == 2}
+    ran_2 = {
+        name for name, (out, _) in outputs.items() for r in json.loads(out.splitlines()[-1])["ran"] if r["attempt"] == 2
+    }
     assert ran_2 == {"a", "standby"}
     first = queue.attempts(job.id)[0]
     assert first.state in (AttemptState.CRASHED, AttemptState.REQUEUED), first

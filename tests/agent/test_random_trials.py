@@ -12,19 +12,24 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.jobs import gang
 from gpucloud.jobs.model import AttemptEnd, AttemptState, JobSpec, JobState
-from gpucloud.jobs.sqlite_queue import SqliteQueue
+from gpucloud.queue import gang
+from gpucloud.queue.sqlite import SqliteQueue
+from jobqueue.aws_fixtures import aws_job_plane  # noqa: F401  (fixture: the job plane on the session moto server)
 
 from .trials import KILL_POINTS, Trial
-
-from jobs.aws_fixtures import aws_job_plane  # noqa: F401  (fixture: the job plane on the session moto server)
 
 TRIALS = 200
 KILL_EVERY = 4  # one real agent process killed with -9 in every 4th trial
 AWS_TRIALS = 8  # each round is a few dozen HTTP calls to moto (~3 s a trial): fewer trials, same schedule
-FAULT_KINDS = ("notice-while-forming", "notice-while-running", "lease-expired", "crash", "duplicate-delivery",
-               "stale-delivery")
+FAULT_KINDS = (
+    "notice-while-forming",
+    "notice-while-running",
+    "lease-expired",
+    "crash",
+    "duplicate-delivery",
+    "stale-delivery",
+)
 
 
 def run_trials(seeds: range, trial_for) -> tuple[collections.Counter, int, int]:
@@ -39,16 +44,19 @@ def run_trials(seeds: range, trial_for) -> tuple[collections.Counter, int, int]:
 
 
 def summary(backend: str, trials: int, faults: collections.Counter, checks: int, rounds: int) -> str:
-    return (f"randomized trials ({backend}): {trials} trials, {rounds} rounds, faults "
-            f"{dict(sorted(faults.items()))}, {checks} invariant checks passed")
+    return (
+        f"randomized trials ({backend}): {trials} trials, {rounds} rounds, faults "
+        f"{dict(sorted(faults.items()))}, {checks} invariant checks passed"
+    )
 
 
 @pytest.mark.slow
 def test_two_hundred_randomized_trials_lose_no_job_and_run_no_attempt_twice(tmp_path: Path) -> None:
     def trial_for(seed: int) -> Trial:
         path = tmp_path / f"trial-{seed}.db"
-        return Trial(seed, lambda: SqliteQueue(path), kill_points=KILL_POINTS if seed % KILL_EVERY == 0 else (),
-                     db_path=path)
+        return Trial(
+            seed, lambda: SqliteQueue(path), kill_points=KILL_POINTS if seed % KILL_EVERY == 0 else (), db_path=path
+        )
 
     faults, checks, rounds = run_trials(range(TRIALS), trial_for)
     print("\n" + summary("sqlite", TRIALS, faults, checks, rounds))
@@ -61,14 +69,18 @@ def test_two_hundred_randomized_trials_lose_no_job_and_run_no_attempt_twice(tmp_
 
 @pytest.mark.slow
 def test_randomized_trials_on_the_aws_backend(aws_job_plane: dict[str, str]) -> None:
-    from gpucloud.jobs.locations import open_queue
+    from gpucloud.queue.locations import open_queue
 
     # Seeds after the SQLite ones: other schedules. Agents die with -9 at the points that exist on
     # AWS (there is no database write lock to die holding).
     aws_points = tuple(p for p in KILL_POINTS if p != "in-write-transaction")
     seeds = range(TRIALS, TRIALS + AWS_TRIALS)
-    faults, checks, rounds = run_trials(seeds, lambda seed: Trial(
-        seed, lambda: open_queue(aws_job_plane["uri"]), kill_points=aws_points if seed % KILL_EVERY == 0 else ()))
+    faults, checks, rounds = run_trials(
+        seeds,
+        lambda seed: Trial(
+            seed, lambda: open_queue(aws_job_plane["uri"]), kill_points=aws_points if seed % KILL_EVERY == 0 else ()
+        ),
+    )
     print("\n" + summary("aws", AWS_TRIALS, faults, checks, rounds))
     assert sum(faults[f"sigkill-{p}"] for p in aws_points) == AWS_TRIALS // KILL_EVERY
     assert faults["notice-while-running"] > 0 and faults["duplicate-delivery"] > 0
@@ -84,7 +96,7 @@ def test_a_late_member_cannot_start_the_next_attempt_under_its_old_gang(
     if backend == "sqlite":
         queue = SqliteQueue(tmp_path / "late.db")
     else:
-        from gpucloud.jobs.locations import open_queue
+        from gpucloud.queue.locations import open_queue
 
         queue = open_queue(request.getfixturevalue("aws_job_plane")["uri"])
     job = queue.submit(JobSpec(command=["train"], nodes=2), job_id="late")

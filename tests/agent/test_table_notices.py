@@ -9,13 +9,13 @@ import time
 import pytest
 
 from gpucloud import control
-from gpucloud.agent.fleet_hooks import OfflineHooks
+from gpucloud.agent.asg_hooks import OfflineHooks
 from gpucloud.agent.identity import NodeIdentity
 from gpucloud.agent.loop import Agent, AgentOptions
 from gpucloud.agent.table_notices import TableNotices, request_gang_stop
 from gpucloud.jobs.model import AttemptState, JobSpec, JobState
 from gpucloud.jobs.runner import run_attempt
-from gpucloud.jobs.sqlite_queue import SqliteQueue
+from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.events import Notice, event_id_for
 from jobs.conftest import Inbox  # the supervisor tests' hand-fed notice source
 from jobs.test_runner import COOPERATIVE, FAST, script  # a cooperative training script as a real process
@@ -27,8 +27,15 @@ INSTANCE = "i-1234567890abcdef0"
 
 def warning(lead: float = 30.0, *, instance: str | None = INSTANCE, source: str = "queue") -> Notice:
     body = {"instance-id": instance, "time": time.time()} if instance else {"action": "terminate", "time": time.time()}
-    return Notice(kind="spot-interruption", source=source, deadline=time.time() + lead, received_at=time.time(),
-                  event_id=event_id_for("spot-interruption", body), action="terminate", payload=body)
+    return Notice(
+        kind="spot-interruption",
+        source=source,
+        deadline=time.time() + lead,
+        received_at=time.time(),
+        event_id=event_id_for("spot-interruption", body),
+        action="terminate",
+        payload=body,
+    )
 
 
 class Clock:
@@ -94,8 +101,11 @@ def test_a_stop_request_in_the_table_flags_the_ranks_and_the_attempt_is_requeued
     job = q.claim(worker, lease_seconds=60, job_id=submitted.id, attempt=1)
     result: dict = {}
     notices = TableNotices(Inbox(), q, job.id, 1, interval=0.1)
-    thread = threading.Thread(target=lambda: result.setdefault("r", run_attempt(
-        q, job, worker=worker, notices=notices, config=FAST, run_root=tmp_path / "run")))
+    thread = threading.Thread(
+        target=lambda: result.setdefault(
+            "r", run_attempt(q, job, worker=worker, notices=notices, config=FAST, run_root=tmp_path / "run")
+        )
+    )
     thread.start()
     wait_for(lambda: "resume" in [e.kind for e in q.events(job.id)], what="the command to start training")
     request = warning()
@@ -121,8 +131,14 @@ def test_an_agents_own_stop_notice_is_recorded_for_its_gang(tmp_path):
     job = q.submit(JobSpec(command=script(tmp_path, "coop.py", COOPERATIVE)))
     inbox = Inbox()
     identity = NodeIdentity(worker="a:1", address="127.0.0.1", instance_id=INSTANCE, lifecycle="spot")
-    agent = Agent(q, identity, inbox, OfflineHooks(), FAST,
-                  AgentOptions(slot_lease=4.0, poll_interval=0.1, idle_exit=30.0, run_root=tmp_path / "run"))
+    agent = Agent(
+        q,
+        identity,
+        inbox,
+        OfflineHooks(),
+        FAST,
+        AgentOptions(slot_lease=4.0, poll_interval=0.1, idle_exit=30.0, run_root=tmp_path / "run"),
+    )
     result: dict = {}
     thread = threading.Thread(target=lambda: result.setdefault("summary", agent.run()))
     thread.start()

@@ -26,7 +26,18 @@ def test_the_python_module_form_of_torchrun_is_recognised():
 
 def test_any_other_command_is_started_by_torchrun_once_per_local_process():
     argv = gang_argv(["python", "train.py", "--lr", "1e-3"], nproc_per_node=8, **GANG)
-    assert argv == [sys.executable, "-m", "torch.distributed.run", *OURS, "--nproc-per-node=8", "--no-python", "python", "train.py", "--lr", "1e-3"]
+    assert argv == [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *OURS,
+        "--nproc-per-node=8",
+        "--no-python",
+        "python",
+        "train.py",
+        "--lr",
+        "1e-3",
+    ]
 
 
 def test_an_ipv6_rendezvous_address_is_bracketed():

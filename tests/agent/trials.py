@@ -20,12 +20,12 @@ import random
 import signal
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from gpucloud.jobs import gang
-from gpucloud.jobs.gang import GangQueue
 from gpucloud.jobs.model import AttemptEnd, AttemptState, JobSpec, JobState, SlotClaim
+from gpucloud.queue import gang
+from gpucloud.queue.gang import GangQueue
 
 SLOT_LEASE = 3.0  # virtual seconds (rounds) a member may go without renewing its slot
 GANG_TIMEOUT = 6  # rounds a member waits for its gang before giving the slot back
@@ -62,8 +62,9 @@ def _check(ok: bool, what: str, seed: int) -> int:
     return 1
 
 
-def _killed_agent(open_queue: QueueOpener, db_path: Path | None, worker: str, now: float, kill_point: str,
-                  conn) -> None:
+def _killed_agent(
+    open_queue: QueueOpener, db_path: Path | None, worker: str, now: float, kill_point: str, conn
+) -> None:
     """A forked agent: does protocol calls up to ``kill_point``, reports it, and blocks until killed."""
     queue = open_queue()
     claim = gang.claim_slot(queue, worker, f"10.0.9.{os.getpid() % 250}", lease_seconds=SLOT_LEASE, now=now)
@@ -75,8 +76,9 @@ def _killed_agent(open_queue: QueueOpener, db_path: Path | None, worker: str, no
         if gang.members(queue, job, claim.attempt, now=now) is not None:
             started = gang.start_gang(queue, claim, lease_seconds=JOB_LEASE)
             if started is not None:
-                queue.heartbeat(started.id, started.attempt, gang.gang_worker(started.id, started.attempt),
-                                lease_seconds=JOB_LEASE)
+                queue.heartbeat(
+                    started.id, started.attempt, gang.gang_worker(started.id, started.attempt), lease_seconds=JOB_LEASE
+                )
     conn.send(("gang-started", None))
     if kill_point == "gang-started":
         conn.recv()
@@ -91,8 +93,9 @@ def _killed_agent(open_queue: QueueOpener, db_path: Path | None, worker: str, no
 
 
 class Trial:
-    def __init__(self, seed: int, open_queue: QueueOpener, *, kill_points: tuple[str, ...] = (),
-                 db_path: Path | None = None) -> None:
+    def __init__(
+        self, seed: int, open_queue: QueueOpener, *, kill_points: tuple[str, ...] = (), db_path: Path | None = None
+    ) -> None:
         """``kill_points``: where a real agent process may be killed in this trial (none: no kill);
         ``db_path``: the SQLite file, for the kill inside a write transaction."""
         self.seed = seed
@@ -135,8 +138,11 @@ class Trial:
         self.agents = [self._new_agent() for _ in range(fleet)]
         kill_round = rng.randint(0, 2) if self.kill_points else None  # before any job can end
         while not all(self.queue.get(j).state.terminal for j in jobs):
-            _check(self.round < MAX_ROUNDS, f"jobs not ended after {MAX_ROUNDS} rounds: "
-                   f"{[(j, self.queue.get(j).state.value) for j in jobs]}", self.seed)
+            _check(
+                self.round < MAX_ROUNDS,
+                f"jobs not ended after {MAX_ROUNDS} rounds: {[(j, self.queue.get(j).state.value) for j in jobs]}",
+                self.seed,
+            )
             if self.round == kill_round:
                 self._kill_one()
             for agent in rng.sample(self.agents, len(self.agents)):
@@ -160,8 +166,14 @@ class Trial:
         # As the agent does: lost members come as offers, failed over inside claim_slot; every idle
         # agent gets them, so several may fail the same gang over at once.
         agent.backoff = {k: r for k, r in agent.backoff.items() if r > self.round}
-        agent.claim = gang.claim_slot(self.queue, agent.worker, f"10.0.0.{self.names}", lease_seconds=SLOT_LEASE,
-                                      now=self.now, skip=agent.backoff.keys())
+        agent.claim = gang.claim_slot(
+            self.queue,
+            agent.worker,
+            f"10.0.0.{self.names}",
+            lease_seconds=SLOT_LEASE,
+            now=self.now,
+            skip=agent.backoff.keys(),
+        )
         agent.waited = 0
 
     def _wait(self, agent: SimAgent) -> None:
@@ -201,14 +213,23 @@ class Trial:
             self._leave(agent)
             return
         self.queue.renew_slot(claim.job_id, claim.attempt, claim.slot, claim.worker, lease_until=self.now + SLOT_LEASE)
-        if not self.queue.heartbeat(claim.job_id, claim.attempt, gang.gang_worker(claim.job_id, claim.attempt),
-                                    lease_seconds=JOB_LEASE):
+        if not self.queue.heartbeat(
+            claim.job_id, claim.attempt, gang.gang_worker(claim.job_id, claim.attempt), lease_seconds=JOB_LEASE
+        ):
             agent.claim, agent.running = None, False  # the attempt ended elsewhere (a member lost, a notice)
             return
         if roll < 0.08:
             self.faults["notice-while-running"] += 1
-            self._end_gang(claim, AttemptEnd(state=AttemptState.REQUEUED, reason="spot-interruption notice",
-                                             committed_step=self.round, resume_from=self.round), noticed=agent)
+            self._end_gang(
+                claim,
+                AttemptEnd(
+                    state=AttemptState.REQUEUED,
+                    reason="spot-interruption notice",
+                    committed_step=self.round,
+                    resume_from=self.round,
+                ),
+                noticed=agent,
+            )
             return
         if roll < 0.10:
             self.faults["crash"] += 1
@@ -224,8 +245,11 @@ class Trial:
     def _end_gang(self, claim: SlotClaim, end: AttemptEnd, *, noticed: SimAgent | None = None) -> None:
         """Every member ends the attempt the same way (the collective agreed), some twice: exactly one
         call may apply."""
-        holders = [a for a in self.agents if a.running and a.claim is not None
-                   and (a.claim.job_id, a.claim.attempt) == (claim.job_id, claim.attempt)]
+        holders = [
+            a
+            for a in self.agents
+            if a.running and a.claim is not None and (a.claim.job_id, a.claim.attempt) == (claim.job_id, claim.attempt)
+        ]
         applied = 0
         for member in holders:
             for _ in range(2 if self.rng.random() < 0.5 else 1):
@@ -233,16 +257,18 @@ class Trial:
                     self.faults["duplicate-delivery"] += 1
                 applied += self.queue.end_attempt(claim.job_id, claim.attempt, end).applied
             member.claim, member.running = None, False
-        self.checks += _check(applied == 1, f"{claim.job_id} attempt {claim.attempt}: {applied} end calls applied",
-                              self.seed)
+        self.checks += _check(
+            applied == 1, f"{claim.job_id} attempt {claim.attempt}: {applied} end calls applied", self.seed
+        )
         if noticed is not None:
             self.noticed_applied.add((claim.job_id, claim.attempt))
             self._leave(noticed)
         # A stale delivery after the end (a late duplicate from a node that was away) changes nothing.
         late = self.queue.end_attempt(claim.job_id, claim.attempt, AttemptEnd(state=AttemptState.FINISHED))
         self.faults["stale-delivery"] += 1
-        self.checks += _check(not late.applied, f"a stale end of {claim.job_id} attempt {claim.attempt} applied",
-                              self.seed)
+        self.checks += _check(
+            not late.applied, f"a stale end of {claim.job_id} attempt {claim.attempt} applied", self.seed
+        )
 
     def _kill_one(self) -> None:
         """A real agent process takes part in the protocol and dies with SIGKILL at a random point."""
@@ -250,8 +276,9 @@ class Trial:
         self.names += 1
         ctx = multiprocessing.get_context("fork")
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_killed_agent,
-                           args=(self.open_queue, self.path, f"agent-{self.names}", self.now, point, child))
+        proc = ctx.Process(
+            target=_killed_agent, args=(self.open_queue, self.path, f"agent-{self.names}", self.now, point, child)
+        )
         proc.start()
         deadline = time.monotonic() + 30
         reached = None
@@ -260,8 +287,11 @@ class Trial:
                 reached = parent.recv()[0]
         os.kill(proc.pid, signal.SIGKILL)
         proc.join(30)
-        _check(reached == point and proc.exitcode == -signal.SIGKILL,
-               f"the killed agent reached {reached!r} (wanted {point!r}), exit {proc.exitcode}", self.seed)
+        _check(
+            reached == point and proc.exitcode == -signal.SIGKILL,
+            f"the killed agent reached {reached!r} (wanted {point!r}), exit {proc.exitcode}",
+            self.seed,
+        )
         self.faults[f"sigkill-{point}"] += 1
 
     # -- invariants -------------------------------------------------------------------------
@@ -278,10 +308,13 @@ class Trial:
             c = agent.claim
             job = self.queue.get(c.job_id)
             if job.state is not JobState.RUNNING or job.attempt != c.attempt:
-                checks += _check(not self.queue.heartbeat(c.job_id, c.attempt, gang.gang_worker(c.job_id, c.attempt),
-                                                          lease_seconds=JOB_LEASE),
-                                 f"{agent.worker} still holds the lease of ended {c.job_id} attempt {c.attempt}",
-                                 self.seed)
+                checks += _check(
+                    not self.queue.heartbeat(
+                        c.job_id, c.attempt, gang.gang_worker(c.job_id, c.attempt), lease_seconds=JOB_LEASE
+                    ),
+                    f"{agent.worker} still holds the lease of ended {c.job_id} attempt {c.attempt}",
+                    self.seed,
+                )
                 continue
             key = (c.job_id, c.attempt, c.slot)
             checks += _check(key not in seen, f"{key} run by {seen.get(key)} and {agent.worker} at once", self.seed)
@@ -297,23 +330,36 @@ class Trial:
             job = self.queue.get(job_id)
             checks += _check(job.state in (JobState.FINISHED, JobState.FAILED), f"{job_id} is {job.state}", self.seed)
             if job.state is JobState.FAILED:
-                checks += _check(bool(job.reason and job.reason.strip()), f"{job_id} failed without a reason",
-                                 self.seed)
+                checks += _check(
+                    bool(job.reason and job.reason.strip()), f"{job_id} failed without a reason", self.seed
+                )
             attempts = self.queue.attempts(job_id)
-            checks += _check([a.number for a in attempts] == list(range(1, job.attempt + 1)),
-                             f"{job_id} attempt numbers {[a.number for a in attempts]}", self.seed)
-            checks += _check(all(a.state not in (AttemptState.RUNNING, AttemptState.QUEUED) for a in attempts),
-                             f"{job_id} left an attempt open: {[(a.number, a.state.value) for a in attempts]}",
-                             self.seed)
+            checks += _check(
+                [a.number for a in attempts] == list(range(1, job.attempt + 1)),
+                f"{job_id} attempt numbers {[a.number for a in attempts]}",
+                self.seed,
+            )
+            checks += _check(
+                all(a.state not in (AttemptState.RUNNING, AttemptState.QUEUED) for a in attempts),
+                f"{job_id} left an attempt open: {[(a.number, a.state.value) for a in attempts]}",
+                self.seed,
+            )
             requeues = collections.Counter(e.attempt for e in self.queue.events(job_id) if e.kind == "requeue")
-            checks += _check(all(n == 1 for n in requeues.values()), f"{job_id} requeues per attempt {requeues}",
-                             self.seed)
+            checks += _check(
+                all(n == 1 for n in requeues.values()), f"{job_id} requeues per attempt {requeues}", self.seed
+            )
             # Every requeue made exactly the next attempt, and every attempt but the first came from one.
             # Job leases never run out in a trial, so every attempt but the last ended through a requeue.
-            checks += _check(sorted(requeues) == [a.number for a in attempts[:-1]],
-                             f"{job_id} requeues {sorted(requeues)} vs attempts {len(attempts)}", self.seed)
-            for (noticed_job, number) in self.noticed_applied:
+            checks += _check(
+                sorted(requeues) == [a.number for a in attempts[:-1]],
+                f"{job_id} requeues {sorted(requeues)} vs attempts {len(attempts)}",
+                self.seed,
+            )
+            for noticed_job, number in self.noticed_applied:
                 if noticed_job == job_id:
-                    checks += _check(requeues[number] == 1 and attempts[number - 1].state is AttemptState.REQUEUED,
-                                     f"{job_id} noticed attempt {number}: {requeues[number]} requeues", self.seed)
+                    checks += _check(
+                        requeues[number] == 1 and attempts[number - 1].state is AttemptState.REQUEUED,
+                        f"{job_id} noticed attempt {number}: {requeues[number]} requeues",
+                        self.seed,
+                    )
         return checks

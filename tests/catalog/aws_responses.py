@@ -22,7 +22,12 @@ def p5_48xlarge() -> dict[str, Any]:
         "BareMetal": False,
         "Hypervisor": "nitro",
         "ProcessorInfo": {"SupportedArchitectures": ["x86_64"], "SustainedClockSpeedInGhz": 3.6, "Manufacturer": "AMD"},
-        "VCpuInfo": {"DefaultVCpus": 192, "DefaultCores": 96, "DefaultThreadsPerCore": 2, "ValidThreadsPerCore": [1, 2]},
+        "VCpuInfo": {
+            "DefaultVCpus": 192,
+            "DefaultCores": 96,
+            "DefaultThreadsPerCore": 2,
+            "ValidThreadsPerCore": [1, 2],
+        },
         "MemoryInfo": {"SizeInMiB": 2097152},
         "InstanceStorageSupported": True,
         "InstanceStorageInfo": {
@@ -38,8 +43,13 @@ def p5_48xlarge() -> dict[str, Any]:
             "MaximumNetworkCards": 32,
             "DefaultNetworkCardIndex": 0,
             "NetworkCards": [
-                {"NetworkCardIndex": i, "NetworkPerformance": "100 Gigabit", "MaximumNetworkInterfaces": 2,
-                 "BaselineBandwidthInGbps": 100.0, "PeakBandwidthInGbps": 100.0}
+                {
+                    "NetworkCardIndex": i,
+                    "NetworkPerformance": "100 Gigabit",
+                    "MaximumNetworkInterfaces": 2,
+                    "BaselineBandwidthInGbps": 100.0,
+                    "PeakBandwidthInGbps": 100.0,
+                }
                 for i in range(32)
             ],
             "Ipv4AddressesPerInterface": 50,
@@ -75,15 +85,26 @@ def g6_xlarge() -> dict[str, Any]:
         "VCpuInfo": {"DefaultVCpus": 4, "DefaultCores": 2, "DefaultThreadsPerCore": 2},
         "MemoryInfo": {"SizeInMiB": 16384},
         "InstanceStorageSupported": True,
-        "InstanceStorageInfo": {"TotalSizeInGB": 250, "Disks": [{"SizeInGB": 250, "Count": 1, "Type": "ssd"}],
-                                "NvmeSupport": "required", "EncryptionSupport": "required"},
+        "InstanceStorageInfo": {
+            "TotalSizeInGB": 250,
+            "Disks": [{"SizeInGB": 250, "Count": 1, "Type": "ssd"}],
+            "NvmeSupport": "required",
+            "EncryptionSupport": "required",
+        },
         "NetworkInfo": {
             "NetworkPerformance": "Up to 10 Gigabit",
             "MaximumNetworkInterfaces": 4,
             "MaximumNetworkCards": 1,
             "DefaultNetworkCardIndex": 0,
-            "NetworkCards": [{"NetworkCardIndex": 0, "NetworkPerformance": "Up to 10 Gigabit",
-                              "MaximumNetworkInterfaces": 4, "BaselineBandwidthInGbps": 2.5, "PeakBandwidthInGbps": 10.0}],
+            "NetworkCards": [
+                {
+                    "NetworkCardIndex": 0,
+                    "NetworkPerformance": "Up to 10 Gigabit",
+                    "MaximumNetworkInterfaces": 4,
+                    "BaselineBandwidthInGbps": 2.5,
+                    "PeakBandwidthInGbps": 10.0,
+                }
+            ],
             "Ipv4AddressesPerInterface": 15,
             "Ipv6AddressesPerInterface": 15,
             "Ipv6Supported": True,
@@ -92,8 +113,10 @@ def g6_xlarge() -> dict[str, Any]:
             "EncryptionInTransitSupported": True,
             "EnaSrdSupported": False,
         },
-        "GpuInfo": {"Gpus": [{"Name": "L4", "Manufacturer": "NVIDIA", "Count": 1, "MemoryInfo": {"SizeInMiB": 22888}}],
-                    "TotalGpuMemoryInMiB": 22888},
+        "GpuInfo": {
+            "Gpus": [{"Name": "L4", "Manufacturer": "NVIDIA", "Count": 1, "MemoryInfo": {"SizeInMiB": 22888}}],
+            "TotalGpuMemoryInMiB": 22888,
+        },
         "PlacementGroupInfo": {"SupportedStrategies": ["cluster", "partition", "spread"]},
     }
 
@@ -106,8 +129,11 @@ def c5_xlarge() -> dict[str, Any]:
         "VCpuInfo": {"DefaultVCpus": 4},
         "MemoryInfo": {"SizeInMiB": 8192},
         "InstanceStorageSupported": False,
-        "NetworkInfo": {"MaximumNetworkCards": 1, "EfaSupported": False,
-                        "NetworkCards": [{"NetworkCardIndex": 0, "MaximumNetworkInterfaces": 4}]},
+        "NetworkInfo": {
+            "MaximumNetworkCards": 1,
+            "EfaSupported": False,
+            "NetworkCards": [{"NetworkCardIndex": 0, "MaximumNetworkInterfaces": 4}],
+        },
         "PlacementGroupInfo": {"SupportedStrategies": ["cluster", "partition", "spread"]},
     }
 
@@ -159,12 +185,23 @@ def price_list_entry(instance_type: str, usd: str, *, region: str = "us-east-1",
                 f"{sku}.4NA7Y494T4": {
                     "priceDimensions": {
                         f"{sku}.4NA7Y494T4.6YS6EN2CT7": {
-                            "unit": "Hrs", "description": "Linux reserved", "pricePerUnit": {"USD": "1.0000000000"},
-                            "rateCode": f"{sku}.4NA7Y494T4.6YS6EN2CT7", "appliesTo": [], "beginRange": "0", "endRange": "Inf",
+                            "unit": "Hrs",
+                            "description": "Linux reserved",
+                            "pricePerUnit": {"USD": "1.0000000000"},
+                            "rateCode": f"{sku}.4NA7Y494T4.6YS6EN2CT7",
+                            "appliesTo": [],
+                            "beginRange": "0",
+                            "endRange": "Inf",
                         }
                     },
-                    "sku": sku, "effectiveDate": "2026-11-01T00:00:00Z", "offerTermCode": "4NA7Y494T4",
-                    "termAttributes": {"LeaseContractLength": "1yr", "OfferingClass": "standard", "PurchaseOption": "No Upfront"},
+                    "sku": sku,
+                    "effectiveDate": "2026-11-01T00:00:00Z",
+                    "offerTermCode": "4NA7Y494T4",
+                    "termAttributes": {
+                        "LeaseContractLength": "1yr",
+                        "OfferingClass": "standard",
+                        "PurchaseOption": "No Upfront",
+                    },
                 }
             },
         },

@@ -9,13 +9,15 @@ from contextlib import contextmanager
 import boto3
 from botocore.stub import Stubber
 
-from gpucloud.catalog_refresh import ON_DEMAND_FILTERS, AwsClients
+from gpucloud.catalog.refresh import ON_DEMAND_FILTERS, AwsClients
 
 NOW = datetime.datetime(2026, 11, 21, 12, 0, tzinfo=datetime.timezone.utc)
 
 
 def _session() -> boto3.session.Session:
-    return boto3.session.Session(aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret", region_name="us-east-1")
+    return boto3.session.Session(
+        aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret", region_name="us-east-1"
+    )
 
 
 @contextmanager

@@ -12,8 +12,8 @@ from aws_responses import g6_xlarge, p5_48xlarge, price_list_entry, spot_entry
 from botocore.stub import ANY
 from stubbed_aws import NOW, expect_describe, expect_prices, stubbed_clients
 
-from gpucloud import catalog_refresh
 from gpucloud.catalog import load_catalog
+from gpucloud.catalog import refresh as catalog_refresh
 from gpucloud.cli import main
 
 
@@ -51,21 +51,33 @@ def test_show_rejects_a_corrupt_catalog_file(capsys, tmp_path):
 
 def test_refresh_without_credentials_explains_how_to_provide_them(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
-               AWS_EC2_METADATA_DISABLED="true", HOME=str(tmp_path))
+    env.update(
+        AWS_CONFIG_FILE=str(tmp_path / "none"),
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
+        AWS_EC2_METADATA_DISABLED="true",
+        HOME=str(tmp_path),
+    )
     target = tmp_path / "out.json"
-    proc = subprocess.run([sys.executable, "-m", "gpucloud", "catalog", "refresh", "--output-file", str(target)],
-                          env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpucloud", "catalog", "refresh", "--output-file", str(target)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("gpucloud: error: no AWS credentials found")
     assert "AWS_PROFILE" in proc.stderr and "`gpucloud plan`" in proc.stderr
     assert not target.exists()
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--types", "p5"], "--types: 'p5' is not an EC2 instance type name"),
-    (["--region", "mars-east-1"], "--region: unknown AWS region 'mars-east-1'; allowed: "),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--types", "p5"], "--types: 'p5' is not an EC2 instance type name"),
+        (["--region", "mars-east-1"], "--region: unknown AWS region 'mars-east-1'; allowed: "),
+    ],
+)
 def test_refresh_rejects_bad_flags_before_calling_aws(capsys, tmp_path, argv, message):
     code, _, err = run_cli(capsys, "catalog", "refresh", "--output-file", str(tmp_path / "c.json"), *argv)
     assert code == 2 and err.startswith(f"gpucloud: error: {message}") and err.count("\n") == 1
@@ -78,12 +90,23 @@ def test_refresh_writes_the_catalog_and_reports_changes(capsys, monkeypatch, tmp
         expect_describe(ec2, types, [[g6_xlarge(), p5_48xlarge()]])
         expect_prices(pricing, "us-east-1", "g6.xlarge", [price_list_entry("g6.xlarge", "0.8048")])
         expect_prices(pricing, "us-east-1", "p5.48xlarge", [price_list_entry("p5.48xlarge", "55.04")])
-        ec2.add_response("describe_spot_price_history",
-                         {"SpotPriceHistory": [spot_entry("p5.48xlarge", "us-east-1a", "22.0", 1, NOW)]},
-                         {"InstanceTypes": types, "ProductDescriptions": ["Linux/UNIX"], "StartTime": ANY})
+        ec2.add_response(
+            "describe_spot_price_history",
+            {"SpotPriceHistory": [spot_entry("p5.48xlarge", "us-east-1a", "22.0", 1, NOW)]},
+            {"InstanceTypes": types, "ProductDescriptions": ["Linux/UNIX"], "StartTime": ANY},
+        )
         monkeypatch.setattr(catalog_refresh, "make_clients", lambda region: clients)
-        code, out, _ = run_cli(capsys, "catalog", "refresh", "--types", "p5.48xlarge,g6.xlarge",
-                               "--output-file", str(target), "--output", "json")
+        code, out, _ = run_cli(
+            capsys,
+            "catalog",
+            "refresh",
+            "--types",
+            "p5.48xlarge,g6.xlarge",
+            "--output-file",
+            str(target),
+            "--output",
+            "json",
+        )
     assert code == 0
     report = json.loads(out)
     assert report["written"] is True and report["output_file"] == str(target)
@@ -99,8 +122,17 @@ def test_dry_run_writes_nothing(capsys, monkeypatch, tmp_path):
         expect_describe(ec2, ["p5.48xlarge"], [[p5_48xlarge()]])
         expect_prices(pricing, "us-east-1", "p5.48xlarge", [price_list_entry("p5.48xlarge", "55.04")])
         monkeypatch.setattr(catalog_refresh, "make_clients", lambda region: clients)
-        code, out, _ = run_cli(capsys, "catalog", "refresh", "--types", "p5.48xlarge", "--no-spot", "--dry-run",
-                               "--output-file", str(target))
+        code, out, _ = run_cli(
+            capsys,
+            "catalog",
+            "refresh",
+            "--types",
+            "p5.48xlarge",
+            "--no-spot",
+            "--dry-run",
+            "--output-file",
+            str(target),
+        )
     assert code == 0 and "would write" in out and "55.04" in out
     assert not target.exists()
 
@@ -114,8 +146,9 @@ def test_refresh_refuses_to_overwrite_a_corrupt_target(capsys, tmp_path):
 
 
 def test_help_teaches_the_commands():
-    proc = subprocess.run([sys.executable, "-m", "gpucloud", "catalog", "refresh", "--help"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpucloud", "catalog", "refresh", "--help"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0
     for flag in ("--region", "--types", "--output-file", "--no-spot", "--dry-run", "--output"):
         assert flag in proc.stdout

@@ -21,7 +21,7 @@ from stubbed_aws import (
 )
 
 from gpucloud.catalog import Catalog, load_catalog
-from gpucloud.catalog_refresh import (
+from gpucloud.catalog.refresh import (
     build_catalog,
     instance_type_from_description,
     on_demand_prices,
@@ -40,7 +40,13 @@ def base() -> Catalog:
 
 def test_p5_description_becomes_the_catalog_entry():
     entry = instance_type_from_description(p5_48xlarge())
-    assert (entry.name, entry.family, entry.gpus, entry.gpu_model, entry.gpu_memory_mib) == ("p5.48xlarge", "p5", 8, "H100", 81920)
+    assert (entry.name, entry.family, entry.gpus, entry.gpu_model, entry.gpu_memory_mib) == (
+        "p5.48xlarge",
+        "p5",
+        8,
+        "H100",
+        81920,
+    )
     assert (entry.vcpus, entry.memory_gib, entry.nvme_disks, entry.nvme_gib) == (192, 2048.0, 8, 30400)
     assert [c.index for c in entry.network_cards] == list(range(32))
     assert {c.max_interfaces for c in entry.network_cards} == {2}
@@ -60,8 +66,10 @@ def test_type_without_gpus_is_rejected():
 
 
 def test_on_demand_price_ignores_reserved_terms_and_other_usage_types():
-    entries = [price_list_entry("p5.48xlarge", "55.0400000000"),
-               price_list_entry("p5.48xlarge", "60.0000000000", usagetype="DedicatedUsage:p5.48xlarge")]
+    entries = [
+        price_list_entry("p5.48xlarge", "55.0400000000"),
+        price_list_entry("p5.48xlarge", "60.0000000000", usagetype="DedicatedUsage:p5.48xlarge"),
+    ]
     assert on_demand_prices(entries, "p5.48xlarge") == [55.04]
     assert on_demand_prices([], "p5.48xlarge") == []
 
@@ -81,10 +89,13 @@ def test_spot_estimate_is_median_of_latest_price_per_az():
     assert spot_estimates(history) == {"p5.48xlarge": 30.0}
 
 
-@pytest.mark.parametrize("values, expected", [
-    (("p5.48xlarge,g6.xlarge", "p5.48xlarge"), ["g6.xlarge", "p5.48xlarge"]),
-    ((" p4d.24xlarge ",), ["p4d.24xlarge"]),
-])
+@pytest.mark.parametrize(
+    "values, expected",
+    [
+        (("p5.48xlarge,g6.xlarge", "p5.48xlarge"), ["g6.xlarge", "p5.48xlarge"]),
+        ((" p4d.24xlarge ",), ["p4d.24xlarge"]),
+    ],
+)
 def test_type_names_are_split_and_deduplicated(values, expected):
     assert parse_type_names(values) == expected
 
@@ -102,8 +113,14 @@ def test_refresh_queries_aws_and_builds_the_catalog(base):
         expect_describe(ec2, types, [[g6_xlarge()], [p5_48xlarge()]])  # two pages
         expect_prices(pricing, "us-east-1", "g6.xlarge", [price_list_entry("g6.xlarge", "0.8048000000")])
         expect_prices(pricing, "us-east-1", "p5.48xlarge", [price_list_entry("p5.48xlarge", "55.0400000000")])
-        expect_spot(ec2, types, [spot_entry("g6.xlarge", "us-east-1a", "0.3121", 3, NOW),
-                                 spot_entry("p5.48xlarge", "us-east-1b", "21.5000", 3, NOW)])
+        expect_spot(
+            ec2,
+            types,
+            [
+                spot_entry("g6.xlarge", "us-east-1a", "0.3121", 3, NOW),
+                spot_entry("p5.48xlarge", "us-east-1b", "21.5000", 3, NOW),
+            ],
+        )
         result = refresh_catalog(clients, region="us-east-1", types=types, base=base, now=NOW, on_step=steps.append)
     catalog = result.catalog
     assert catalog.as_of == datetime.date(2026, 11, 21) and catalog.region == "us-east-1"
@@ -114,7 +131,10 @@ def test_refresh_queries_aws_and_builds_the_catalog(base):
     assert any(s.startswith("ec2:DescribeInstanceTypes (us-east-1") for s in catalog.sources)
     assert len(steps) == refresh_steps(types, include_spot=True)
     change = next(c for c in result.changes if c.name == "p5.48xlarge")
-    assert change.status == "refreshed" and change.on_demand_before == base.instance_types["p5.48xlarge"].on_demand_usd_per_hour
+    assert (
+        change.status == "refreshed"
+        and change.on_demand_before == base.instance_types["p5.48xlarge"].on_demand_usd_per_hour
+    )
     assert "on_demand_usd_per_hour" in change.changed_fields and "nvme_gib" in change.changed_fields
 
 
@@ -122,7 +142,9 @@ def test_type_not_offered_in_region_keeps_its_previous_entry(base):
     types = ["p5.48xlarge", "p5en.48xlarge"]
     with stubbed_clients("eu-west-1") as (clients, ec2, pricing):
         expect_describe(ec2, types, [[p5_48xlarge()]])
-        expect_prices(pricing, "eu-west-1", "p5.48xlarge", [price_list_entry("p5.48xlarge", "61.5", region="eu-west-1")])
+        expect_prices(
+            pricing, "eu-west-1", "p5.48xlarge", [price_list_entry("p5.48xlarge", "61.5", region="eu-west-1")]
+        )
         result = refresh_catalog(clients, region="eu-west-1", types=types, base=base, include_spot=False, now=NOW)
     kept = result.catalog.instance_types["p5en.48xlarge"]
     assert kept == base.instance_types["p5en.48xlarge"]
@@ -140,26 +162,41 @@ def test_unknown_type_is_an_error_and_nothing_is_built(base):
 
 def test_non_gpu_type_is_an_error(base):
     with pytest.raises(UserError, match="c5.xlarge has no GPUs .*GPU instance types only"):
-        build_catalog(base=base, region="us-east-1", as_of=NOW.date(), requested=["c5.xlarge"],
-                      descriptions=[c5_xlarge()], on_demand={}, spot=None)
+        build_catalog(
+            base=base,
+            region="us-east-1",
+            as_of=NOW.date(),
+            requested=["c5.xlarge"],
+            descriptions=[c5_xlarge()],
+            on_demand={},
+            spot=None,
+        )
 
 
 def test_access_denied_names_the_missing_permission(base):
     with stubbed_clients() as (clients, ec2, pricing):
         expect_describe(ec2, ["p5.48xlarge"], [[p5_48xlarge()]])
-        pricing.add_client_error("get_products", service_error_code="AccessDeniedException",
-                                 service_message="User is not authorized to perform: pricing:GetProducts",
-                                 http_status_code=400)
+        pricing.add_client_error(
+            "get_products",
+            service_error_code="AccessDeniedException",
+            service_message="User is not authorized to perform: pricing:GetProducts",
+            http_status_code=400,
+        )
         with pytest.raises(UserError) as err:
             refresh_catalog(clients, region="us-east-1", types=["p5.48xlarge"], base=base, now=NOW)
     assert str(err.value) == (
         "GetProducts in us-east-1 failed: AccessDeniedException: User is not authorized to perform: "
-        "pricing:GetProducts; the credentials need pricing:GetProducts")
+        "pricing:GetProducts; the credentials need pricing:GetProducts"
+    )
 
 
 def test_unauthorized_describe_is_a_user_error(base):
     with stubbed_clients() as (clients, ec2, _pricing):
-        ec2.add_client_error("describe_instance_types", service_error_code="UnauthorizedOperation",
-                             service_message="You are not authorized to perform this operation.", http_status_code=403)
+        ec2.add_client_error(
+            "describe_instance_types",
+            service_error_code="UnauthorizedOperation",
+            service_message="You are not authorized to perform this operation.",
+            http_status_code=403,
+        )
         with pytest.raises(UserError, match="the credentials need ec2:DescribeInstanceTypes"):
             refresh_catalog(clients, region="us-east-1", types=["p5.48xlarge"], base=base, now=NOW)

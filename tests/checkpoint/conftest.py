@@ -26,13 +26,28 @@ def run_ranks(world_size: int, args: list[str], *, timeout: float = 120) -> list
     port = free_port()
     procs = []
     for rank in range(world_size):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK="0",
-                   LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   PYTHONPATH=str(REPO / "src"), PYTHONWARNINGS="ignore")
-        procs.append(subprocess.Popen([sys.executable, str(TRAINER), *args], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        env = dict(
+            os.environ,
+            RANK=str(rank),
+            WORLD_SIZE=str(world_size),
+            LOCAL_RANK="0",
+            LOCAL_WORLD_SIZE="1",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            PYTHONPATH=str(REPO / "src"),
+            PYTHONWARNINGS="ignore",
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(TRAINER), *args],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     results = []
-    for rank, proc in enumerate(procs):
+    for proc in procs:
         try:
             out, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -68,8 +83,16 @@ class Counter:
 class TinyJob:
     """A single-process training job with model, AdamW, dropout, python RNG and a data position."""
 
-    def __init__(self, uri: str, *, job_id: str = "job", control_dir: str | None = None,
-                 local_dir: str | None = None, width: int = 16, **session_kwargs) -> None:
+    def __init__(
+        self,
+        uri: str,
+        *,
+        job_id: str = "job",
+        control_dir: str | None = None,
+        local_dir: str | None = None,
+        width: int = 16,
+        **session_kwargs,
+    ) -> None:
         import random
 
         import torch
@@ -78,13 +101,21 @@ class TinyJob:
 
         torch.manual_seed(0)
         random.seed(0)
-        self.model = torch.nn.Sequential(torch.nn.Linear(8, width), torch.nn.Dropout(0.2),
-                                         torch.nn.BatchNorm1d(width), torch.nn.Linear(width, 1))
+        self.model = torch.nn.Sequential(
+            torch.nn.Linear(8, width), torch.nn.Dropout(0.2), torch.nn.BatchNorm1d(width), torch.nn.Linear(width, 1)
+        )
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-2)
         self.data = Counter()
-        self.session = TrainingSession(self.model, self.optimizer, extra_state={"data": self.data},
-                                       checkpoint_uri=uri, job_id=job_id, control_dir=control_dir,
-                                       local_dir=local_dir, **session_kwargs)
+        self.session = TrainingSession(
+            self.model,
+            self.optimizer,
+            extra_state={"data": self.data},
+            checkpoint_uri=uri,
+            job_id=job_id,
+            control_dir=control_dir,
+            local_dir=local_dir,
+            **session_kwargs,
+        )
 
     def train_step(self) -> None:
         import random

@@ -42,8 +42,16 @@ def _set_params_to(model, optimizer, value: float) -> None:
 
 def _saving_loop(uri: str, local: str, ready) -> None:
     model, optimizer = _model_and_optimizer()
-    sess = TrainingSession(model, optimizer, every_steps=1, keep_last=2, checkpoint_uri=uri, job_id="job",
-                           local_dir=local, writer_threads=4)
+    sess = TrainingSession(
+        model,
+        optimizer,
+        every_steps=1,
+        keep_last=2,
+        checkpoint_uri=uri,
+        job_id="job",
+        local_dir=local,
+        writer_threads=4,
+    )
     step = sess.restore()
     ready.set()
     while True:

@@ -77,10 +77,16 @@ def test_verify_detects_missing_truncated_and_flipped_files(tmp_path):
     "text, where",
     [
         (b"not json", "document"),
-        (b'{"format": "gpucloud-checkpoint/1", "job_id": "j", "step": -1, "world_size": 1, "attempt": 0, "files": []}', "step"),
+        (
+            b'{"format": "gpucloud-checkpoint/1", "job_id": "j", "step": -1, "world_size": 1, "attempt": 0, "files": []}',
+            "step",
+        ),
         (b'{"format": "other/9", "job_id": "j", "step": 1, "world_size": 1, "attempt": 0, "files": []}', "format"),
-        (b'{"format": "gpucloud-checkpoint/1", "job_id": "j", "step": 1, "world_size": 1, "attempt": 0, '
-         b'"files": [{"name": "../evil", "size": 1, "xxh3": "0000000000000000"}]}', "files.0.name"),
+        (
+            b'{"format": "gpucloud-checkpoint/1", "job_id": "j", "step": 1, "world_size": 1, "attempt": 0, '
+            b'"files": [{"name": "../evil", "size": 1, "xxh3": "0000000000000000"}]}',
+            "files.0.name",
+        ),
     ],
 )
 def test_invalid_manifests_name_the_bad_field(text, where):

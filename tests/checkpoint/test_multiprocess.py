@@ -4,13 +4,12 @@ from pathlib import Path
 
 import pytest
 import torch
+import trainer
 
+from conftest import run_ranks
 from gpucloud import control, jobenv
 from gpucloud.checkpoint import TrainingSession
 from gpucloud.checkpoint.store import latest_committed
-
-import trainer
-from conftest import run_ranks
 
 pytestmark = pytest.mark.slow
 
@@ -63,8 +62,14 @@ def _restore_in_process(uri: Path, save_at: int | None = None) -> tuple[int, dic
     model = trainer.build_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     data = trainer.DataPosition(0)
-    sess = TrainingSession(model, optimizer, extra_state={"data": data}, checkpoint_uri=str(uri), job_id="job",
-                           control_dir=str(uri) + "-ctl")
+    sess = TrainingSession(
+        model,
+        optimizer,
+        extra_state={"data": data},
+        checkpoint_uri=str(uri),
+        job_id="job",
+        control_dir=str(uri) + "-ctl",
+    )
     start = sess.restore()
     if save_at is not None:
         with pytest.raises(SystemExit):
@@ -107,13 +112,39 @@ def test_two_ranks_commit_to_s3_and_resume_on_new_nodes(tmp_path, moto_s3, monke
     monkeypatch.setenv("GPUCLOUD_S3_PART_SIZE_MB", "5")
     uri = "s3://ckpt-bucket/mp"
     base = ["--uri", uri, "--control", str(tmp_path / "ctl")]
-    first = run_ranks(2, ["--steps", "12", *base, "--local", str(tmp_path / "nvme-old"), "--every-steps", "2",
-                          "--preempt-at", "5", "--preempt-rank", "1", "--out", str(tmp_path / "saved.pt")])
+    first = run_ranks(
+        2,
+        [
+            "--steps",
+            "12",
+            *base,
+            "--local",
+            str(tmp_path / "nvme-old"),
+            "--every-steps",
+            "2",
+            "--preempt-at",
+            "5",
+            "--preempt-rank",
+            "1",
+            "--out",
+            str(tmp_path / "saved.pt"),
+        ],
+    )
     assert _codes(first) == [75, 75], _explain(first)
     assert latest_committed(uri, "job") == 5
     control.clear(tmp_path / "ctl" / "node1")
-    second = run_ranks(2, ["--steps", "5", *base, "--local", str(tmp_path / "nvme-new"),
-                           "--dump-restored", str(tmp_path / "restored.pt")])
+    second = run_ranks(
+        2,
+        [
+            "--steps",
+            "5",
+            *base,
+            "--local",
+            str(tmp_path / "nvme-new"),
+            "--dump-restored",
+            str(tmp_path / "restored.pt"),
+        ],
+    )
     assert _codes(second) == [0, 0], _explain(second)
     for node in ("node0", "node1"):
         assert control.read(tmp_path / "ctl" / node, control.RESUMED)["source_tier"] == "durable"

@@ -4,10 +4,10 @@ import boto3
 import pytest
 import torch
 
+from gpucloud import control
 from gpucloud.checkpoint.store import CheckpointStore, latest_committed
 from gpucloud.checkpoint.tiers import s3_transfer_settings
 from gpucloud.errors import UserError
-from gpucloud import control
 
 URI = "s3://ckpt-bucket/runs"
 
@@ -27,8 +27,7 @@ def _keys(prefix: str) -> dict[str, dict]:
 
 def test_save_to_s3_multipart_then_resume_on_a_new_node(moto_s3, small_parts, tmp_path, tiny_job):
     # width 200k: one Linear(8, 200000) plus Adam moments, ~19 MB in the single rank file.
-    job = tiny_job(URI, local_dir=str(tmp_path / "node-a"), width=200_000, every_steps=2, keep_last=2,
-                   writer_threads=1)
+    job = tiny_job(URI, local_dir=str(tmp_path / "node-a"), width=200_000, every_steps=2, keep_last=2, writer_threads=1)
     job.run(6)
     keys = _keys("runs/job/")
     assert boto3.client("s3").get_object(Bucket="ckpt-bucket", Key="runs/job/LATEST")["Body"].read() == b"step-6\n"

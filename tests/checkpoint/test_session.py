@@ -94,7 +94,11 @@ def test_fresh_start_reports_resumed_zero(tmp_path, tiny_job):
     job = tiny_job(str(tmp_path / "ck"), control_dir=str(ctl))
     assert job.session.restore() == 0
     assert control.read(ctl, control.RESUMED) | {"written_at": 0} == {
-        "step": 0, "source_tier": None, "attempt": 0, "written_at": 0}
+        "step": 0,
+        "source_tier": None,
+        "attempt": 0,
+        "written_at": 0,
+    }
 
 
 def test_local_tier_preferred_then_durable_on_a_new_node(tmp_path, tiny_job, monkeypatch):

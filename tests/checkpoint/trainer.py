@@ -43,9 +43,7 @@ class DataPosition:
 
 def build_model() -> torch.nn.Module:
     torch.manual_seed(1234)
-    return torch.nn.Sequential(
-        torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Dropout(0.1), torch.nn.Linear(32, 1)
-    )
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Dropout(0.1), torch.nn.Linear(32, 1))
 
 
 def main(argv: list[str]) -> int:
@@ -74,12 +72,26 @@ def main(argv: list[str]) -> int:
     local = os.path.join(args.local, f"node{rank}") if args.local else None
     torch.manual_seed(99 + rank)
     random.seed(7 + rank)
-    sess = TrainingSession(ddp, optimizer, extra_state={"data": data}, every_steps=args.every_steps,
-                           checkpoint_uri=args.uri, job_id=args.job, control_dir=control_dir, local_dir=local)
+    sess = TrainingSession(
+        ddp,
+        optimizer,
+        extra_state={"data": data},
+        every_steps=args.every_steps,
+        checkpoint_uri=args.uri,
+        job_id=args.job,
+        control_dir=control_dir,
+        local_dir=local,
+    )
     start = sess.restore()
     if rank == 0 and args.dump_restored:
-        torch.save({"step": start, "weights": {k: v.detach().clone() for k, v in model.state_dict().items()},
-                    "data_index": data.index}, args.dump_restored)
+        torch.save(
+            {
+                "step": start,
+                "weights": {k: v.detach().clone() for k, v in model.state_dict().items()},
+                "data_index": data.index,
+            },
+            args.dump_restored,
+        )
     try:
         for step in range(start, args.steps):
             x, y = data.batch()

@@ -27,7 +27,9 @@ def run(capsys, *argv):
 
 
 def test_recorded_healthy_p5_passes(capsys):
-    code, out, _ = run(capsys, "doctor", "--recorded", str(FIXTURES / "p5-healthy"), "--matrix", str(MATRIX), "-o", "json")
+    code, out, _ = run(
+        capsys, "doctor", "--recorded", str(FIXTURES / "p5-healthy"), "--matrix", str(MATRIX), "-o", "json"
+    )
     report = json.loads(out)
     assert code == 0
     assert report["instance_type"] == "p5.48xlarge"  # read from the recorded IMDS answer
@@ -101,8 +103,18 @@ def test_live_collection_runs_the_tools_and_asks_imds(capsys, tmp_path, monkeypa
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "do-not-record-me")
     record = tmp_path / "record"
     with ImdsEmulator(instance_type="p4d.24xlarge") as emulator:
-        code, out, err = run(capsys, "doctor", "--imds-endpoint", emulator.endpoint, "--matrix", str(MATRIX),
-                             "--record", str(record), "-o", "json")
+        code, out, err = run(
+            capsys,
+            "doctor",
+            "--imds-endpoint",
+            emulator.endpoint,
+            "--matrix",
+            str(MATRIX),
+            "--record",
+            str(record),
+            "-o",
+            "json",
+        )
     report = json.loads(out)
     checks = {c["check"]: c for c in report["checks"]}
     assert code == 1 and report["instance_type"] == "p4d.24xlarge"
@@ -112,8 +124,11 @@ def test_live_collection_runs_the_tools_and_asks_imds(capsys, tmp_path, monkeypa
     assert checks["gpucloud agent running"]["observed"] == "gpucloud-agent: inactive"
     assert checks["NCCL/libfabric environment"]["status"] == "fail"
     # the recorded capture replays to the same verdicts anywhere
-    assert "recorded" in err and (record / "nvidia-smi-query.csv").read_text() == (
-        FIXTURES / "p4d-healthy" / "nvidia-smi-query.csv").read_text()
+    assert (
+        "recorded" in err
+        and (record / "nvidia-smi-query.csv").read_text()
+        == (FIXTURES / "p4d-healthy" / "nvidia-smi-query.csv").read_text()
+    )
     assert "do-not-record-me" not in (record / "environ.txt").read_text()
     assert "NCCL_PROTO=simple" in (record / "environ.txt").read_text()
     code, replay, _ = run(capsys, "doctor", "--recorded", str(record), "--matrix", str(MATRIX), "-o", "json")
@@ -122,12 +137,19 @@ def test_live_collection_runs_the_tools_and_asks_imds(capsys, tmp_path, monkeypa
 
 def test_live_collection_of_failing_tools(capsys, tmp_path, monkeypatch):
     driver_gone = BROKEN / "nvidia-smi-driver-gone.txt"
-    _fake_tools(tmp_path / "bin", FIXTURES / "p4d-healthy",
-                **{"nvidia-smi": f'cat "{driver_gone}"; exit 9',
-                   "dpkg-query": "echo 'dpkg-query: no packages found matching libnccl2' >&2; exit 1"})
+    _fake_tools(
+        tmp_path / "bin",
+        FIXTURES / "p4d-healthy",
+        **{
+            "nvidia-smi": f'cat "{driver_gone}"; exit 9',
+            "dpkg-query": "echo 'dpkg-query: no packages found matching libnccl2' >&2; exit 1",
+        },
+    )
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     with ImdsEmulator(instance_type="p4d.24xlarge") as emulator:
-        code, out, _ = run(capsys, "doctor", "--imds-endpoint", emulator.endpoint, "--matrix", str(MATRIX), "-o", "json")
+        code, out, _ = run(
+            capsys, "doctor", "--imds-endpoint", emulator.endpoint, "--matrix", str(MATRIX), "-o", "json"
+        )
     checks = {c["check"]: c for c in json.loads(out)["checks"]}
     assert code == 1
     assert checks["GPU count"]["status"] == "fail" and "couldn't communicate" in checks["GPU count"]["observed"]

@@ -22,20 +22,25 @@ def test_banner_driver_and_cuda():
 
 def test_fi_info_counts_distinct_devices():
     assert parsers.parse_fi_info_domains(read("p4d-healthy", "fi_info-efa.txt")) == sorted(
-        ["rdmap16s27", "rdmap32s27", "rdmap144s27", "rdmap160s27"])
+        ["rdmap16s27", "rdmap32s27", "rdmap144s27", "rdmap160s27"]
+    )
     assert len(parsers.parse_fi_info_domains(read("p5-healthy", "fi_info-efa.txt"))) == 32
 
 
 def test_fi_info_rdm_and_dgram_of_one_device_count_once():
-    text = ("provider: efa\n    fabric: efa\n    domain: rdmap16s27-rdm\n    type: FI_EP_RDM\n"
-            "provider: efa\n    fabric: efa\n    domain: rdmap16s27-dgrm\n    type: FI_EP_DGRAM\n")
+    text = (
+        "provider: efa\n    fabric: efa\n    domain: rdmap16s27-rdm\n    type: FI_EP_RDM\n"
+        "provider: efa\n    fabric: efa\n    domain: rdmap16s27-dgrm\n    type: FI_EP_DGRAM\n"
+    )
     assert parsers.parse_fi_info_domains(text) == ["rdmap16s27"]
 
 
 def test_mounts_proc_and_mount_command_forms():
     mounts = parsers.parse_mounts(read("p4d-healthy", "proc-mounts.txt"))
     lustre = [m for m in mounts if m.fstype == "lustre"]
-    assert lustre == [parsers.Mount("172.31.40.12@tcp:/s3ejzbev", "/fsx", "lustre", "rw,noatime,flock,lazystatfs,encrypt")]
+    assert lustre == [
+        parsers.Mount("172.31.40.12@tcp:/s3ejzbev", "/fsx", "lustre", "rw,noatime,flock,lazystatfs,encrypt")
+    ]
     line = "172.31.40.12@tcp:/s3ejzbev on /fsx type lustre (rw,noatime,flock,lazystatfs)"
     assert parsers.parse_mounts(line)[0].path == "/fsx"
     assert parsers.parse_mounts(r"/dev/md0 /mnt/my\040scratch xfs rw 0 0")[0].path == "/mnt/my scratch"

@@ -29,18 +29,38 @@ def test_torchrun_interrupted_by_a_spot_notice_resumes_elsewhere_bitwise_identic
     home = Path(e2e_env["GPUCLOUD_HOME"])
     command = training_command(steps=STEPS, seed=7, step_seconds=0.1, out=tmp_path / "interrupted.pt")
     reference = training_command(steps=STEPS, seed=7, step_seconds=0.0, out=tmp_path / "reference.pt")
-    assert gpucloud(e2e_env, "submit", "--job-id", "e2e", "--checkpoint-uri", str(durable), "--", *command).returncode == 0
+    assert (
+        gpucloud(e2e_env, "submit", "--job-id", "e2e", "--checkpoint-uri", str(durable), "--", *command).returncode == 0
+    )
 
     # The uninterrupted reference trains alongside (its own job, same seed).
     ref_proc = subprocess.Popen(
         [*GPUCLOUD, "spot-train", "--no-imds", "--checkpoint-uri", str(durable), "--output", "json", "--", *reference],
-        env=e2e_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=e2e_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     with ImdsEmulator() as node_a:
         proc = subprocess.Popen(
-            [*GPUCLOUD, "spot-train", "--job-id", "e2e", "--imds-endpoint", node_a.endpoint, "--poll-interval", "0.2",
-             "--local-checkpoint-dir", str(tmp_path / "node-a"), "--output", "json"],
-            env=e2e_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                *GPUCLOUD,
+                "spot-train",
+                "--job-id",
+                "e2e",
+                "--imds-endpoint",
+                node_a.endpoint,
+                "--poll-interval",
+                "0.2",
+                "--local-checkpoint-dir",
+                str(tmp_path / "node-a"),
+                "--output",
+                "json",
+            ],
+            env=e2e_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         ctl = home / "run" / "e2e" / "attempt-1" / "control"
         deadline = time.monotonic() + 120
@@ -57,12 +77,21 @@ def test_torchrun_interrupted_by_a_spot_notice_resumes_elsewhere_bitwise_identic
 
     # Attempt 2 on a "new node": a fresh emulator and an empty local tier; restores from durable.
     with ImdsEmulator() as node_b:
-        done = gpucloud(e2e_env, "worker", "--once", "--imds-endpoint", node_b.endpoint,
-                        "--local-checkpoint-dir", str(tmp_path / "node-b"), "--output", "json")
+        done = gpucloud(
+            e2e_env,
+            "worker",
+            "--once",
+            "--imds-endpoint",
+            node_b.endpoint,
+            "--local-checkpoint-dir",
+            str(tmp_path / "node-b"),
+            "--output",
+            "json",
+        )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["jobs"] == [{"job_id": "e2e", "state": "finished", "exit_code": 0}]
 
-    ref_out, ref_err = ref_proc.communicate(timeout=180)
+    _, ref_err = ref_proc.communicate(timeout=180)
     assert ref_proc.returncode == 0, ref_err
     assert weights_identical(tmp_path / "interrupted.pt", tmp_path / "reference.pt")
 
@@ -79,7 +108,9 @@ def test_torchrun_interrupted_by_a_spot_notice_resumes_elsewhere_bitwise_identic
 
 @pytest.mark.slow
 def test_demo_reports_at_most_one_step_lost_and_bitwise_identical_weights(e2e_env):
-    done = subprocess.run([*GPUCLOUD, "demo", "--output", "json"], env=e2e_env, capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        [*GPUCLOUD, "demo", "--output", "json"], env=e2e_env, capture_output=True, text=True, timeout=180
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["bitwise_identical"] is True

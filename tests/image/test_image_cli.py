@@ -57,7 +57,7 @@ def test_check_catches_a_malformed_component_document(capsys, tmp_path):
     images = tmp_path / "images"
     shutil.copytree(REPO / "images", images)
     (images / "components" / "30-cuda.yaml").write_text("name: gpucloud-30-cuda\nschemaVersion: 1.0\nphases: []\n")
-    code, out, err = run(capsys, "image", "check", str(SHIPPED_MATRIX), "--images-dir", str(images))
+    code, _, err = run(capsys, "image", "check", str(SHIPPED_MATRIX), "--images-dir", str(images))
     assert code == 2 and "30-cuda.yaml: phases must be a non-empty list" in err
 
 

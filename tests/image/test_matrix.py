@@ -8,7 +8,10 @@ from .conftest import SHIPPED_MATRIX, shipped_raw
 
 
 def test_shipped_matrix_loads_every_key(shipped):
-    assert set(shipped.as_env()) == {f"GPUCLOUD_{k.upper()}" for k in VERSION_KEYS} | {"GPUCLOUD_BASE_OS", "GPUCLOUD_ARCH"}
+    assert set(shipped.as_env()) == {f"GPUCLOUD_{k.upper()}" for k in VERSION_KEYS} | {
+        "GPUCLOUD_BASE_OS",
+        "GPUCLOUD_ARCH",
+    }
     assert shipped.as_env()["GPUCLOUD_NVIDIA_DRIVER"] == shipped.versions.nvidia_driver
 
 

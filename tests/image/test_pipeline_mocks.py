@@ -73,7 +73,9 @@ def test_recipe_orders_layers_and_encrypts_the_root_volume(resources):
     assert len(recipe["components"]) == 7
     pytorch = recipe["components"][-1]
     assert {p["name"]: p["value"] for p in pytorch["parameters"]} == {
-        "GpucloudWheelS3Uri": WHEEL, "GpucloudWheelFile": "gpucloud-0.1.0-py3-none-any.whl"}
+        "GpucloudWheelS3Uri": WHEEL,
+        "GpucloudWheelFile": "gpucloud-0.1.0-py3-none-any.whl",
+    }
     assert all("parameters" not in c for c in recipe["components"][:-1])
     ebs = recipe["blockDeviceMappings"][0]["ebs"]
     assert recipe["blockDeviceMappings"][0]["deviceName"] == "/dev/sda1"
@@ -87,17 +89,30 @@ def test_build_instance_has_a_gpu_imdsv2_and_a_profile(resources):
     assert infra["terminateInstanceOnFailure"] is True
     profile = _one(resources, "instanceProfile:InstanceProfile")
     assert infra["instanceProfileName"] == profile.name  # the mock names auto-named resources by logical name
-    attachments = [r.inputs["policyArn"] for r in resources if r.type.endswith("rolePolicyAttachment:RolePolicyAttachment")]
-    assert sorted(a.rsplit("/", 1)[-1] for a in attachments) == ["AmazonSSMManagedInstanceCore", "EC2InstanceProfileForImageBuilder"]
+    attachments = [
+        r.inputs["policyArn"] for r in resources if r.type.endswith("rolePolicyAttachment:RolePolicyAttachment")
+    ]
+    assert sorted(a.rsplit("/", 1)[-1] for a in attachments) == [
+        "AmazonSSMManagedInstanceCore",
+        "EC2InstanceProfileForImageBuilder",
+    ]
     inline = json.loads(_one(resources, "rolePolicy:RolePolicy").inputs["policy"])
-    assert inline["Statement"] == [{"Sid": "ReadGpucloudWheel", "Effect": "Allow", "Action": ["s3:GetObject"],
-                                    "Resource": ["arn:aws:s3:::acme-artifacts/wheels/gpucloud-0.1.0-py3-none-any.whl"]}]
+    assert inline["Statement"] == [
+        {
+            "Sid": "ReadGpucloudWheel",
+            "Effect": "Allow",
+            "Action": ["s3:GetObject"],
+            "Resource": ["arn:aws:s3:::acme-artifacts/wheels/gpucloud-0.1.0-py3-none-any.whl"],
+        }
+    ]
 
 
 def test_distribution_writes_the_ami_id_to_ssm(resources):
     dist = _one(resources, "distributionConfiguration:DistributionConfiguration").inputs["distributions"][0]
     assert dist["region"] == "us-east-1"
-    assert dist["ssmParameterConfigurations"] == [{"parameterName": "/gpucloud/p5-image/ami-id", "dataType": "aws:ec2:image"}]
+    assert dist["ssmParameterConfigurations"] == [
+        {"parameterName": "/gpucloud/p5-image/ami-id", "dataType": "aws:ec2:image"}
+    ]
     assert "{{ imagebuilder:buildDate }}" in dist["amiDistributionConfiguration"]["name"]
     assert dist["amiDistributionConfiguration"]["amiTags"][STACK_TAG] == STACK
 
@@ -132,7 +147,9 @@ def test_policy_pack_would_catch_an_unencrypted_recipe(resources):
 
 
 def test_plan_refuses_a_broken_matrix():
-    with pytest.raises(UserError, match=r"image matrix fails 'driver meets the CUDA toolkit's minimum driver': driver 570.124.06"):
+    with pytest.raises(
+        UserError, match=r"image matrix fails 'driver meets the CUDA toolkit's minimum driver': driver 570.124.06"
+    ):
         plan_image_pipeline(_args(matrix_with(nvidia_driver="570.124.06")))
 
 

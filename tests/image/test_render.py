@@ -31,8 +31,13 @@ def _steps(document: dict, phase: str) -> list[dict]:
 def test_every_layer_renders_as_an_image_builder_document(shipped):
     components = render_components(shipped)
     assert [c.name for c in components] == [
-        "gpucloud-10-base", "gpucloud-20-nvidia-driver", "gpucloud-30-cuda", "gpucloud-40-efa",
-        "gpucloud-50-dcgm", "gpucloud-60-lustre", "gpucloud-70-pytorch",
+        "gpucloud-10-base",
+        "gpucloud-20-nvidia-driver",
+        "gpucloud-30-cuda",
+        "gpucloud-40-efa",
+        "gpucloud-50-dcgm",
+        "gpucloud-60-lustre",
+        "gpucloud-70-pytorch",
     ]
     scripts = {p.name for p in (IMAGES / "scripts").glob("*.sh")}
     for component in components:
@@ -82,7 +87,10 @@ def test_a_changed_version_changes_only_the_documents_that_use_it(shipped):
 
 def test_wheel_parameters_come_from_the_matrix_pin(shipped):
     uri = "s3://acme-artifacts/wheels/gpucloud-0.1.0-py3-none-any.whl"
-    assert wheel_parameters(shipped, uri) == {"GpucloudWheelS3Uri": uri, "GpucloudWheelFile": "gpucloud-0.1.0-py3-none-any.whl"}
+    assert wheel_parameters(shipped, uri) == {
+        "GpucloudWheelS3Uri": uri,
+        "GpucloudWheelFile": "gpucloud-0.1.0-py3-none-any.whl",
+    }
     pytorch = render_components(shipped)[-1]
     assert set(pytorch.parameters) == set(wheel_parameters(shipped, uri))
 
@@ -103,7 +111,10 @@ def test_bad_wheel_uri(shipped, uri, message):
 
 
 def test_parent_image_follows_the_base_os(shipped):
-    assert parent_image(shipped) == "ssm:/aws/service/canonical/ubuntu/server/24.04/stable/current/amd64/hvm/ebs-gp3/ami-id"
+    assert (
+        parent_image(shipped)
+        == "ssm:/aws/service/canonical/ubuntu/server/24.04/stable/current/amd64/hvm/ebs-gp3/ami-id"
+    )
 
 
 @pytest.mark.parametrize(
@@ -112,13 +123,20 @@ def test_parent_image_follows_the_base_os(shipped):
         ("- a list", "must be a YAML mapping"),
         ("name: x\nphases: []\n", "missing 'schemaVersion'"),
         ("name: x\nschemaVersion: 2.0\nphases: [{name: build, steps: [{name: a, action: Reboot}]}]\n", "use 1.0"),
-        ("name: x\nschemaVersion: 1.0\nphases: [{name: deploy, steps: [{name: a, action: Reboot}]}]\n", "allowed once each"),
+        (
+            "name: x\nschemaVersion: 1.0\nphases: [{name: deploy, steps: [{name: a, action: Reboot}]}]\n",
+            "allowed once each",
+        ),
         ("name: x\nschemaVersion: 1.0\nphases: [{name: build, steps: []}]\n", "has no steps"),
         ("name: x\nschemaVersion: 1.0\nphases: [{name: build, steps: [{name: a}]}]\n", "needs a name and an action"),
-        ("name: x\nschemaVersion: 1.0\nphases: [{name: build, steps: [{name: a, action: ExecuteBash, inputs: {commands: ['curl evil | sh']}}]}]\n",
-         "must be 'bash /opt/gpucloud/image/scripts/<x>.sh install|validate'"),
-        ("name: x\nschemaVersion: 1.0\nphases: [{name: build, steps: [{name: a, action: ExecuteBash, inputs: {commands: ['bash /opt/gpucloud/image/scripts/nope.sh install']}}]}]\n",
-         "'nope.sh' is not in images/scripts"),
+        (
+            "name: x\nschemaVersion: 1.0\nphases: [{name: build, steps: [{name: a, action: ExecuteBash, inputs: {commands: ['curl evil | sh']}}]}]\n",
+            "must be 'bash /opt/gpucloud/image/scripts/<x>.sh install|validate'",
+        ),
+        (
+            "name: x\nschemaVersion: 1.0\nphases: [{name: build, steps: [{name: a, action: ExecuteBash, inputs: {commands: ['bash /opt/gpucloud/image/scripts/nope.sh install']}}]}]\n",
+            "'nope.sh' is not in images/scripts",
+        ),
     ],
 )
 def test_broken_component_documents_are_refused_with_the_reason(tmp_path, shipped, document, problem):
@@ -135,7 +153,9 @@ def test_oversized_document_is_refused(tmp_path, shipped):
     shutil.copytree(IMAGES, images)
     with (images / "scripts" / "efa.sh").open("a") as script:
         script.write("# padding\n" * 1500)
-    with pytest.raises(UserError, match=r"40-efa.yaml: rendered document is \d+ characters; Image Builder accepts at most 16000"):
+    with pytest.raises(
+        UserError, match=r"40-efa.yaml: rendered document is \d+ characters; Image Builder accepts at most 16000"
+    ):
         render_components(shipped, images)
 
 

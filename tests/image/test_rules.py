@@ -18,9 +18,11 @@ def test_shipped_matrix_passes_every_rule(shipped):
     ("rule", "changes", "must_mention"),
     [
         (rules.driver_meets_cuda_toolkit, {"nvidia_driver": "570.124.06"}, ["570.124.06", "580.95.05", "13.0.2"]),
-        (rules.pytorch_cuda_supported_by_driver,
-         {"nvidia_driver": "560.35.05", "cuda": "12.6.3", "pytorch": "2.7.1", "pytorch_cuda": "12.8"},
-         ["560.35.05", "12.8", "570.26"]),
+        (
+            rules.pytorch_cuda_supported_by_driver,
+            {"nvidia_driver": "560.35.05", "cuda": "12.6.3", "pytorch": "2.7.1", "pytorch_cuda": "12.8"},
+            ["560.35.05", "12.8", "570.26"],
+        ),
         (rules.pytorch_build_published, {"pytorch": "2.9.1", "pytorch_cuda": "12.4"}, ["2.9.1", "12.4", "13.0"]),
         (rules.pytorch_cuda_matches_toolkit, {"pytorch_cuda": "12.8"}, ["12.8", "13.0.2"]),
         (rules.python_supported_by_pytorch, {"python": "3.9"}, ["3.9", "2.9.1", "3.10"]),
@@ -46,16 +48,30 @@ def test_rule_fails_naming_both_versions(rule, changes, must_mention):
 
 def test_cuda_not_packaged_for_base_os():
     result = rules.cuda_available_for_base_os(
-        matrix_with(cuda="12.4.1", nvidia_driver="550.90.07", pytorch="2.5.1", pytorch_cuda="12.4",
-                    cudnn="9.1.0", nccl="2.21.5-1")
+        matrix_with(
+            cuda="12.4.1",
+            nvidia_driver="550.90.07",
+            pytorch="2.5.1",
+            pytorch_cuda="12.4",
+            cudnn="9.1.0",
+            nccl="2.21.5-1",
+        )
     )
     assert result.status == "fail" and "12.4.1" in result.detail and "24.04" in result.detail
 
 
 def test_p5_cuda_minimum_and_target_driver_rules():
-    old = matrix_with(cuda="11.8.0", pytorch_cuda="11.8", pytorch="2.6.0", nvidia_driver="520.61.05",
-                      base_os={"version": "22.04"}, python="3.10", cudnn="8.9.7", nccl="2.16.5-1",
-                      targets=["p5.48xlarge"])
+    old = matrix_with(
+        cuda="11.8.0",
+        pytorch_cuda="11.8",
+        pytorch="2.6.0",
+        nvidia_driver="520.61.05",
+        base_os={"version": "22.04"},
+        python="3.10",
+        cudnn="8.9.7",
+        nccl="2.16.5-1",
+        targets=["p5.48xlarge"],
+    )
     assert rules.p5_minimum_cuda(old).status == "fail"
     assert "11.8.0" in rules.p5_minimum_cuda(old).detail
     driver = rules.driver_supports_target_gpus(old)

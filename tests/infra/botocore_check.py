@@ -12,7 +12,8 @@ def assert_valid_request(service: str, operation: str, params: dict[str, Any]) -
     """Send ``params`` through a real botocore client of ``service``: botocore validates them against
     the service model (names, types, lengths, required members) before the Stubber answers."""
     client = botocore.session.get_session().create_client(
-        service, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="y")
+        service, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="y"
+    )
     with Stubber(client) as stub:
         stub.add_response(operation, {}, expected_params=params)
         getattr(client, operation)(**params)

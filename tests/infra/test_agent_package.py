@@ -28,8 +28,12 @@ ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
 
 
 def config(**extra: object) -> dict:
-    return {"aws:region": "us-west-2", "gpucloud:availabilityZone": "us-west-2b",
-            "gpucloud:nodeGroups": [{"name": "dev", "instanceType": "g6.xlarge", "maxNodes": 2}], **extra}
+    return {
+        "aws:region": "us-west-2",
+        "gpucloud:availabilityZone": "us-west-2b",
+        "gpucloud:nodeGroups": [{"name": "dev", "instanceType": "g6.xlarge", "maxNodes": 2}],
+        **extra,
+    }
 
 
 def preview(**extra: object) -> StackPreview:
@@ -43,14 +47,18 @@ def statements(p: StackPreview) -> dict[str, dict]:
 
 # --- the setting -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("package", [
-    WHEEL,
-    "s3://wheels.example-bucket/gpucloud-0.2.0-py3-none-any.whl",
-    "gpucloud==0.1.0",
-    "gpucloud[train]>=0.1,<0.2",
-    "gpucloud @ https://example.com/dist/gpucloud-0.1.0-py3-none-any.whl",
-    "gpucloud @ git+https://github.com/example/gpucloud@v0.1.0",
-])
+
+@pytest.mark.parametrize(
+    "package",
+    [
+        WHEEL,
+        "s3://wheels.example-bucket/gpucloud-0.2.0-py3-none-any.whl",
+        "gpucloud==0.1.0",
+        "gpucloud[train]>=0.1,<0.2",
+        "gpucloud @ https://example.com/dist/gpucloud-0.1.0-py3-none-any.whl",
+        "gpucloud @ git+https://github.com/example/gpucloud@v0.1.0",
+    ],
+)
 def test_accepted_forms(package: str) -> None:
     assert spec_from_config(config(**{"gpucloud:agent": {"package": package}}), "f").agent.package == package
 
@@ -65,16 +73,23 @@ def test_the_s3_uri_splits_into_bucket_and_key() -> None:
     wheel = spec_from_config(config(**{"gpucloud:agent": {"package": WHEEL}}), "f").agent.s3_wheel
     assert wheel is not None
     assert (wheel.bucket, wheel.key, wheel.file_name) == (
-        "wheels-bucket", "agents/gpucloud-0.1.0-py3-none-any.whl", "gpucloud-0.1.0-py3-none-any.whl")
+        "wheels-bucket",
+        "agents/gpucloud-0.1.0-py3-none-any.whl",
+        "gpucloud-0.1.0-py3-none-any.whl",
+    )
 
 
 # --- the stack ---------------------------------------------------------------------------------
 
+
 def test_an_s3_wheel_is_readable_by_the_nodes_and_nothing_more() -> None:
     p = preview(**{"gpucloud:agent": {"package": WHEEL}})
     assert statements(p)["AgentPackage"] == {
-        "Sid": "AgentPackage", "Effect": "Allow", "Action": ["s3:GetObject"],
-        "Resource": ["arn:aws:s3:::wheels-bucket/agents/gpucloud-0.1.0-py3-none-any.whl"]}
+        "Sid": "AgentPackage",
+        "Effect": "Allow",
+        "Action": ["s3:GetObject"],
+        "Resource": ["arn:aws:s3:::wheels-bucket/agents/gpucloud-0.1.0-py3-none-any.whl"],
+    }
     assert user_data_env(p, "dev")["GPUCLOUD_PACKAGE"] == WHEEL
     assert [v.describe() for v in run_policies(p.resources, stack="agentpkg", policies=POLICIES)] == []
 
@@ -83,7 +98,10 @@ def test_a_pip_requirement_needs_no_s3_read() -> None:
     p = preview(**{"gpucloud:agent": {"package": "gpucloud @ https://example.com/gpucloud-0.1.0-py3-none-any.whl"}})
     assert "AgentPackage" not in statements(p)
     # shell-quoted in node.env: the bootstrap sources the file
-    assert user_data_env(p, "dev")["GPUCLOUD_PACKAGE"] == "'gpucloud @ https://example.com/gpucloud-0.1.0-py3-none-any.whl'"
+    assert (
+        user_data_env(p, "dev")["GPUCLOUD_PACKAGE"]
+        == "'gpucloud @ https://example.com/gpucloud-0.1.0-py3-none-any.whl'"
+    )
 
 
 def test_without_a_package_the_user_data_says_so() -> None:
@@ -113,11 +131,12 @@ touch "$(dirname "$0")/gpucloud" && chmod +x "$(dirname "$0")/gpucloud"
 def function_source(name: str) -> str:
     text = BOOTSTRAP.read_text()
     start = text.index(f"\n{name}() {{\n") + 1
-    return text[start:text.index("\n}\n", start) + 3]
+    return text[start : text.index("\n}\n", start) + 3]
 
 
-def bootstrap(tmp_path: Path, package: str, *, with_aws: bool = True, aws_fails: bool = False,
-              preinstalled: bool = False) -> tuple[int, str, list[str]]:
+def bootstrap(
+    tmp_path: Path, package: str, *, with_aws: bool = True, aws_fails: bool = False, preinstalled: bool = False
+) -> tuple[int, str, list[str]]:
     stubs, agent_dir, calls = tmp_path / "stubs", tmp_path / "opt-gpucloud", tmp_path / "calls"
     stubs.mkdir()
     for name, body in (("aws", STUB_AWS), ("python3", STUB_PYTHON), ("pip", STUB_PIP)):
@@ -128,17 +147,24 @@ def bootstrap(tmp_path: Path, package: str, *, with_aws: bool = True, aws_fails:
         (agent_dir / "venv" / "bin").mkdir(parents=True)
         (agent_dir / "venv" / "bin" / "gpucloud").write_text("#!/bin/sh\n")
         (agent_dir / "venv" / "bin" / "gpucloud").chmod(0o755)
-    script = "\n".join([
-        "set -euo pipefail",
-        'log() { echo "LOG: $*"; }',
-        f"AGENT_DIR={agent_dir}",
-        f"GPUCLOUD_PACKAGE='{package}'",
-        "GPUCLOUD_REGION=us-west-2",
-        function_source("install_agent_package"),
-        "install_agent_package",
-    ])
-    env = {"PATH": f"{stubs}:/usr/bin:/bin", "CALLS": str(calls), "STUBS": str(stubs),
-           "AWS_FAIL": "1" if aws_fails else "", "HOME": str(tmp_path)}
+    script = "\n".join(
+        [
+            "set -euo pipefail",
+            'log() { echo "LOG: $*"; }',
+            f"AGENT_DIR={agent_dir}",
+            f"GPUCLOUD_PACKAGE='{package}'",
+            "GPUCLOUD_REGION=us-west-2",
+            function_source("install_agent_package"),
+            "install_agent_package",
+        ]
+    )
+    env = {
+        "PATH": f"{stubs}:/usr/bin:/bin",
+        "CALLS": str(calls),
+        "STUBS": str(stubs),
+        "AWS_FAIL": "1" if aws_fails else "",
+        "HOME": str(tmp_path),
+    }
     proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30)
     lines = calls.read_text().splitlines() if calls.exists() else []
     return proc.returncode, proc.stdout + proc.stderr, [line.replace(str(agent_dir), "AGENT_DIR") for line in lines]
@@ -148,17 +174,21 @@ def test_bootstrap_copies_an_s3_wheel_with_its_file_name_then_installs_it(tmp_pa
     code, out, calls = bootstrap(tmp_path, WHEEL)
     assert code == 0, out
     local = "AGENT_DIR/wheels/gpucloud-0.1.0-py3-none-any.whl"
-    assert calls == [f"aws s3 cp --only-show-errors --region us-west-2 {WHEEL} {local}",
-                     "python3 -m venv AGENT_DIR/venv",
-                     f"pip install --quiet {local}"]
+    assert calls == [
+        f"aws s3 cp --only-show-errors --region us-west-2 {WHEEL} {local}",
+        "python3 -m venv AGENT_DIR/venv",
+        f"pip install --quiet {local}",
+    ]
     assert (tmp_path / "opt-gpucloud" / "wheels" / "gpucloud-0.1.0-py3-none-any.whl").is_file()
 
 
 def test_bootstrap_installs_a_requirement_as_given(tmp_path: Path) -> None:
     code, out, calls = bootstrap(tmp_path, "gpucloud @ https://example.com/gpucloud-0.1.0-py3-none-any.whl")
     assert code == 0, out
-    assert calls == ["python3 -m venv AGENT_DIR/venv",
-                     "pip install --quiet gpucloud @ https://example.com/gpucloud-0.1.0-py3-none-any.whl"]
+    assert calls == [
+        "python3 -m venv AGENT_DIR/venv",
+        "pip install --quiet gpucloud @ https://example.com/gpucloud-0.1.0-py3-none-any.whl",
+    ]
 
 
 def test_bootstrap_keeps_the_agent_the_image_brings(tmp_path: Path) -> None:
@@ -185,4 +215,3 @@ def test_bootstrap_needs_the_aws_cli_for_an_s3_wheel(tmp_path: Path) -> None:
     code, out, calls = bootstrap(tmp_path, WHEEL, with_aws=False)
     assert (code, calls) == (1, [])
     assert "the AWS CLI" in out and "is not installed" in out
-

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpucloud.jobs import aws_schema
-from gpucloud.jobs.aws_schema import create_table_request
+from gpucloud.queue.aws import schema as aws_schema
+from gpucloud.queue.aws.schema import create_table_request
 
 from .conftest import SHIPPED
 
@@ -18,7 +18,9 @@ def test_the_planned_job_table_has_the_backends_keys_and_index(previews, stack: 
     [index] = table["globalSecondaryIndexes"]
     assert index["name"] == aws_schema.STATE_INDEX and index["projectionType"] == "ALL"
     assert [(k["attributeName"], k["keyType"]) for k in index["keySchemas"]] == [
-        (aws_schema.STATE_INDEX_HASH_KEY, "HASH"), (aws_schema.STATE_INDEX_RANGE_KEY, "RANGE")]
+        (aws_schema.STATE_INDEX_HASH_KEY, "HASH"),
+        (aws_schema.STATE_INDEX_RANGE_KEY, "RANGE"),
+    ]
     assert table["ttl"] == {"attributeName": aws_schema.TTL_ATTRIBUTE, "enabled": True}
     assert table["billingMode"] == "PAY_PER_REQUEST"
 
@@ -26,5 +28,7 @@ def test_the_planned_job_table_has_the_backends_keys_and_index(previews, stack: 
 def test_the_create_table_request_matches_the_stack() -> None:
     request = create_table_request("t")
     assert [k["AttributeName"] for k in request["KeySchema"]] == [aws_schema.HASH_KEY, aws_schema.RANGE_KEY]
-    assert {(a["AttributeName"], a["AttributeType"]) for a in request["AttributeDefinitions"]} == set(aws_schema.KEY_ATTRIBUTES)
+    assert {(a["AttributeName"], a["AttributeType"]) for a in request["AttributeDefinitions"]} == set(
+        aws_schema.KEY_ATTRIBUTES
+    )
     assert request["GlobalSecondaryIndexes"][0]["IndexName"] == aws_schema.STATE_INDEX

@@ -78,13 +78,19 @@ def test_a_catalog_without_the_stacks_instance_type(tmp_path: Path, capsys) -> N
     assert "gpucloud:nodeGroups[0].instanceType = 'g6.xlarge': unknown instance type" in line
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (None, "catalog file not found"),
-    ("{not json", "not a readable JSON catalog"),
-    (b"\xff\xfe\x00", "not a readable JSON catalog"),
-    ('{"as_of": "2026-11-20", "region": "us-east-1", "sources": []}', "invalid catalog at instance_types: Field required"),
-    ("[1, 2]", "invalid catalog at (top level)"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "catalog file not found"),
+        ("{not json", "not a readable JSON catalog"),
+        (b"\xff\xfe\x00", "not a readable JSON catalog"),
+        (
+            '{"as_of": "2026-11-20", "region": "us-east-1", "sources": []}',
+            "invalid catalog at instance_types: Field required",
+        ),
+        ("[1, 2]", "invalid catalog at (top level)"),
+    ],
+)
 def test_bad_catalog_files_are_one_line_errors(tmp_path: Path, capsys, content, message: str) -> None:
     path = tmp_path / "catalog.json"
     if isinstance(content, bytes):

@@ -28,14 +28,24 @@ def run_main(argv: list[str]) -> int:
 def bare_env(tmp_path: Path) -> dict[str, str]:
     """No AWS credentials, config or profile anywhere; IMDS disabled (as on a laptop)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PULUMI_"))}
-    env.update(HOME=str(tmp_path), AWS_CONFIG_FILE=str(tmp_path / "none"),
-               AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"), AWS_EC2_METADATA_DISABLED="true")
+    env.update(
+        HOME=str(tmp_path),
+        AWS_CONFIG_FILE=str(tmp_path / "none"),
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
+        AWS_EC2_METADATA_DISABLED="true",
+    )
     return env
 
 
 def test_plan_json_without_credentials(tmp_path: Path) -> None:
-    proc = subprocess.run(GPUCLOUD + ["plan", "--stack", "p5-capacity-block", "--output", "json"],
-                          cwd=tmp_path, env=bare_env(tmp_path), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        GPUCLOUD + ["plan", "--stack", "p5-capacity-block", "--output", "json"],
+        cwd=tmp_path,
+        env=bare_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["stack"] == "p5-capacity-block"
@@ -44,18 +54,28 @@ def test_plan_json_without_credentials(tmp_path: Path) -> None:
     assert all({"type", "name", "inputs"} <= set(r) for r in resources)
     lts = [r for r in resources if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate"]
     assert len(lts) == 1 and len(lts[0]["inputs"]["networkInterfaces"]) == 33
-    assert data["efa_layout"] == [{
-        "node_group": "h100", "placement_group": False, "instance_type": "p5.48xlarge", "layout": "efa-only",
-        "network_cards": 32, "interfaces": 33, "efa_interfaces": 32, "ip_interfaces": 1,
-        "by_type": {"interface": 1, "efa-only": 32}}]
+    assert data["efa_layout"] == [
+        {
+            "node_group": "h100",
+            "placement_group": False,
+            "instance_type": "p5.48xlarge",
+            "layout": "efa-only",
+            "network_cards": 32,
+            "interfaces": 33,
+            "efa_interfaces": 32,
+            "ip_interfaces": 1,
+            "by_type": {"interface": 1, "efa-only": 32},
+        }
+    ]
     assert data["cost"]["on_demand"]["max"] == pytest.approx(2 * 98.32)
     assert data["cost"]["groups"][0]["capacity"] == "capacity-block"
 
 
 def test_plan_table_shows_tree_layout_and_cost(tmp_path: Path) -> None:
     env = bare_env(tmp_path) | {"COLUMNS": "160"}
-    proc = subprocess.run(GPUCLOUD + ["plan", "--stack", "p4d-spot"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        GPUCLOUD + ["plan", "--stack", "p4d-spot"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "p4d-spot-group-a100-lt aws:ec2/launchTemplate:LaunchTemplate" in out

@@ -17,12 +17,23 @@ from gpucloud.infra.userdata import USER_DATA_LIMIT, render_user_data
 
 
 def layout(name: str, efa: bool = True, mode: str = "efa-only"):
-    return [(n.network_card_index, n.device_index, n.interface_type)
-            for n in plan_network_interfaces(get_instance_type(name), efa, mode)]
+    return [
+        (n.network_card_index, n.device_index, n.interface_type)
+        for n in plan_network_interfaces(get_instance_type(name), efa, mode)
+    ]
 
 
-@pytest.mark.parametrize(("name", "cards"), [("p4d.24xlarge", 4), ("p4de.24xlarge", 4), ("p5.48xlarge", 32),
-                                             ("p5e.48xlarge", 32), ("p5en.48xlarge", 16), ("g6e.48xlarge", 4)])
+@pytest.mark.parametrize(
+    ("name", "cards"),
+    [
+        ("p4d.24xlarge", 4),
+        ("p4de.24xlarge", 4),
+        ("p5.48xlarge", 32),
+        ("p5e.48xlarge", 32),
+        ("p5en.48xlarge", 16),
+        ("g6e.48xlarge", 4),
+    ],
+)
 def test_efa_only_layout(name: str, cards: int) -> None:
     nics = layout(name)
     # ENA primary carries the only IP, an EFA-only beside it on card 0, one EFA-only per further card
@@ -52,22 +63,31 @@ def test_single_efa_dev_types() -> None:
 
 def _synthetic(cards: list[int], max_efa: int) -> InstanceType:
     base = get_instance_type("p5.48xlarge")
-    return base.model_copy(update={
-        "name": "x.synthetic", "max_efa_interfaces": max_efa,
-        "network_cards": [NetworkCard(index=i, max_interfaces=n) for i, n in enumerate(cards)]})
+    return base.model_copy(
+        update={
+            "name": "x.synthetic",
+            "max_efa_interfaces": max_efa,
+            "network_cards": [NetworkCard(index=i, max_interfaces=n) for i, n in enumerate(cards)],
+        }
+    )
 
 
 def test_card0_with_room_for_one_interface_gets_combined_efa() -> None:
     nics = plan_network_interfaces(_synthetic([1, 1], 2), True, "efa-only")
     assert [(n.network_card_index, n.device_index, n.interface_type) for n in nics] == [
-        (0, 0, "efa"), (1, 0, "efa-only")]  # device 0 on a card that holds one interface
+        (0, 0, "efa"),
+        (1, 0, "efa-only"),
+    ]  # device 0 on a card that holds one interface
 
 
 def test_card0_without_efa_keeps_ena_and_efa_budget() -> None:
     # p6-b300 style: card 0 is ENA-only, EFA on the other cards, never more than MaximumEfaInterfaces
     nics = plan_network_interfaces(_synthetic([4, 2, 2, 2], 2), True, "efa-only")
-    assert [(n.network_card_index, n.interface_type) for n in nics] == [(0, "interface"), (1, "efa-only"),
-                                                                        (2, "efa-only")]
+    assert [(n.network_card_index, n.interface_type) for n in nics] == [
+        (0, "interface"),
+        (1, "efa-only"),
+        (2, "efa-only"),
+    ]
 
 
 def test_subnet_plan() -> None:
@@ -102,8 +122,12 @@ RESOURCE_WILDCARD_SIDS = {"FindOwnGroup", "PublishBacklog"}
 
 
 def test_node_policy_is_scoped_to_the_given_arns() -> None:
-    doc = node_policy_document("arn:aws:s3:::b", ["arn:aws:sqs:r:1:q"], "arn:aws:dynamodb:r:1:table/t",
-                               ["arn:aws:autoscaling:r:1:autoScalingGroup:u:autoScalingGroupName/g"])
+    doc = node_policy_document(
+        "arn:aws:s3:::b",
+        ["arn:aws:sqs:r:1:q"],
+        "arn:aws:dynamodb:r:1:table/t",
+        ["arn:aws:autoscaling:r:1:autoScalingGroup:u:autoScalingGroupName/g"],
+    )
     for st in doc["Statement"]:
         assert all("*" not in a for a in st["Action"])
         if st["Sid"] in RESOURCE_WILDCARD_SIDS:  # actions AWS grants only on "*" (see iam.py)

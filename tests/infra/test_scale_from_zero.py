@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from gpucloud import scaling_metric
+from gpucloud.agent import backlog_metric
 from gpucloud.infra import scaling_plan as plan
 from gpucloud.infra.preview import StackPreview
 
@@ -47,16 +47,25 @@ def put_metric_alarm_request(alarm: dict) -> dict:
         else:
             m = q["metric"]
             out["MetricStat"] = {
-                "Metric": {"Namespace": m["namespace"], "MetricName": m["metricName"],
-                           "Dimensions": [{"Name": k, "Value": v} for k, v in m["dimensions"].items()]},
-                "Period": int(m["period"]), "Stat": m["stat"]}
+                "Metric": {
+                    "Namespace": m["namespace"],
+                    "MetricName": m["metricName"],
+                    "Dimensions": [{"Name": k, "Value": v} for k, v in m["dimensions"].items()],
+                },
+                "Period": int(m["period"]),
+                "Stat": m["stat"],
+            }
         return out
 
     return {
-        "AlarmName": "backlog", "AlarmDescription": alarm["alarmDescription"],
-        "ComparisonOperator": alarm["comparisonOperator"], "Threshold": float(alarm["threshold"]),
-        "EvaluationPeriods": int(alarm["evaluationPeriods"]), "DatapointsToAlarm": int(alarm["datapointsToAlarm"]),
-        "TreatMissingData": alarm["treatMissingData"], "AlarmActions": alarm["alarmActions"],
+        "AlarmName": "backlog",
+        "AlarmDescription": alarm["alarmDescription"],
+        "ComparisonOperator": alarm["comparisonOperator"],
+        "Threshold": float(alarm["threshold"]),
+        "EvaluationPeriods": int(alarm["evaluationPeriods"]),
+        "DatapointsToAlarm": int(alarm["datapointsToAlarm"]),
+        "TreatMissingData": alarm["treatMissingData"],
+        "AlarmActions": alarm["alarmActions"],
         "Metrics": [query(q) for q in alarm["metricQueries"]],
     }
 
@@ -71,7 +80,7 @@ def test_unclaimed_slots_come_from_the_job_queue_too(previews, stack: str) -> No
     assert queued["dimensions"] == {"QueueName": job_queue_name(previews[stack])}
     assert (queued["stat"], queued["period"]) == ("Maximum", 60)
     agents = queries[plan.AGENT_UNCLAIMED_ID]["metric"]
-    assert (agents["namespace"], agents["metricName"]) == (scaling_metric.NAMESPACE, scaling_metric.UNCLAIMED_SLOTS)
+    assert (agents["namespace"], agents["metricName"]) == (backlog_metric.NAMESPACE, backlog_metric.UNCLAIMED_SLOTS)
 
 
 @pytest.mark.parametrize("stack", SCALING_STACKS)
@@ -81,8 +90,7 @@ def test_the_metric_math_is_the_shared_constants(previews, stack: str) -> None:
     assert expressions == {
         plan.AGENTS_ID: "FILL(agent_unclaimed, REPEAT)",
         plan.QUEUED_ID: "FILL(queued_slots, REPEAT)",
-        plan.SHORTFALL_ID: ("FILL(busy_nodes, REPEAT) + IF(agents > queued, agents, queued) "
-                            "- FILL(desired, REPEAT)"),
+        plan.SHORTFALL_ID: ("FILL(busy_nodes, REPEAT) + IF(agents > queued, agents, queued) - FILL(desired, REPEAT)"),
     }
     assert [i for i, q in queries.items() if q["returnData"]] == [plan.SHORTFALL_ID]
 
@@ -120,8 +128,10 @@ def test_groups_without_scaling_get_no_alarm(previews) -> None:
 
 
 def test_the_scaling_plan_stays_pure() -> None:
-    code = ("import sys, gpucloud.infra.scaling_plan\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pulumi', 'pulumi_aws', 'boto3')))")
+    code = (
+        "import sys, gpucloud.infra.scaling_plan\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pulumi', 'pulumi_aws', 'boto3')))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import itertools
 import json
 
 import pulumi
 import pytest
 
-from gpucloud import scaling_metric
+from gpucloud.agent import backlog_metric
 from gpucloud.cli import main
 from gpucloud.infra.iam import node_policy_document
 from gpucloud.infra.preview import StackPreview, mocked_runtime, preview_stack
@@ -38,8 +39,12 @@ SCHEDULE = "aws:autoscaling/schedule:Schedule"
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
 CR = "cr-0123456789abcdef0"
-NODE_LIFECYCLE_ACTIONS = ["autoscaling:SetInstanceProtection", "autoscaling:DetachInstances",
-                          "autoscaling:TerminateInstanceInAutoScalingGroup", "autoscaling:SetDesiredCapacity"]
+NODE_LIFECYCLE_ACTIONS = [
+    "autoscaling:SetInstanceProtection",
+    "autoscaling:DetachInstances",
+    "autoscaling:TerminateInstanceInAutoScalingGroup",
+    "autoscaling:SetDesiredCapacity",
+]
 
 
 def block_end_in(days: int) -> dt.datetime:
@@ -52,13 +57,19 @@ BLOCK_END = block_end_in(7)
 def mixed_config() -> dict:
     """A capacity block with an end and more nodes than one policy has steps, beside a fixed group."""
     return {
-        "aws:region": "us-east-1", "gpucloud:availabilityZone": "us-east-1d",
+        "aws:region": "us-east-1",
+        "gpucloud:availabilityZone": "us-east-1d",
         "gpucloud:nodeGroups": [
-            {"name": "h100", "instanceType": "p5.48xlarge", "minNodes": 0, "maxNodes": 30,
-             "capacity": {"type": "capacity-block", "reservationId": CR, "blockEnd": BLOCK_END.isoformat()},
-             "drainTimeoutSeconds": 900, "scaling": {"idleMinutes": 25, "instanceWarmupSeconds": 240}},
-            {"name": "fixed", "instanceType": "g6.xlarge", "minNodes": 1, "maxNodes": 1,
-             "scaling": {"enabled": False}},
+            {
+                "name": "h100",
+                "instanceType": "p5.48xlarge",
+                "minNodes": 0,
+                "maxNodes": 30,
+                "capacity": {"type": "capacity-block", "reservationId": CR, "blockEnd": BLOCK_END.isoformat()},
+                "drainTimeoutSeconds": 900,
+                "scaling": {"idleMinutes": 25, "instanceWarmupSeconds": 240},
+            },
+            {"name": "fixed", "instanceType": "g6.xlarge", "minNodes": 1, "maxNodes": 1, "scaling": {"enabled": False}},
         ],
         "gpucloud:agent": {"package": "s3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl"},
     }
@@ -82,12 +93,13 @@ def user_data_env(preview: StackPreview, group: str) -> dict[str, str]:
 
 # --- pure planning ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("max_nodes", [1, 2, 3, 7, 20, 21, 64])
 def test_steps_add_exactly_the_shortfall_up_to_the_quota(max_nodes: int) -> None:
     steps = scale_out_steps(max_nodes)
     assert len(steps) == min(max_nodes, MAX_STEP_ADJUSTMENTS)
     assert steps[0].lower == 0 and steps[-1].upper is None
-    for before, after in zip(steps, steps[1:]):
+    for before, after in itertools.pairwise(steps):
         assert before.upper == after.lower  # no gap, no overlap (AWS rejects either)
     assert all(s.add > 0 for s in steps)  # never a scale-in step
 
@@ -119,40 +131,52 @@ def test_wind_down_lead_covers_aws_reclaim_and_the_drain() -> None:
 
 # --- the metric contract (what agents and submit send) ---------------------------------------
 
+
 def test_backlog_request_is_a_valid_put_metric_data_call() -> None:
     now = dt.datetime(2026, 11, 21, 20, 0, tzinfo=dt.timezone.utc)
-    request = scaling_metric.put_metric_data_request(
-        [scaling_metric.GroupBacklog("research", "h100", unclaimed_slots=3, busy_nodes=2),
-         scaling_metric.GroupBacklog("research", "a100", unclaimed_slots=0, busy_nodes=0)], now)
+    request = backlog_metric.put_metric_data_request(
+        [
+            backlog_metric.GroupBacklog("research", "h100", unclaimed_slots=3, busy_nodes=2),
+            backlog_metric.GroupBacklog("research", "a100", unclaimed_slots=0, busy_nodes=0),
+        ],
+        now,
+    )
     assert_valid_request("cloudwatch", "put_metric_data", request)
     assert request["Namespace"] == "gpucloud"
-    h100 = {d["MetricName"]: d["Value"] for d in request["MetricData"]
-            if {"Name": "NodeGroup", "Value": "h100"} in d["Dimensions"]}
+    h100 = {
+        d["MetricName"]: d["Value"]
+        for d in request["MetricData"]
+        if {"Name": "NodeGroup", "Value": "h100"} in d["Dimensions"]
+    }
     assert h100 == {"UnclaimedSlots": 3.0, "BusyNodes": 2.0}
-    assert scaling_metric.GroupBacklog("c", "g", 3, 2).wanted_nodes == 5
+    assert backlog_metric.GroupBacklog("c", "g", 3, 2).wanted_nodes == 5
 
 
-@pytest.mark.parametrize(("fields", "message"), [
-    ({"unclaimed_slots": -1}, "unclaimed_slots must be a count"),
-    ({"busy_nodes": 1.5}, "busy_nodes must be a count"),
-    ({"busy_nodes": True}, "busy_nodes must be a count"),
-    ({"node_group": ""}, "node_group must not be empty"),
-])
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"unclaimed_slots": -1}, "unclaimed_slots must be a count"),
+        ({"busy_nodes": 1.5}, "busy_nodes must be a count"),
+        ({"busy_nodes": True}, "busy_nodes must be a count"),
+        ({"node_group": ""}, "node_group must not be empty"),
+    ],
+)
 def test_bad_backlog_counts_are_refused(fields: dict, message: str) -> None:
     values = {"cluster": "c", "node_group": "g", "unclaimed_slots": 0, "busy_nodes": 0, **fields}
     with pytest.raises(ValueError, match=message):
-        scaling_metric.GroupBacklog(**values)
+        backlog_metric.GroupBacklog(**values)
 
 
 def test_backlog_request_needs_groups_and_an_aware_time() -> None:
-    backlog = scaling_metric.GroupBacklog("c", "g", 1, 0)
+    backlog = backlog_metric.GroupBacklog("c", "g", 1, 0)
     with pytest.raises(ValueError, match="no node group"):
-        scaling_metric.put_metric_data_request([], dt.datetime.now(dt.timezone.utc))
+        backlog_metric.put_metric_data_request([], dt.datetime.now(dt.timezone.utc))
     with pytest.raises(ValueError, match="timezone-aware"):
-        scaling_metric.put_metric_data_request([backlog], dt.datetime(2026, 1, 1))
+        backlog_metric.put_metric_data_request([backlog], dt.datetime(2026, 1, 1))
 
 
 # --- the scale-out policy and its alarm, under mocks -----------------------------------------
+
 
 @pytest.mark.parametrize("stack", ["dev", "p4d-spot"])
 def test_shipped_spot_stacks_scale_out_on_the_backlog(previews, stack: str) -> None:
@@ -163,11 +187,15 @@ def test_shipped_spot_stacks_scale_out_on_the_backlog(previews, stack: str) -> N
     p = policy.inputs
     assert p["autoscalingGroupName"] == asg.name  # the group has no fixed name: the mocks echo its logical one
     assert (p["policyType"], p["adjustmentType"], p["metricAggregationType"]) == (
-        "StepScaling", "ChangeInCapacity", "Maximum")
+        "StepScaling",
+        "ChangeInCapacity",
+        "Maximum",
+    )
     max_nodes = int(asg.inputs["maxSize"])
-    assert [(s.get("metricIntervalLowerBound"), s.get("metricIntervalUpperBound"), s["scalingAdjustment"])
-            for s in p["stepAdjustments"]] == [
-        (str(s.lower), None if s.upper is None else str(s.upper), s.add) for s in scale_out_steps(max_nodes)]
+    assert [
+        (s.get("metricIntervalLowerBound"), s.get("metricIntervalUpperBound"), s["scalingAdjustment"])
+        for s in p["stepAdjustments"]
+    ] == [(str(s.lower), None if s.upper is None else str(s.upper), s.add) for s in scale_out_steps(max_nodes)]
     assert all(s["scalingAdjustment"] > 0 for s in p["stepAdjustments"])  # scale-in is the agents' job
 
     a = alarm.inputs
@@ -193,9 +221,12 @@ def test_shipped_spot_stacks_scale_out_on_the_backlog(previews, stack: str) -> N
 
 def test_metric_names_in_the_alarm_come_from_the_shared_module(previews) -> None:
     (alarm,) = previews["dev"].of_type(ALARM)
-    metrics = {q["metric"]["metricName"] for q in alarm.inputs["metricQueries"] if "metric" in q
-               and q["metric"]["namespace"] == scaling_metric.NAMESPACE}
-    assert metrics == {scaling_metric.UNCLAIMED_SLOTS, scaling_metric.BUSY_NODES}
+    metrics = {
+        q["metric"]["metricName"]
+        for q in alarm.inputs["metricQueries"]
+        if "metric" in q and q["metric"]["namespace"] == backlog_metric.NAMESPACE
+    }
+    assert metrics == {backlog_metric.UNCLAIMED_SLOTS, backlog_metric.BUSY_NODES}
 
 
 def test_policy_steps_stop_at_the_quota_and_warmup_is_the_setting(mixed) -> None:
@@ -209,13 +240,14 @@ def test_scaling_disabled_builds_no_policy_and_tells_the_agent(mixed, previews) 
     assert not in_group(mixed, POLICY, "fixed") and not in_group(mixed, ALARM, "fixed")
     (asg,) = in_group(mixed, ASG, "fixed")
     assert "enabledMetrics" not in asg.inputs
-    assert user_data_env(mixed, "fixed")[scaling_metric.SCALE_IN_ENV] == "0"
+    assert user_data_env(mixed, "fixed")[backlog_metric.SCALE_IN_ENV] == "0"
     assert not previews["p5-capacity-block"].of_type(POLICY)  # the shipped block keeps its nodes
     env = user_data_env(mixed, "h100")
-    assert (env[scaling_metric.SCALE_IN_ENV], env[scaling_metric.IDLE_MINUTES_ENV]) == ("1", "25")
+    assert (env[backlog_metric.SCALE_IN_ENV], env[backlog_metric.IDLE_MINUTES_ENV]) == ("1", "25")
 
 
 # --- the capacity block's end ----------------------------------------------------------------
+
 
 def test_capacity_block_scales_to_zero_before_aws_reclaims_it(mixed) -> None:
     (schedule,) = mixed.of_type(SCHEDULE)
@@ -237,19 +269,29 @@ def test_no_schedule_without_a_block_end(previews) -> None:
 
 # --- IAM for the node agent ------------------------------------------------------------------
 
+
 def test_node_policy_statements_for_the_agent() -> None:
-    arns = ["arn:aws:autoscaling:r:1:autoScalingGroup:u1:autoScalingGroupName/a",
-            "arn:aws:autoscaling:r:1:autoScalingGroup:u2:autoScalingGroupName/b"]
+    arns = [
+        "arn:aws:autoscaling:r:1:autoScalingGroup:u1:autoScalingGroupName/a",
+        "arn:aws:autoscaling:r:1:autoScalingGroup:u2:autoScalingGroupName/b",
+    ]
     doc = node_policy_document("arn:aws:s3:::b", ["arn:aws:sqs:r:1:q"], "arn:aws:dynamodb:r:1:table/t", arns)
     by_sid = {s["Sid"]: s for s in doc["Statement"]}
     assert by_sid["NodeLifecycle"]["Action"] == NODE_LIFECYCLE_ACTIONS
     assert by_sid["NodeLifecycle"]["Resource"] == arns
     assert by_sid["FindOwnGroup"] == {
-        "Sid": "FindOwnGroup", "Effect": "Allow", "Resource": ["*"],
-        "Action": ["autoscaling:DescribeAutoScalingInstances", "autoscaling:DescribeAutoScalingGroups"]}
+        "Sid": "FindOwnGroup",
+        "Effect": "Allow",
+        "Resource": ["*"],
+        "Action": ["autoscaling:DescribeAutoScalingInstances", "autoscaling:DescribeAutoScalingGroups"],
+    }
     assert by_sid["PublishBacklog"] == {
-        "Sid": "PublishBacklog", "Effect": "Allow", "Action": ["cloudwatch:PutMetricData"], "Resource": ["*"],
-        "Condition": {"StringEquals": {"cloudwatch:namespace": "gpucloud"}}}
+        "Sid": "PublishBacklog",
+        "Effect": "Allow",
+        "Action": ["cloudwatch:PutMetricData"],
+        "Resource": ["*"],
+        "Condition": {"StringEquals": {"cloudwatch:namespace": "gpucloud"}},
+    }
     assert not any(a.startswith("ec2:") for s in doc["Statement"] for a in s["Action"])
     assert "NodeLifecycle" not in {s["Sid"] for s in node_policy_document("a", [], "t", [])["Statement"]}
 
@@ -273,6 +315,7 @@ def test_policy_pack_is_clean_with_scaling_and_a_block_end(mixed) -> None:
 
 
 # --- what operators and agents see -----------------------------------------------------------
+
 
 def test_plan_json_shows_the_scaling_resources(tmp_path, capsys) -> None:
     import yaml
@@ -302,14 +345,21 @@ def test_exports_for_agents_and_operators() -> None:
         build_cluster(spec, "mixed").export()
         outputs = pulumi.runtime.settings.get_root_resource().outputs
         keys = sorted(outputs)
-        return pulumi.Output.all(*(outputs[k] for k in keys)).apply(lambda values: seen.update(zip(keys, values)))
+        return pulumi.Output.all(*(outputs[k] for k in keys)).apply(
+            lambda values: seen.update(zip(keys, values, strict=True))
+        )
 
     with mocked_runtime("mixed", "us-east-1", "us-east-1d"):
         run()
-    assert seen["scalingPolicies"] == {"h100": "arn:aws:autoscaling:us-east-1:123456789012:policy/mixed-group-h100-scaling-out"}
+    assert seen["scalingPolicies"] == {
+        "h100": "arn:aws:autoscaling:us-east-1:123456789012:policy/mixed-group-h100-scaling-out"
+    }
     assert list(seen["backlogAlarms"]) == ["h100"]
-    assert seen["backlogMetric"] == {"namespace": "gpucloud", "metrics": ["UnclaimedSlots", "BusyNodes"],
-                                     "dimensions": ["ClusterName", "NodeGroup"]}
+    assert seen["backlogMetric"] == {
+        "namespace": "gpucloud",
+        "metrics": ["UnclaimedSlots", "BusyNodes"],
+        "dimensions": ["ClusterName", "NodeGroup"],
+    }
     assert seen["capacityBlockScaleDown"] == {"h100": schedule_timestamp(BLOCK_END - dt.timedelta(minutes=50))}
     assert set(seen["autoscalingGroups"]) == {"h100", "fixed"}
 

@@ -35,8 +35,11 @@ def one(preview: StackPreview, type_token: str, name_suffix: str = "") -> Record
 def test_launch_templates_are_secure(previews, stack: str) -> None:
     for lt in previews[stack].of_type(LT):
         i = lt.inputs
-        assert i["metadataOptions"] == {"httpEndpoint": "enabled", "httpTokens": "required",
-                                        "httpPutResponseHopLimit": 2}
+        assert i["metadataOptions"] == {
+            "httpEndpoint": "enabled",
+            "httpTokens": "required",
+            "httpPutResponseHopLimit": 2,
+        }
         assert "vpcSecurityGroupIds" not in i  # interfaces carry the groups
         root = i["blockDeviceMappings"][0]["ebs"]
         assert (root["encrypted"], root["volumeType"]) == ("true", "gp3")
@@ -58,7 +61,8 @@ def test_p5_capacity_block_launch_template(previews) -> None:
     assert sorted({n["networkCardIndex"] for n in nics}) == list(range(32))
     assert lt["instanceMarketOptions"] == {"marketType": "capacity-block"}
     assert lt["capacityReservationSpecification"]["capacityReservationTarget"] == {
-        "capacityReservationId": "cr-0a1b2c3d4e5f60718"}
+        "capacityReservationId": "cr-0a1b2c3d4e5f60718"
+    }
     assert "placement" not in lt and not preview.of_type(PG)  # a capacity block brings its own placement
     asg = one(preview, ASG).inputs
     assert "mixedInstancesPolicy" not in asg and asg["launchTemplate"]["version"] == "1"
@@ -78,8 +82,11 @@ def test_p4d_spot_asg(previews) -> None:
     assert asg["placementGroup"] == pg.name
     assert len(asg["vpcZoneIdentifiers"]) == 1  # EFA: one subnet, one AZ
     mix = asg["mixedInstancesPolicy"]
-    assert mix["instancesDistribution"] == {"onDemandBaseCapacity": 1, "onDemandPercentageAboveBaseCapacity": 0,
-                                            "spotAllocationStrategy": "price-capacity-optimized"}
+    assert mix["instancesDistribution"] == {
+        "onDemandBaseCapacity": 1,
+        "onDemandPercentageAboveBaseCapacity": 0,
+        "spotAllocationStrategy": "price-capacity-optimized",
+    }
     assert mix["launchTemplate"]["overrides"] == [{"instanceType": "p4d.24xlarge"}]
     assert asg["capacityRebalance"] is True and "launchTemplate" not in asg
 
@@ -87,11 +94,20 @@ def test_p4d_spot_asg(previews) -> None:
 def test_dev_is_small_and_cheap(previews) -> None:
     preview = previews["dev"]
     asg = one(preview, ASG).inputs
-    assert asg["maxSize"] <= 2 and asg["mixedInstancesPolicy"]["instancesDistribution"]["spotAllocationStrategy"] \
-        == "price-capacity-optimized"
-    assert one(preview, LT).inputs["networkInterfaces"] == [{
-        "interfaceType": "interface", "networkCardIndex": 0, "deviceIndex": 0, "deleteOnTermination": "true",
-        "associatePublicIpAddress": "false", "securityGroups": ["dev-security-nodes-id"]}]
+    assert (
+        asg["maxSize"] <= 2
+        and asg["mixedInstancesPolicy"]["instancesDistribution"]["spotAllocationStrategy"] == "price-capacity-optimized"
+    )
+    assert one(preview, LT).inputs["networkInterfaces"] == [
+        {
+            "interfaceType": "interface",
+            "networkCardIndex": 0,
+            "deviceIndex": 0,
+            "deleteOnTermination": "true",
+            "associatePublicIpAddress": "false",
+            "securityGroups": ["dev-security-nodes-id"],
+        }
+    ]
     assert not preview.of_type(FSX) and not preview.of_type(PG)
     assert preview.cost.on_demand.max is not None and preview.cost.on_demand.max < 5
 
@@ -101,7 +117,8 @@ def test_every_asg_has_the_drain_hook_and_propagated_tags(previews, stack: str) 
     for asg in previews[stack].of_type(ASG):
         hooks = asg.inputs["initialLifecycleHooks"]
         assert [(h["name"], h["lifecycleTransition"], h["defaultResult"]) for h in hooks] == [
-            ("gpucloud-drain", "autoscaling:EC2_INSTANCE_TERMINATING", "CONTINUE")]
+            ("gpucloud-drain", "autoscaling:EC2_INSTANCE_TERMINATING", "CONTINUE")
+        ]
         tags = {t["key"]: t for t in asg.inputs["tags"]}
         assert tags[STACK_TAG]["value"] == stack and CLUSTER_TAG in tags
         assert all(t["propagateAtLaunch"] is True for t in tags.values())
@@ -128,10 +145,18 @@ def test_security_groups(previews, stack: str) -> None:
     preview = previews[stack]
     nodes = f"{preview.cluster}-security-nodes-id"
     ingress, egress = preview.of_type(INGRESS), preview.of_type(EGRESS)
-    assert any(r.inputs["securityGroupId"] == nodes and r.inputs.get("referencedSecurityGroupId") == nodes
-               and r.inputs["ipProtocol"] == "-1" for r in ingress)
-    assert any(r.inputs["securityGroupId"] == nodes and r.inputs.get("referencedSecurityGroupId") == nodes
-               and r.inputs["ipProtocol"] == "-1" for r in egress)
+    assert any(
+        r.inputs["securityGroupId"] == nodes
+        and r.inputs.get("referencedSecurityGroupId") == nodes
+        and r.inputs["ipProtocol"] == "-1"
+        for r in ingress
+    )
+    assert any(
+        r.inputs["securityGroupId"] == nodes
+        and r.inputs.get("referencedSecurityGroupId") == nodes
+        and r.inputs["ipProtocol"] == "-1"
+        for r in egress
+    )
     for r in ingress:
         assert r.inputs.get("cidrIpv4") != "0.0.0.0/0" and r.inputs.get("cidrIpv6") != "::/0"
     for sg in preview.of_type(SG):
@@ -162,8 +187,9 @@ def test_checkpoint_bucket(previews, stack: str) -> None:
     sse = one(preview, "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration")
     assert sse.inputs["rules"][0]["applyServerSideEncryptionByDefault"]["sseAlgorithm"] == "AES256"
     block = one(preview, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock").inputs
-    assert all(block[k] is True for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls",
-                                          "restrictPublicBuckets"))
+    assert all(
+        block[k] is True for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets")
+    )
     policy = json.loads(one(preview, "aws:s3/bucketPolicy:BucketPolicy").inputs["policy"])
     deny = policy["Statement"][0]
     assert deny["Effect"] == "Deny" and deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
@@ -177,16 +203,24 @@ def test_job_plane(previews, stack: str) -> None:
     preview = previews[stack]
     c = preview.cluster
     queues = {r.name: r.inputs for r in preview.of_type(QUEUE)}
-    assert set(queues) == {f"{c}-jobplane-jobs", f"{c}-jobplane-jobs-dlq", f"{c}-jobplane-events",
-                           f"{c}-jobplane-events-dlq"}
+    assert set(queues) == {
+        f"{c}-jobplane-jobs",
+        f"{c}-jobplane-jobs-dlq",
+        f"{c}-jobplane-events",
+        f"{c}-jobplane-events-dlq",
+    }
     redrive = json.loads(queues[f"{c}-jobplane-jobs"]["redrivePolicy"])
-    assert redrive == {"deadLetterTargetArn": f"arn:aws:sqs:us-east-1:123456789012:{c}-jobplane-jobs-dlq",
-                       "maxReceiveCount": 5}
+    assert redrive == {
+        "deadLetterTargetArn": f"arn:aws:sqs:us-east-1:123456789012:{c}-jobplane-jobs-dlq",
+        "maxReceiveCount": 5,
+    }
     assert all(q["sqsManagedSseEnabled"] for q in queues.values())
     table = one(preview, "aws:dynamodb/table:Table").inputs
     assert table["pointInTimeRecovery"] == {"enabled": True} and table["serverSideEncryption"] == {"enabled": True}
 
-    rules = {r.name.rsplit("-interruptions-", 1)[1]: json.loads(r.inputs["eventPattern"]) for r in preview.of_type(RULE)}
+    rules = {
+        r.name.rsplit("-interruptions-", 1)[1]: json.loads(r.inputs["eventPattern"]) for r in preview.of_type(RULE)
+    }
     assert rules["spot-warning"]["detail-type"] == ["EC2 Spot Instance Interruption Warning"]
     assert rules["rebalance"]["detail-type"] == ["EC2 Instance Rebalance Recommendation"]
     assert rules["asg-terminate"]["detail-type"] == ["EC2 Instance-terminate Lifecycle Action"]
@@ -197,7 +231,8 @@ def test_job_plane(previews, stack: str) -> None:
     policy = json.loads(one(preview, "aws:sqs/queuePolicy:QueuePolicy").inputs["policy"])["Statement"][0]
     assert policy["Principal"] == {"Service": "events.amazonaws.com"} and policy["Resource"] == events_arn
     assert sorted(policy["Condition"]["ArnEquals"]["aws:SourceArn"]) == sorted(
-        f"arn:aws:events:us-east-1:123456789012:rule/{r.name}" for r in preview.of_type(RULE))
+        f"arn:aws:events:us-east-1:123456789012:rule/{r.name}" for r in preview.of_type(RULE)
+    )
 
 
 @stacks
@@ -262,7 +297,8 @@ def load_agent_package(stack: str) -> str:
 def test_ami_comes_from_the_dlami_parameter(previews, stack: str) -> None:
     calls = [c for c in previews[stack].invokes if c.token == "aws:ssm/getParameter:getParameter"]
     assert [c.args["name"] for c in calls] == [
-        "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"]
+        "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+    ]
     assert one(previews[stack], LT).inputs["imageId"] == "ami-0123456789abcdef0"
 
 
@@ -272,13 +308,17 @@ def test_user_data_carries_the_node_settings(previews, stack: str) -> None:
 
     preview = previews[stack]
     text = base64.b64decode(one(preview, LT).inputs["userData"]).decode()
-    assert f"GPUCLOUD_JOB_QUEUE_URL=https://sqs.us-east-1.amazonaws.com/123456789012/{preview.cluster}-jobplane-jobs" \
+    assert (
+        f"GPUCLOUD_JOB_QUEUE_URL=https://sqs.us-east-1.amazonaws.com/123456789012/{preview.cluster}-jobplane-jobs"
         in text
+    )
     assert ("GPUCLOUD_FSX_DNS=fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com" in text) == (stack != "dev")
     expected_efa = {"dev": 0, "p4d-spot": 4, "p5-capacity-block": 32}[stack]
     assert f"GPUCLOUD_EFA_INTERFACES={expected_efa}" in text
-    assert f"GPUCLOUD_EVENTS_QUEUE_URL=https://sqs.us-east-1.amazonaws.com/123456789012/{preview.cluster}-jobplane-events" \
-        in text  # the agents' queue mode
+    assert (
+        f"GPUCLOUD_EVENTS_QUEUE_URL=https://sqs.us-east-1.amazonaws.com/123456789012/{preview.cluster}-jobplane-events"
+        in text
+    )  # the agents' queue mode
     [hook] = one(preview, "aws:autoscaling/group:Group").inputs["initialLifecycleHooks"]
     assert f"GPUCLOUD_LIFECYCLE_TIMEOUT={int(hook['heartbeatTimeout'])}" in text  # the dead-agent handler's deadline
     assert "gpucloud-agent.service" in text

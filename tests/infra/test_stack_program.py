@@ -62,10 +62,22 @@ def test_main_stops_on_a_bad_setting(monkeypatch) -> None:
 
 def sixteen_group_config() -> dict:
     types = ["g6.xlarge", "g5.xlarge", "p4d.24xlarge", "p5.48xlarge"]
-    groups = [{"name": f"g{i:02d}", "instanceType": types[i % 4], "maxNodes": 2,
-               "capacity": {"type": "spot"} if i % 2 else {"type": "on-demand"}} for i in range(16)]
-    return {"aws:region": "us-east-1", "gpucloud:availabilityZone": "us-east-1b", "gpucloud:nodeGroups": groups,
-            "gpucloud:storage": {"fsx": {"sizeGiB": 1200}}, "gpucloud:agent": {"package": "s3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl"}}
+    groups = [
+        {
+            "name": f"g{i:02d}",
+            "instanceType": types[i % 4],
+            "maxNodes": 2,
+            "capacity": {"type": "spot"} if i % 2 else {"type": "on-demand"},
+        }
+        for i in range(16)
+    ]
+    return {
+        "aws:region": "us-east-1",
+        "gpucloud:availabilityZone": "us-east-1b",
+        "gpucloud:nodeGroups": groups,
+        "gpucloud:storage": {"fsx": {"sizeGiB": 1200}},
+        "gpucloud:agent": {"package": "s3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl"},
+    }
 
 
 def test_sixteen_node_groups() -> None:

@@ -7,9 +7,11 @@ import json
 from gpucloud.infra.preview import StackPreview, preview_stack
 from gpucloud.spec import spec_from_config
 
-BASE = {"aws:region": "eu-west-1", "gpucloud:nodeGroups": [{"name": "a", "instanceType": "p5en.48xlarge",
-                                                             "maxNodes": 2}],
-        "gpucloud:agent": {"package": "s3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl"}}
+BASE = {
+    "aws:region": "eu-west-1",
+    "gpucloud:nodeGroups": [{"name": "a", "instanceType": "p5en.48xlarge", "maxNodes": 2}],
+    "gpucloud:agent": {"package": "s3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl"},
+}
 
 
 def plan(**extra) -> StackPreview:
@@ -34,33 +36,53 @@ def test_existing_vpc_creates_no_network_and_uses_the_subnet() -> None:
 def test_endpoint_egress_has_no_nat_and_private_endpoints() -> None:
     preview = plan(**{"gpucloud:network": {"vpcCidr": "10.9.0.0/20", "egress": "endpoints"}})
     assert "aws:ec2/natGateway:NatGateway" not in types(preview)
-    interface = {r.inputs["serviceName"] for r in preview.of_type("aws:ec2/vpcEndpoint:VpcEndpoint")
-                 if r.inputs["vpcEndpointType"] == "Interface"}
+    interface = {
+        r.inputs["serviceName"]
+        for r in preview.of_type("aws:ec2/vpcEndpoint:VpcEndpoint")
+        if r.inputs["vpcEndpointType"] == "Interface"
+    }
     assert {"com.amazonaws.eu-west-1.ssm", "com.amazonaws.eu-west-1.sqs"} <= interface
-    https = [r.inputs for r in preview.of_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
-             if r.inputs.get("fromPort") == 443]
+    https = [
+        r.inputs
+        for r in preview.of_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
+        if r.inputs.get("fromPort") == 443
+    ]
     assert https and https[0]["cidrIpv4"] == "10.9.0.0/20"
 
 
 def test_ssh_is_opened_only_to_the_named_range() -> None:
     preview = plan(**{"gpucloud:access": {"sshKeyName": "ops", "sshCidrs": ["10.1.0.0/16"]}})
-    ssh = [r.inputs for r in preview.of_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
-           if r.inputs.get("fromPort") == 22]
+    ssh = [
+        r.inputs
+        for r in preview.of_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
+        if r.inputs.get("fromPort") == 22
+    ]
     assert [(s["cidrIpv4"], s["toPort"]) for s in ssh] == [("10.1.0.0/16", 22)]
     assert preview.of_type("aws:ec2/launchTemplate:LaunchTemplate")[0].inputs["keyName"] == "ops"
 
 
 def test_on_demand_capacity_reservation_and_fixed_ami() -> None:
-    preview = plan(**{
-        "gpucloud:nodeGroups": [{"name": "a", "instanceType": "p5en.48xlarge", "maxNodes": 2, "efa": {"layout": "legacy"},
-                                 "capacity": {"type": "capacity-reservation", "reservationId": "cr-0123456789abcdef0"}}],
-        "gpucloud:ami": {"id": "ami-0fedcba9876543210"},
-        "gpucloud:access": {"ssm": False, "sshKeyName": "ops", "sshCidrs": ["10.0.0.0/8"]},
-    })
+    preview = plan(
+        **{
+            "gpucloud:nodeGroups": [
+                {
+                    "name": "a",
+                    "instanceType": "p5en.48xlarge",
+                    "maxNodes": 2,
+                    "efa": {"layout": "legacy"},
+                    "capacity": {"type": "capacity-reservation", "reservationId": "cr-0123456789abcdef0"},
+                }
+            ],
+            "gpucloud:ami": {"id": "ami-0fedcba9876543210"},
+            "gpucloud:access": {"ssm": False, "sshKeyName": "ops", "sshCidrs": ["10.0.0.0/8"]},
+        }
+    )
     lt = preview.of_type("aws:ec2/launchTemplate:LaunchTemplate")[0].inputs
     assert "instanceMarketOptions" not in lt
-    assert lt["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"] == \
-        "cr-0123456789abcdef0"
+    assert (
+        lt["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"]
+        == "cr-0123456789abcdef0"
+    )
     assert lt["imageId"] == "ami-0fedcba9876543210"
     assert [n["interfaceType"] for n in lt["networkInterfaces"]] == ["efa"] * 16
     assert not preview.of_type("aws:ec2/placementGroup:PlacementGroup")
@@ -69,8 +91,14 @@ def test_on_demand_capacity_reservation_and_fixed_ami() -> None:
 
 
 def test_lifecycle_rule_names_every_group() -> None:
-    preview = plan(**{"gpucloud:nodeGroups": [{"name": "a", "instanceType": "g6.xlarge"},
-                                              {"name": "b", "instanceType": "g5.xlarge"}]})
+    preview = plan(
+        **{
+            "gpucloud:nodeGroups": [
+                {"name": "a", "instanceType": "g6.xlarge"},
+                {"name": "b", "instanceType": "g5.xlarge"},
+            ]
+        }
+    )
     rule = next(r for r in preview.of_type("aws:cloudwatch/eventRule:EventRule") if r.name.endswith("asg-terminate"))
     names = json.loads(rule.inputs["eventPattern"])["detail"]["AutoScalingGroupName"]
     assert sorted(names) == ["variant-group-a-asg", "variant-group-b-asg"]
@@ -79,8 +107,14 @@ def test_lifecycle_rule_names_every_group() -> None:
 def test_image_pipeline_section_builds_the_pipeline_and_exports_its_parameter() -> None:
     from gpucloud.policy.runner import run_policies
 
-    preview = plan(**{"gpucloud:image": {"wheelS3Uri": "s3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl",
-                                         "amiParameter": "/gpucloud/images/ami-id"}})
+    preview = plan(
+        **{
+            "gpucloud:image": {
+                "wheelS3Uri": "s3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl",
+                "amiParameter": "/gpucloud/images/ami-id",
+            }
+        }
+    )
     distribution = preview.of_type("aws:imagebuilder/distributionConfiguration:DistributionConfiguration")
     assert len(distribution) == 1
     ssm = distribution[0].inputs["distributions"][0]["ssmParameterConfigurations"][0]

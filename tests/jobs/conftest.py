@@ -1,22 +1,15 @@
-"""Fixtures for the job-system tests: an isolated GPUCLOUD_HOME, queue backends, a notice inbox."""
+"""Fixtures for the job tests: an isolated GPUCLOUD_HOME, a notice inbox, waiting on a condition."""
 
 from __future__ import annotations
 
 import queue as stdlib_queue
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
-from gpucloud.jobs.queue import JobQueue
-from gpucloud.jobs.sqlite_queue import SqliteQueue
 from gpucloud.signals.events import Notice, event_id_for
-
-from .aws_fixtures import aws_job_plane  # noqa: F401  (fixture)
-
-# Every backend the contract suite runs against: the embedded file, and SQS + DynamoDB (moto).
-BACKENDS = ["sqlite", "aws"]
 
 
 @pytest.fixture(autouse=True)
@@ -26,32 +19,6 @@ def gpucloud_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("GPUCLOUD_QUEUE", raising=False)
     monkeypatch.delenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", raising=False)
     return home
-
-
-@pytest.fixture(params=BACKENDS)
-def open_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], JobQueue]:
-    """A factory of connections to one fresh queue (call it again for a second client)."""
-    opened: list[JobQueue] = []
-    plane = request.getfixturevalue("aws_job_plane") if request.param == "aws" else None
-
-    def factory() -> JobQueue:
-        if request.param == "sqlite":
-            q: JobQueue = SqliteQueue(tmp_path / "contract.db")
-        else:
-            from gpucloud.jobs.locations import open_queue
-
-            q = open_queue(plane["uri"])
-        opened.append(q)
-        return q
-
-    yield factory
-    for q in opened:
-        q.close()
-
-
-@pytest.fixture
-def jq(open_backend: Callable[[], JobQueue]) -> JobQueue:
-    return open_backend()
 
 
 class Inbox:
@@ -74,8 +41,13 @@ def spot_notice(lead: float = 60.0, *, payload: dict | None = None, kind: str = 
     now = time.time()
     body = payload or {"action": "terminate", "time": now + lead}
     return Notice(
-        kind=kind, source="test", deadline=None if kind == "rebalance" else now + lead, received_at=now,
-        event_id=event_id_for(kind, body), action="terminate", payload=body,
+        kind=kind,
+        source="test",
+        deadline=None if kind == "rebalance" else now + lead,
+        received_at=now,
+        event_id=event_id_for(kind, body),
+        action="terminate",
+        payload=body,
     )
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpucloud.cli import main
-from gpucloud.jobs.sqlite_queue import SqliteQueue
+from gpucloud.queue.sqlite import SqliteQueue
 
 from .conftest import wait_for
 
@@ -88,10 +88,14 @@ def test_spot_train_with_a_job_id_refuses_a_different_command(capsys, tmp_path):
 
 
 def test_submit_list_and_show_as_json(capsys):
-    code, out, _ = run(capsys, "submit", "--job-id", "train-1", "--gpus-per-node", "8", "--output", "json", "--", "python", "train.py")
+    code, out, _ = run(
+        capsys, "submit", "--job-id", "train-1", "--gpus-per-node", "8", "--output", "json", "--", "python", "train.py"
+    )
     assert code == 0 and json.loads(out)["job_id"] == "train-1"
     code, out, _ = run(capsys, "jobs", "--output", "json")
-    assert [(j["job_id"], j["state"], j["command"]) for j in json.loads(out)] == [("train-1", "queued", ["python", "train.py"])]
+    assert [(j["job_id"], j["state"], j["command"]) for j in json.loads(out)] == [
+        ("train-1", "queued", ["python", "train.py"])
+    ]
     code, out, _ = run(capsys, "job", "show", "train-1", "--output", "json")
     report = json.loads(out)
     assert report["state"] == "queued" and report["gpus_per_node"] == 8 and report["timeline"][0]["kind"] == "submitted"
@@ -107,15 +111,28 @@ def test_job_show_prints_attempts_timeline_and_gpu_hours_for_humans(capsys):
 
 
 def test_spot_train_runs_a_command_to_completion_and_prints_json(capsys):
-    code, out, err = run(capsys, "spot-train", "--no-imds", "--output", "json", "--", sys.executable, "-c", "print('hello')")
+    code, out, err = run(
+        capsys, "spot-train", "--no-imds", "--output", "json", "--", sys.executable, "-c", "print('hello')"
+    )
     summary = json.loads(out)  # the command's own stdout went to stderr, not into the JSON
     assert code == 0 and summary["state"] == "finished" and summary["exit_code"] == 0
     assert "hello" in err
 
 
 def test_spot_train_exits_with_the_commands_code_when_it_fails(capsys):
-    code, out, _ = run(capsys, "spot-train", "--no-imds", "--max-attempts", "1", "--output", "json", "--",
-                       sys.executable, "-c", "import sys; sys.exit(4)")
+    code, out, _ = run(
+        capsys,
+        "spot-train",
+        "--no-imds",
+        "--max-attempts",
+        "1",
+        "--output",
+        "json",
+        "--",
+        sys.executable,
+        "-c",
+        "import sys; sys.exit(4)",
+    )
     assert code == 4 and json.loads(out)["state"] == "failed"
 
 
@@ -146,9 +163,26 @@ def test_sigterm_to_spot_train_is_a_notice_that_still_stops_a_command_ignoring_t
     loop = tmp_path / "loop.py"
     loop.write_text("import time\nwhile True:\n    time.sleep(0.01)\n")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpucloud", "spot-train", "--no-imds", "--grace", "10", "--ack-timeout", "1",
-         "--output", "json", "--", sys.executable, str(loop)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+        [
+            sys.executable,
+            "-m",
+            "gpucloud",
+            "spot-train",
+            "--no-imds",
+            "--grace",
+            "10",
+            "--ack-timeout",
+            "1",
+            "--output",
+            "json",
+            "--",
+            sys.executable,
+            str(loop),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
     )
     db = Path(gpucloud_home) / "queue.db"
     wait_for(lambda: db.exists() and _started(db), timeout=30, what="the attempt to start")

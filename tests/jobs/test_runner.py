@@ -15,8 +15,8 @@ import pytest
 from gpucloud import jobenv
 from gpucloud.jobs.model import AttemptState, JobSpec, JobState
 from gpucloud.jobs.runner import supervise_job
-from gpucloud.jobs.sqlite_queue import SqliteQueue
 from gpucloud.jobs.supervisor import SupervisorConfig
+from gpucloud.queue.sqlite import SqliteQueue
 
 from .conftest import Inbox, spot_notice, wait_for
 
@@ -104,13 +104,17 @@ def test_a_command_that_ignores_the_api_gets_sigterm_after_the_ack_timeout_befor
 
 
 def test_sigkill_follows_when_the_command_ignores_sigterm(q, tmp_path):
-    stubborn = script(tmp_path, "stubborn.py", """
+    stubborn = script(
+        tmp_path,
+        "stubborn.py",
+        """
         import signal, time, sys
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         open(sys.argv[1], "w").close()
         while True:
             time.sleep(0.01)
-    """)
+    """,
+    )
     started = tmp_path / "started"
     job = q.submit(JobSpec(command=stubborn + [str(started)]))
     inbox = Inbox()
@@ -135,6 +139,30 @@ def test_a_cooperative_command_checkpoints_and_is_requeued_without_any_signal(q,
     first = q.attempts(job.id)[0]
     assert first.committed_step is not None and first.committed_step == first.last_step
     assert kinds(q, job.id).index("flag") < kinds(q, job.id).index("ack") < kinds(q, job.id).index("commit")
+
+
+def test_a_rank_that_acks_the_instant_the_flag_appears_is_still_recorded_after_the_flag(q, tmp_path, monkeypatch):
+    # The worst case of a loaded machine: a rank sees the preempt file and acks before the
+    # supervisor gets to record the flag. The timeline is ordered by time, so the flag's time must
+    # be taken before the file can be seen, whatever the scheduler does next.
+    from gpucloud import control
+
+    real_write = control.write
+
+    def write_then_a_rank_acks_at_once(control_dir, name, payload):
+        path = real_write(control_dir, name, payload)
+        if name == control.PREEMPT:
+            real_write(control_dir, control.ACK, {"step": 1})
+        return path
+
+    monkeypatch.setattr(control, "write", write_then_a_rank_acks_at_once)
+    job = q.submit(JobSpec(command=script(tmp_path, "coop.py", COOPERATIVE)))
+    inbox = Inbox()
+    thread, _ = run_in_thread(q, job.id, inbox)
+    wait_for(lambda: "resume" in kinds(q, job.id), what="the session to resume")
+    inbox.put(spot_notice(lead=30.0))
+    thread.join(timeout=30)
+    assert kinds(q, job.id).index("flag") < kinds(q, job.id).index("ack")
 
 
 def test_duplicate_and_repeated_stop_notices_yield_one_flag_and_one_requeue(q, tmp_path):
@@ -165,15 +193,20 @@ def test_a_rebalance_recommendation_asks_for_an_early_checkpoint_and_does_not_st
 
 def test_crashes_are_retried_with_the_next_attempt_number_then_failed_with_the_reason(q, tmp_path):
     seen = tmp_path / "attempts.txt"
-    crash = script(tmp_path, "crash.py", """
+    crash = script(
+        tmp_path,
+        "crash.py",
+        """
         import os, sys
         with open(sys.argv[1], "a") as fh:
             fh.write(os.environ["GPUCLOUD_ATTEMPT"] + "\\n")
         print("CUDA error: an illegal memory access was encountered", flush=True)
         sys.exit(3)
-    """)
+    """,
+    )
     job = q.submit(JobSpec(command=crash + [str(seen)], max_attempts=3))
-    r = supervise_job(q, job.id, notices=Inbox(), config=FAST, worker="w", sink=open(os.devnull, "w"))
+    with open(os.devnull, "w") as devnull:
+        r = supervise_job(q, job.id, notices=Inbox(), config=FAST, worker="w", sink=devnull)
     assert seen.read_text().split() == ["1", "2", "3"]
     assert r.exit_code == 3
     failed = q.get(job.id)
@@ -182,10 +215,14 @@ def test_crashes_are_retried_with_the_next_attempt_number_then_failed_with_the_r
 
 
 def test_a_crash_then_a_success_finishes_the_job(q, tmp_path):
-    flaky = script(tmp_path, "flaky.py", """
+    flaky = script(
+        tmp_path,
+        "flaky.py",
+        """
         import os, sys
         sys.exit(1 if os.environ["GPUCLOUD_ATTEMPT"] == "1" else 0)
-    """)
+    """,
+    )
     job = q.submit(JobSpec(command=flaky, max_attempts=2))
     r = supervise_job(q, job.id, notices=Inbox(), config=FAST, worker="w")
     assert r.exit_code == 0 and [a.end.state for a in r.attempts] == [AttemptState.CRASHED, AttemptState.FINISHED]
@@ -193,10 +230,14 @@ def test_a_crash_then_a_success_finishes_the_job(q, tmp_path):
 
 def test_the_command_gets_the_job_environment(q, tmp_path):
     dump = tmp_path / "env.json"
-    printer = script(tmp_path, "env.py", """
+    printer = script(
+        tmp_path,
+        "env.py",
+        """
         import json, os, sys
         json.dump({k: v for k, v in os.environ.items() if k.startswith("GPUCLOUD_") or k == "EXTRA"}, open(sys.argv[1], "w"))
-    """)
+    """,
+    )
     job = q.submit(JobSpec(command=printer + [str(dump)], checkpoint_uri="/ckpt", env={"EXTRA": "1"}))
     supervise_job(q, job.id, notices=Inbox(), config=FAST, worker="w", local_checkpoint_dir="/nvme")
     env = json.loads(dump.read_text())
@@ -208,13 +249,17 @@ def test_the_command_gets_the_job_environment(q, tmp_path):
 def test_ranks_in_sessions_of_their_own_are_stopped_too(q, tmp_path):
     # torchrun starts every worker with start_new_session=True: a killpg of our group misses them.
     pidfile = tmp_path / "rank.pid"
-    launcher = script(tmp_path, "launcher.py", """
+    launcher = script(
+        tmp_path,
+        "launcher.py",
+        """
         import subprocess, sys, time
         rank = subprocess.Popen([sys.executable, "-c", "import time\\nwhile True: time.sleep(0.05)"], start_new_session=True)
         open(sys.argv[1], "w").write(str(rank.pid))
         while True:
             time.sleep(0.05)
-    """)
+    """,
+    )
     job = q.submit(JobSpec(command=launcher + [str(pidfile)]))
     inbox = Inbox()
     thread, result = run_in_thread(q, job.id, inbox)
@@ -246,12 +291,16 @@ def test_an_attempt_whose_lease_was_taken_over_stops_and_is_not_requeued_twice(q
     import sqlite3
 
     started = tmp_path / "started"
-    loop = script(tmp_path, "loop.py", """
+    loop = script(
+        tmp_path,
+        "loop.py",
+        """
         import sys, time
         open(sys.argv[1], "w").close()
         while True:
             time.sleep(0.01)
-    """)
+    """,
+    )
     job = q.submit(JobSpec(command=loop + [str(started)]))
     config = SupervisorConfig(ack_timeout=0.5, stop_margin=1.0, kill_after=0.5, tick=0.02, lease_seconds=0.4)
     thread, result = run_in_thread(q, job.id, Inbox(), config=config)
@@ -275,14 +324,18 @@ def test_an_attempt_whose_lease_was_taken_over_stops_and_is_not_requeued_twice(q
 
 
 def test_garbage_in_control_files_is_ignored_not_trusted(q, tmp_path):
-    liar = script(tmp_path, "liar.py", """
+    liar = script(
+        tmp_path,
+        "liar.py",
+        """
         import json, os, sys
         ctl = os.environ["GPUCLOUD_CONTROL_DIR"]
         open(os.path.join(ctl, "progress"), "w").write("{not json")
         json.dump({"step": "seven"}, open(os.path.join(ctl, "committed"), "w"))
         json.dump(["not", "an", "object"], open(os.path.join(ctl, "ack"), "w"))
         sys.exit(75)
-    """)
+    """,
+    )
     job = q.submit(JobSpec(command=liar))
     r = supervise_job(q, job.id, notices=Inbox(), config=FAST, worker="w")
     end = r.attempts[0].end

@@ -47,8 +47,15 @@ def test_a_later_sooner_notice_tightens_the_plan_and_a_later_one_does_not_relax_
 
 
 def decide(**kw):
-    base = dict(plan=plan_stop(notice(1120.0), 1000.0, CFG), now=1001.0, acked=False, committed_at=None,
-                terminated_at=None, killed=False, config=CFG)
+    base = dict(
+        plan=plan_stop(notice(1120.0), 1000.0, CFG),
+        now=1001.0,
+        acked=False,
+        committed_at=None,
+        terminated_at=None,
+        killed=False,
+        config=CFG,
+    )
     base.update(kw)
     return decide_stop(**base)
 
@@ -111,7 +118,10 @@ def test_phases():
     ],
 )
 def test_classify_exit_trusts_control_files_over_exit_codes(exit_code, stop, finished, committed, expected):
-    assert classify_exit(exit_code=exit_code, stop_requested=stop, finished=finished, committed=committed).state is expected
+    assert (
+        classify_exit(exit_code=exit_code, stop_requested=stop, finished=finished, committed=committed).state
+        is expected
+    )
 
 
 def test_a_crash_reason_names_the_exit_code_or_signal():

@@ -7,7 +7,8 @@ import sys
 
 from gpucloud.jobs.model import JobSpec, JobState
 from gpucloud.jobs.runner import claim_single_node_job
-from gpucloud.jobs.sqlite_queue import SqliteQueue
+from gpucloud.queue.sqlite import SqliteQueue
+from jobqueue.aws_fixtures import aws_job_plane  # noqa: F401  (fixture: the job plane on the session moto server)
 
 from .test_cli import run
 

@@ -37,10 +37,13 @@ def urn(kind: str, name: str) -> str:
 
 
 def launch_template_props(http_tokens: str) -> dict:
-    return {"metadataOptions": {"httpTokens": http_tokens, "httpPutResponseHopLimit": 2},
-            "tags": {"gpucloud:stack": "dev"},
-            "networkInterfaces": [{"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "efa",
-                                   "securityGroups": ["sg-1"]}]}
+    return {
+        "metadataOptions": {"httpTokens": http_tokens, "httpPutResponseHopLimit": 2},
+        "tags": {"gpucloud:stack": "dev"},
+        "networkInterfaces": [
+            {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "efa", "securityGroups": ["sg-1"]}
+        ],
+    }
 
 
 def analyze(kind: str, name: str, props: dict):
@@ -66,19 +69,26 @@ def test_preview_unknowns_become_an_advisory_note_not_a_crash():
 
 def stack_resource(kind: str, name: str, props: dict, deps: dict[str, list[str]] | None = None):
     return proto.AnalyzerResource(
-        type=kind, urn=urn(kind, name), name=name, properties=struct(props),
+        type=kind,
+        urn=urn(kind, name),
+        name=name,
+        properties=struct(props),
         propertyDependencies={k: proto.AnalyzerPropertyDependencies(urns=v) for k, v in (deps or {}).items()},
     )
 
 
 def test_stack_policy_follows_engine_property_dependencies():
     group = urn(SG, "efa")
-    ingress = stack_resource(VPC_IN, "in", {"ipProtocol": "-1", "securityGroupId": "sg-1",
-                                            "referencedSecurityGroupId": "sg-1"},
-                             {"securityGroupId": [group], "referencedSecurityGroupId": [group]})
+    ingress = stack_resource(
+        VPC_IN,
+        "in",
+        {"ipProtocol": "-1", "securityGroupId": "sg-1", "referencedSecurityGroupId": "sg-1"},
+        {"securityGroupId": [group], "referencedSecurityGroupId": [group]},
+    )
     template = stack_resource(LT, "lt", launch_template_props("required"), {"networkInterfaces": [group]})
     request = proto.AnalyzeStackRequest(resources=[stack_resource(SG, "efa", {"vpcId": "vpc-1"}), ingress, template])
     diagnostics = servicer().AnalyzeStack(request, None).diagnostics
     assert [(d.policyName, d.urn, d.enforcementLevel) for d in diagnostics] == [
-        ("efa-security-group-self-rules", group, MANDATORY)]
+        ("efa-security-group-self-rules", group, MANDATORY)
+    ]
     assert "egress rule referencing itself" in diagnostics[0].message

@@ -15,10 +15,21 @@ FLAGS = ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPu
 
 
 def tls_only_document(bucket: str = "ckpt") -> str:
-    return json.dumps({"Version": "2012-10-17", "Statement": [{
-        "Sid": "DenyInsecureTransport", "Effect": "Deny", "Principal": "*", "Action": "s3:*",
-        "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"],
-        "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]})
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "DenyInsecureTransport",
+                    "Effect": "Deny",
+                    "Principal": "*",
+                    "Action": "s3:*",
+                    "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"],
+                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                }
+            ],
+        }
+    )
 
 
 def bucket_stack(*, sse=True, flags=FLAGS, document=None, linked_by="dependency"):
@@ -61,8 +72,15 @@ def test_bucket_without_encryption_fails():
 
 
 def test_inline_encryption_counts():
-    bucket = resource(BUCKET, "old", {"serverSideEncryptionConfiguration": {
-        "rule": {"applyServerSideEncryptionByDefault": {"sseAlgorithm": "AES256"}}}})
+    bucket = resource(
+        BUCKET,
+        "old",
+        {
+            "serverSideEncryptionConfiguration": {
+                "rule": {"applyServerSideEncryptionByDefault": {"sseAlgorithm": "AES256"}}
+            }
+        },
+    )
     assert check_stack("bucket-encrypted", [bucket]) == []
 
 
@@ -84,19 +102,42 @@ def test_no_public_access_block_fails():
     assert len(found) == 1 and "does not block public access" in found[0][0]
 
 
-@pytest.mark.parametrize("document", [
-    json.dumps({"Statement": [{"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject", "Resource": "*"}]}),
-    json.dumps({"Statement": [{"Effect": "Deny", "Principal": "*", "Action": "s3:*", "Resource": "*",
-                               "Condition": {"Bool": {"aws:SecureTransport": "true"}}}]}),
-    "not json at all",
-    "",
-])
+@pytest.mark.parametrize(
+    "document",
+    [
+        json.dumps({"Statement": [{"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject", "Resource": "*"}]}),
+        json.dumps(
+            {
+                "Statement": [
+                    {
+                        "Effect": "Deny",
+                        "Principal": "*",
+                        "Action": "s3:*",
+                        "Resource": "*",
+                        "Condition": {"Bool": {"aws:SecureTransport": "true"}},
+                    }
+                ]
+            }
+        ),
+        "not json at all",
+        "",
+    ],
+)
 def test_policy_without_tls_deny_fails(document):
     found = check_stack("bucket-private-tls-only", bucket_stack(document=document))
     assert len(found) == 1 and "accepts plain HTTP" in found[0][0]
 
 
 def test_tls_deny_with_aws_principal_and_boolean_false_passes():
-    document = {"Statement": [{"Effect": "Deny", "Principal": {"AWS": "*"}, "Action": ["s3:*"], "Resource": "*",
-                               "Condition": {"Bool": {"aws:SecureTransport": False}}}]}
+    document = {
+        "Statement": [
+            {
+                "Effect": "Deny",
+                "Principal": {"AWS": "*"},
+                "Action": ["s3:*"],
+                "Resource": "*",
+                "Condition": {"Bool": {"aws:SecureTransport": False}},
+            }
+        ]
+    }
     assert check_stack("bucket-private-tls-only", bucket_stack(document=json.dumps(document))) == []

@@ -15,12 +15,17 @@ def document(*statements: dict) -> str:
 
 
 def test_scoped_policy_passes():
-    props = {"policy": document(
-        {"Effect": "Allow", "Action": ["sqs:ReceiveMessage", "sqs:DeleteMessage"],
-         "Resource": "arn:aws:sqs:us-east-1:123456789012:jobs"},
-        {"Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*"},  # describe calls need '*'
-        {"Effect": "Deny", "Action": "*", "Resource": "*"},
-    )}
+    props = {
+        "policy": document(
+            {
+                "Effect": "Allow",
+                "Action": ["sqs:ReceiveMessage", "sqs:DeleteMessage"],
+                "Resource": "arn:aws:sqs:us-east-1:123456789012:jobs",
+            },
+            {"Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*"},  # describe calls need '*'
+            {"Effect": "Deny", "Action": "*", "Resource": "*"},
+        )
+    }
     assert check_resource("no-iam-wildcard-admin", ROLE_POLICY, props) == []
 
 
@@ -42,17 +47,27 @@ def test_single_statement_object_and_policy_type():
 
 
 def test_role_inline_policies_are_checked():
-    props = {"inlinePolicies": [{"name": "ok", "policy": document({"Action": "s3:GetObject", "Resource": "*"})},
-                                {"name": "admin", "policy": document({"Action": "*", "Resource": "*"})}]}
+    props = {
+        "inlinePolicies": [
+            {"name": "ok", "policy": document({"Action": "s3:GetObject", "Resource": "*"})},
+            {"name": "admin", "policy": document({"Action": "*", "Resource": "*"})},
+        ]
+    }
     messages = check_resource("no-iam-wildcard-admin", "aws:iam/role:Role", props)
     assert len(messages) == 1 and messages[0].startswith("inlinePolicies[admin] statement #0")
 
 
 def test_administrator_access_attachment_fails():
     kind = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
-    assert check_resource("no-iam-wildcard-admin", kind,
-                          {"policyArn": "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"}) == []
-    messages = check_resource("no-iam-wildcard-admin", kind, {"policyArn": "arn:aws:iam::aws:policy/AdministratorAccess"})
+    assert (
+        check_resource(
+            "no-iam-wildcard-admin", kind, {"policyArn": "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"}
+        )
+        == []
+    )
+    messages = check_resource(
+        "no-iam-wildcard-admin", kind, {"policyArn": "arn:aws:iam::aws:policy/AdministratorAccess"}
+    )
     assert len(messages) == 1 and "AdministratorAccess" in messages[0]
 
 

@@ -10,8 +10,14 @@ LT = "aws:ec2/launchTemplate:LaunchTemplate"
 
 def efa_nic(card: float, **extra) -> dict:
     # recorded numbers are floats (protobuf Struct), booleans in launch templates are strings
-    return {"networkCardIndex": card, "deviceIndex": 0.0 if card == 0 else 1.0, "interfaceType": "efa",
-            "securityGroups": ["sg-1"], "deleteOnTermination": "true", **extra}
+    return {
+        "networkCardIndex": card,
+        "deviceIndex": 0.0 if card == 0 else 1.0,
+        "interfaceType": "efa",
+        "securityGroups": ["sg-1"],
+        "deleteOnTermination": "true",
+        **extra,
+    }
 
 
 def test_launch_template_requiring_imdsv2_passes():

@@ -33,17 +33,35 @@ def efa_stack(*, link: str, with_egress: bool = True) -> list[Recorded]:
     """An EFA group, its rules and a launch template, linked by ids or by property dependencies."""
     sg_urn = urn(SG, "efa")
     deps = (lambda *keys: {k: [sg_urn] for k in keys}) if link == "deps" else (lambda *keys: None)
-    rules = [Recorded(VPC_IN, "efa-in", {"securityGroupId": "sg-9", "referencedSecurityGroupId": "sg-9",
-                                         "ipProtocol": "-1", "tags": TAGS},
-                      property_dependencies=deps("securityGroupId", "referencedSecurityGroupId"))]
+    rules = [
+        Recorded(
+            VPC_IN,
+            "efa-in",
+            {"securityGroupId": "sg-9", "referencedSecurityGroupId": "sg-9", "ipProtocol": "-1", "tags": TAGS},
+            property_dependencies=deps("securityGroupId", "referencedSecurityGroupId"),
+        )
+    ]
     if with_egress:
-        rules.append(Recorded(VPC_OUT, "efa-out", {"securityGroupId": "sg-9", "referencedSecurityGroupId": "sg-9",
-                                                   "ipProtocol": "-1", "tags": TAGS},
-                              property_dependencies=deps("securityGroupId", "referencedSecurityGroupId")))
-    template = Recorded(LT, "lt", {
-        "metadataOptions": {"httpTokens": "required"}, "tags": TAGS,
-        "networkInterfaces": [{"networkCardIndex": 0.0, "deviceIndex": 0.0, "interfaceType": "efa",
-                               "securityGroups": ["sg-9"]}]}, property_dependencies=deps("networkInterfaces"))
+        rules.append(
+            Recorded(
+                VPC_OUT,
+                "efa-out",
+                {"securityGroupId": "sg-9", "referencedSecurityGroupId": "sg-9", "ipProtocol": "-1", "tags": TAGS},
+                property_dependencies=deps("securityGroupId", "referencedSecurityGroupId"),
+            )
+        )
+    template = Recorded(
+        LT,
+        "lt",
+        {
+            "metadataOptions": {"httpTokens": "required"},
+            "tags": TAGS,
+            "networkInterfaces": [
+                {"networkCardIndex": 0.0, "deviceIndex": 0.0, "interfaceType": "efa", "securityGroups": ["sg-9"]}
+            ],
+        },
+        property_dependencies=deps("networkInterfaces"),
+    )
     group = Recorded(SG, "efa", {"vpcId": "vpc-1", "tags": TAGS}, id="sg-9" if link == "ids" else "unrelated")
     component = Recorded("gpucloud:cluster:Cluster", "cluster", {}, custom=False)
     return [component, group, *rules, template]
@@ -56,11 +74,21 @@ def test_clean_stack_has_no_violations_whether_linked_by_ids_or_dependencies():
 
 def test_violations_name_policy_resource_and_level():
     violations = run_policies(efa_stack(link="deps", with_egress=False), stack="dev")
-    assert violations == [Violation(
-        policy="efa-security-group-self-rules", enforcement="mandatory", resource_type=SG, resource_name="efa",
-        message="security group 'efa' is used by EFA interfaces of 'lt' but has no all-traffic (protocol -1) "
-                "egress rule referencing itself; EFA needs both")]
-    assert violations[0].describe().startswith("[efa-security-group-self-rules] aws:ec2/securityGroup:SecurityGroup 'efa': ")
+    assert violations == [
+        Violation(
+            policy="efa-security-group-self-rules",
+            enforcement="mandatory",
+            resource_type=SG,
+            resource_name="efa",
+            message="security group 'efa' is used by EFA interfaces of 'lt' but has no all-traffic (protocol -1) "
+            "egress rule referencing itself; EFA needs both",
+        )
+    ]
+    assert (
+        violations[0]
+        .describe()
+        .startswith("[efa-security-group-self-rules] aws:ec2/securityGroup:SecurityGroup 'efa': ")
+    )
 
 
 def test_resource_policies_report_against_their_resource_and_stack_comes_from_the_urn():
@@ -68,8 +96,12 @@ def test_resource_policies_report_against_their_resource_and_stack_comes_from_th
     resources[-1].inputs["metadataOptions"] = {"httpTokens": "optional"}
     violations = run_policies(resources, stack="prod")  # tags say dev: every tagged resource is wrong
     assert {(v.policy, v.resource_name) for v in violations} == {
-        ("imdsv2-required", "lt"), ("tagged-with-stack", "efa"), ("tagged-with-stack", "efa-in"),
-        ("tagged-with-stack", "efa-out"), ("tagged-with-stack", "lt")}
+        ("imdsv2-required", "lt"),
+        ("tagged-with-stack", "efa"),
+        ("tagged-with-stack", "efa-in"),
+        ("tagged-with-stack", "efa-out"),
+        ("tagged-with-stack", "lt"),
+    }
 
 
 def test_every_policy_is_mandatory_and_uniquely_named():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -20,10 +20,10 @@ STACK_POLICIES = [p for p in POLICIES if isinstance(p, StackValidationPolicy)]
 
 
 def stack_name(path: Path) -> str:
-    return path.name[len("Pulumi."):-len(".yaml")]
+    return path.name[len("Pulumi.") : -len(".yaml")]
 
 
-@lru_cache(maxsize=None)
+@cache
 def recorded(path: Path):
     return preview_stack(load_stack_file(path), stack_name(path))
 
@@ -50,16 +50,25 @@ def test_shipped_stack_passes_stack_policies(path):
 def test_policies_see_the_stacks_security_relevant_resources(path):
     # guards against a vacuous pass: the policies must actually have had something to check
     types = {r.type for r in recorded(path).resources}
-    assert {"aws:ec2/launchTemplate:LaunchTemplate", "aws:s3/bucket:Bucket", "aws:sqs/queue:Queue",
-            "aws:ec2/securityGroup:SecurityGroup"} <= types
+    assert {
+        "aws:ec2/launchTemplate:LaunchTemplate",
+        "aws:s3/bucket:Bucket",
+        "aws:sqs/queue:Queue",
+        "aws:ec2/securityGroup:SecurityGroup",
+    } <= types
 
 
 def test_dropping_the_efa_egress_rule_from_a_shipped_stack_is_caught():
     # stack policies follow the recorded references on real program output, not just on fixtures
     path = next(p for p in STACKS if stack_name(p) == "p5-capacity-block")
-    resources = [r for r in recorded(path).resources
-                 if not (r.type == "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"
-                         and r.inputs.get("referencedSecurityGroupId"))]
+    resources = [
+        r
+        for r in recorded(path).resources
+        if not (
+            r.type == "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"
+            and r.inputs.get("referencedSecurityGroupId")
+        )
+    ]
     violations = run_policies(resources, stack="p5-capacity-block", policies=STACK_POLICIES)
     assert [v.policy for v in violations] == ["efa-security-group-self-rules"]
     assert "egress rule referencing itself" in violations[0].message
@@ -67,8 +76,11 @@ def test_dropping_the_efa_egress_rule_from_a_shipped_stack_is_caught():
 
 def test_unencrypted_bucket_in_a_shipped_stack_is_caught():
     path = next(p for p in STACKS if stack_name(p) == "dev")
-    resources = [dataclasses.replace(r, inputs={**r.inputs, "rules": []})
-                 if r.type.startswith("aws:s3/bucketServerSideEncryptionConfiguration") else r
-                 for r in recorded(path).resources]
+    resources = [
+        dataclasses.replace(r, inputs={**r.inputs, "rules": []})
+        if r.type.startswith("aws:s3/bucketServerSideEncryptionConfiguration")
+        else r
+        for r in recorded(path).resources
+    ]
     violations = run_policies(resources, stack="dev", policies=STACK_POLICIES)
     assert [v.policy for v in violations] == ["bucket-encrypted"]

@@ -10,13 +10,21 @@ ASG = "aws:autoscaling/group:Group"
 
 
 def test_tagged_resource_passes():
-    assert check_resource("tagged-with-stack", "aws:sqs/queue:Queue",
-                          {"tags": {"gpucloud:stack": "dev", "gpucloud:cluster": "dev"}}, stack="dev") == []
+    assert (
+        check_resource(
+            "tagged-with-stack",
+            "aws:sqs/queue:Queue",
+            {"tags": {"gpucloud:stack": "dev", "gpucloud:cluster": "dev"}},
+            stack="dev",
+        )
+        == []
+    )
 
 
 def test_untagged_resource_fails():
     assert check_resource("tagged-with-stack", "aws:ec2/vpc:Vpc", {"cidrBlock": "10.0.0.0/16"}, stack="dev") == [
-        "missing tag 'gpucloud:stack'; tag it with the stack name ('dev')"]
+        "missing tag 'gpucloud:stack'; tag it with the stack name ('dev')"
+    ]
 
 
 def test_tag_naming_another_stack_fails():
@@ -32,12 +40,15 @@ def test_untaggable_types_are_skipped():
 
 
 def test_asg_tag_list_must_propagate():
-    tags = [{"key": "gpucloud:stack", "value": "dev", "propagateAtLaunch": True},
-            {"key": "Name", "value": "nodes", "propagateAtLaunch": True}]
+    tags = [
+        {"key": "gpucloud:stack", "value": "dev", "propagateAtLaunch": True},
+        {"key": "Name", "value": "nodes", "propagateAtLaunch": True},
+    ]
     assert check_resource("tagged-with-stack", ASG, {"tags": tags}, stack="dev") == []
     tags[0]["propagateAtLaunch"] = False
     assert check_resource("tagged-with-stack", ASG, {"tags": tags}, stack="dev") == [
-        "tag 'gpucloud:stack' must set propagateAtLaunch true so the group's instances carry it"]
+        "tag 'gpucloud:stack' must set propagateAtLaunch true so the group's instances carry it"
+    ]
     assert check_resource("tagged-with-stack", ASG, {"tags": tags[1:]}, stack="dev")
 
 

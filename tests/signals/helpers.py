@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 class FakeClock:
@@ -17,7 +17,6 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
-
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:

@@ -18,7 +18,12 @@ GPUCLOUD = [sys.executable, "-m", "gpucloud"]
 
 
 def start(*args: str) -> tuple[subprocess.Popen, dict]:
-    proc = subprocess.Popen([*GPUCLOUD, "imds-emulator", "--port", "0", "--output", "json", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*GPUCLOUD, "imds-emulator", "--port", "0", "--output", "json", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines = []
     while not lines or lines[-1] != "}\n":
         line = proc.stdout.readline()
@@ -29,10 +34,15 @@ def start(*args: str) -> tuple[subprocess.Popen, dict]:
 
 
 def test_serves_the_scheduled_notice_then_stops_on_sigterm():
-    proc, info = start("--spot-notice-after", "0", "--lead", "30", "--rebalance-after", "0", "--lifecycle-terminated-after", "3600")
+    proc, info = start(
+        "--spot-notice-after", "0", "--lead", "30", "--rebalance-after", "0", "--lifecycle-terminated-after", "3600"
+    )
     try:
         assert info["export"] == f"export AWS_EC2_METADATA_SERVICE_ENDPOINT={info['endpoint']}"
-        assert [line["what"].split(" (")[0] for line in info["schedule"]][:2] == ["spot interruption notice", "rebalance recommendation"]
+        assert [line["what"].split(" (")[0] for line in info["schedule"]][:2] == [
+            "spot interruption notice",
+            "rebalance recommendation",
+        ]
         poller = ImdsPoller(ImdsClient(info["endpoint"]), on_notice=lambda n: None)
         notices = {n.kind: n for n in poller.poll_once()}
         assert set(notices) == {"spot-interruption", "rebalance"}  # lifecycle: still InService
@@ -46,7 +56,12 @@ def test_serves_the_scheduled_notice_then_stops_on_sigterm():
 
 
 def test_table_output_prints_the_export_line():
-    proc = subprocess.Popen([*GPUCLOUD, "imds-emulator", "--port", "0", "--hibernate", "--spot-notice-after", "5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*GPUCLOUD, "imds-emulator", "--port", "0", "--hibernate", "--spot-notice-after", "5"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         first, second, third = (proc.stdout.readline() for _ in range(3))
     finally:
@@ -65,8 +80,14 @@ def run_error(*args: str) -> str:
 
 
 def test_bad_flags_are_one_line_errors():
-    assert run_error("--spot-notice-after", "-3") == "gpucloud: error: --spot-notice-after -3 is negative; give seconds >= 0 from the emulator's start"
-    assert run_error("--hibernate", "--action", "stop", "--spot-notice-after", "1") == "gpucloud: error: --hibernate conflicts with --action stop; give one of them"
+    assert (
+        run_error("--spot-notice-after", "-3")
+        == "gpucloud: error: --spot-notice-after -3 is negative; give seconds >= 0 from the emulator's start"
+    )
+    assert (
+        run_error("--hibernate", "--action", "stop", "--spot-notice-after", "1")
+        == "gpucloud: error: --hibernate conflicts with --action stop; give one of them"
+    )
     assert "add --spot-notice-after" in run_error("--action", "stop")
     assert "'explode' is not one of" in run_error("--action", "explode")
 
@@ -76,4 +97,7 @@ def test_port_in_use_is_a_one_line_error():
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        assert run_error("--port", str(port)) == f"gpucloud: error: port {port} on 127.0.0.1 is already in use; pick another with --port (0 picks a free one)"
+        assert (
+            run_error("--port", str(port))
+            == f"gpucloud: error: port {port} on 127.0.0.1 is already in use; pick another with --port (0 picks a free one)"
+        )

@@ -69,7 +69,10 @@ def test_control_faults(emulator):
         (lambda c: c.spot_interruption(after=1, at=2), "either 'at'"),
         (lambda c: c.set_lifecycle_state("Gone"), "state: Input should be"),
         (lambda c: c.add_scheduled_event("instance-stop"), "exactly one of 'not_before'"),
-        (lambda c: c.set_scheduled_event_state("instance-event-nope", "canceled"), "no scheduled event 'instance-event-nope'"),
+        (
+            lambda c: c.set_scheduled_event_state("instance-event-nope", "canceled"),
+            "no scheduled event 'instance-event-nope'",
+        ),
         (lambda c: c.fail_with(200, 1), "status: Input should be greater than or equal to 400"),
         (lambda c: c.refuse_connections(0), "needs 'seconds' > 0"),
         (lambda c: c.hang(1, target="/etc/passwd"), "is not one of any, token, metadata or a /latest/... path"),
@@ -89,7 +92,9 @@ def test_bad_control_requests_get_one_line_errors_and_change_nothing(emulator, c
 
 
 def test_non_json_body_is_rejected(emulator):
-    request = urllib.request.Request(f"{emulator.endpoint}/gpucloud/emulator/rebalance", data=b"{not json", method="POST")
+    request = urllib.request.Request(
+        f"{emulator.endpoint}/gpucloud/emulator/rebalance", data=b"{not json", method="POST"
+    )
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(request, timeout=5)
     assert err.value.code == 400

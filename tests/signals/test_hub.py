@@ -18,8 +18,15 @@ from gpucloud.signals.imds_emulator import ImdsEmulator
 
 
 def queue_notice(payload: dict) -> Notice:
-    return Notice(kind="spot-interruption", source="queue", deadline=time.time() + 120, received_at=time.time(),
-                  event_id=event_id_for("spot-interruption", payload), action="terminate", payload=payload)
+    return Notice(
+        kind="spot-interruption",
+        source="queue",
+        deadline=time.time() + 120,
+        received_at=time.time(),
+        event_id=event_id_for("spot-interruption", payload),
+        action="terminate",
+        payload=payload,
+    )
 
 
 def test_publish_deduplicates_by_event_id():
@@ -59,11 +66,18 @@ def test_os_signals_need_the_main_thread_and_a_sane_grace():
     hub = SignalHub()
     with pytest.raises(ValueError, match="grace"):
         hub.add_os_signals(-1)
-    errors = []
-    thread = threading.Thread(target=lambda: errors.append(pytest.raises(RuntimeError, hub.add_os_signals, 5)))
+    errors: list[BaseException] = []
+
+    def off_the_main_thread() -> None:
+        try:
+            hub.add_os_signals(5)
+        except RuntimeError as err:
+            errors.append(err)
+
+    thread = threading.Thread(target=off_the_main_thread)
     thread.start()
     thread.join()
-    assert errors and "main thread" in str(errors[0].value)
+    assert errors and "main thread" in str(errors[0])
 
 
 HUB_SCRIPT = textwrap.dedent(

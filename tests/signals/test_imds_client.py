@@ -21,7 +21,9 @@ from gpucloud.signals.imds_emulator import ImdsEmulator
 from .helpers import FakeClock
 
 
-def raw(emulator: ImdsEmulator, method: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, str, http.client.HTTPResponse]:
+def raw(
+    emulator: ImdsEmulator, method: str, path: str, headers: dict[str, str] | None = None
+) -> tuple[int, str, http.client.HTTPResponse]:
     conn = http.client.HTTPConnection("127.0.0.1", emulator.port, timeout=5)
     try:
         conn.request(method, path, headers=headers or {})

@@ -39,7 +39,7 @@ def test_recent_past_notice_is_urgent_but_a_long_past_one_is_stale():
 
 
 def test_termination_time_and_instance_action_share_one_dedup_key():
-    from_action = interpret.instance_action_notice('{ "time": "%s", "action": "terminate" }' % stamp(120), NOW)
+    from_action = interpret.instance_action_notice(f'{{ "time": "{stamp(120)}", "action": "terminate" }}', NOW)
     from_legacy = interpret.termination_time_notice(stamp(120) + "\n", NOW + 1)
     assert from_action.event_id == from_legacy.event_id
     other = interpret.instance_action_notice(json.dumps({"action": "stop", "time": stamp(120)}), NOW)
@@ -79,7 +79,13 @@ def test_lifecycle_only_terminated_is_a_notice_with_the_configured_deadline():
 
 
 def event(code="instance-stop", state="active", not_before=3600.0, not_after=None, event_id="instance-event-1"):
-    doc = {"Code": code, "State": state, "EventId": event_id, "Description": "x", "NotBefore": interpret.format_event_time(NOW + not_before)}
+    doc = {
+        "Code": code,
+        "State": state,
+        "EventId": event_id,
+        "Description": "x",
+        "NotBefore": interpret.format_event_time(NOW + not_before),
+    }
     if not_after is not None:
         doc["NotAfter"] = interpret.format_event_time(NOW + not_after)
     return doc
@@ -109,7 +115,9 @@ def test_scheduled_events_active_stop_codes_only():
 
 def test_scheduled_events_empty_and_bad_items():
     assert interpret.scheduled_notices("[]", NOW) == ([], [])
-    notices, problems = interpret.scheduled_notices(json.dumps([event(), {"Code": "instance-stop"}, 7, event("bogus-code")]), NOW)
+    notices, problems = interpret.scheduled_notices(
+        json.dumps([event(), {"Code": "instance-stop"}, 7, event("bogus-code")]), NOW
+    )
     assert len(notices) == 1
     assert len(problems) == 3 and "#1" in problems[0] and "#2" in problems[1] and "bogus-code" in problems[2]
     with pytest.raises(MalformedPayload, match="expected an array"):

@@ -91,7 +91,7 @@ def test_termination_time_alone_is_a_notice(scene, clock):
     emu, poller, _ = scene
     emu.spot_interruption("terminate", lead_seconds=90)
     # The legacy item and instance-action name the same notice: one notice, not two.
-    (notice,) = poller.poll_once()
+    (_,) = poller.poll_once()
     emu.fail_with(500, 1)  # instance-action fails next round: the poller falls back to termination-time
     clock.advance(1)
     assert poller.poll_once() == []
@@ -119,7 +119,9 @@ def test_lifecycle_terminated(scene, clock):
 
 def test_lifecycle_deadline_is_a_parameter(clock):
     with ImdsEmulator(clock=clock) as emu:
-        poller = ImdsPoller(ImdsClient(emu.endpoint), on_notice=lambda n: None, clock=clock, rules=InterpretRules(asg_deadline=600))
+        poller = ImdsPoller(
+            ImdsClient(emu.endpoint), on_notice=lambda n: None, clock=clock, rules=InterpretRules(asg_deadline=600)
+        )
         emu.set_lifecycle_state("Terminated")
         assert poller.poll_once()[0].deadline == clock.now + 600
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import yaml
@@ -13,10 +14,22 @@ BASE_CONFIG: dict[str, Any] = {
     "aws:region": "us-east-1",
     "gpucloud:availabilityZone": "us-east-1a",
     "gpucloud:nodeGroups": [
-        {"name": "dev", "instanceType": "g6.xlarge", "minNodes": 0, "desiredNodes": 1, "maxNodes": 2,
-         "capacity": {"type": "spot"}},
-        {"name": "a100", "instanceType": "p4d.24xlarge", "minNodes": 0, "maxNodes": 2,
-         "capacity": {"type": "spot", "onDemandBase": 1}, "efa": {"mode": "on", "layout": "efa-only"}},
+        {
+            "name": "dev",
+            "instanceType": "g6.xlarge",
+            "minNodes": 0,
+            "desiredNodes": 1,
+            "maxNodes": 2,
+            "capacity": {"type": "spot"},
+        },
+        {
+            "name": "a100",
+            "instanceType": "p4d.24xlarge",
+            "minNodes": 0,
+            "maxNodes": 2,
+            "capacity": {"type": "spot", "onDemandBase": 1},
+            "efa": {"mode": "on", "layout": "efa-only"},
+        },
     ],
     "gpucloud:network": {"vpcCidr": "10.20.0.0/16"},
     "gpucloud:storage": {"fsx": {"sizeGiB": 2400, "throughputPerTiB": 250}},

@@ -11,8 +11,16 @@ from gpucloud.errors import UserError
 
 def test_bundled_catalog_has_the_issue_types_with_sources_and_date() -> None:
     catalog = load_catalog()
-    for name in ("p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge",
-                 "g5.xlarge", "g6.xlarge", "g6e.48xlarge"):
+    for name in (
+        "p4d.24xlarge",
+        "p4de.24xlarge",
+        "p5.48xlarge",
+        "p5e.48xlarge",
+        "p5en.48xlarge",
+        "g5.xlarge",
+        "g6.xlarge",
+        "g6e.48xlarge",
+    ):
         assert name in catalog.instance_types
     assert "p5.24xlarge" not in catalog.instance_types  # does not exist in EC2
     assert catalog.sources and catalog.notes and catalog.as_of.year >= 2026
@@ -20,8 +28,13 @@ def test_bundled_catalog_has_the_issue_types_with_sources_and_date() -> None:
 
 @pytest.mark.parametrize(
     ("name", "cards", "max_efa", "gpus"),
-    [("p4d.24xlarge", 4, 4, 8), ("p5.48xlarge", 32, 32, 8), ("p5en.48xlarge", 16, 16, 8),
-     ("g5.xlarge", 1, 0, 1), ("g6.12xlarge", 1, 1, 4)],
+    [
+        ("p4d.24xlarge", 4, 4, 8),
+        ("p5.48xlarge", 32, 32, 8),
+        ("p5en.48xlarge", 16, 16, 8),
+        ("g5.xlarge", 1, 0, 1),
+        ("g6.12xlarge", 1, 1, 4),
+    ],
 )
 def test_network_facts(name: str, cards: int, max_efa: int, gpus: int) -> None:
     itype = get_instance_type(name)
@@ -48,9 +61,17 @@ def test_save_and_load_round_trip(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("content", "expected"),
-    [("{not json", "not a readable JSON catalog"),
-     (json.dumps({"as_of": "2026-01-01", "region": "us-east-1", "sources": []}), "invalid catalog at instance_types"),
-     (json.dumps({"as_of": "yesterday", "region": "x", "sources": [], "instance_types": {}}), "invalid catalog at as_of")],
+    [
+        ("{not json", "not a readable JSON catalog"),
+        (
+            json.dumps({"as_of": "2026-01-01", "region": "us-east-1", "sources": []}),
+            "invalid catalog at instance_types",
+        ),
+        (
+            json.dumps({"as_of": "yesterday", "region": "x", "sources": [], "instance_types": {}}),
+            "invalid catalog at as_of",
+        ),
+    ],
 )
 def test_corrupt_catalog_is_a_one_line_error(tmp_path: Path, content: str, expected: str) -> None:
     path = tmp_path / "catalog.json"

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from gpucloud.catalog import get_instance_type
 from gpucloud.errors import UserError
 from gpucloud.spec import available_stacks, load_stack_file, spec_from_config, stack_file_for
 from gpucloud.spec.decisions import efa_enabled, uses_placement_group
-from gpucloud.catalog import get_instance_type
 
 
 def test_shipped_stacks_load() -> None:
@@ -39,32 +39,56 @@ def test_engine_style_config_with_json_text_values() -> None:
 
 
 def test_unprefixed_keys_are_the_project_namespace() -> None:
-    spec = spec_from_config({"aws:region": "us-east-1", "nodeGroups": [{"name": "a", "instanceType": "g5.xlarge"}],
-                             "agent": {"package": "s3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl"}}, "f")
+    spec = spec_from_config(
+        {
+            "aws:region": "us-east-1",
+            "nodeGroups": [{"name": "a", "instanceType": "g5.xlarge"}],
+            "agent": {"package": "s3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl"},
+        },
+        "f",
+    )
     assert spec.node_groups[0].name == "a"
 
 
 def test_yaml_on_off_for_efa_mode(tmp_path: Path) -> None:
     path = tmp_path / "Pulumi.x.yaml"
-    path.write_text("config:\n  aws:region: us-east-1\n  gpucloud:nodeGroups:\n"
-                    "    - {name: a, instanceType: p4d.24xlarge, efa: {mode: on}}\n"
-                    "    - {name: b, instanceType: p4d.24xlarge, efa: {mode: off}}\n"
-                    "  gpucloud:agent: {package: 's3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl'}\n")
+    path.write_text(
+        "config:\n  aws:region: us-east-1\n  gpucloud:nodeGroups:\n"
+        "    - {name: a, instanceType: p4d.24xlarge, efa: {mode: on}}\n"
+        "    - {name: b, instanceType: p4d.24xlarge, efa: {mode: off}}\n"
+        "  gpucloud:agent: {package: 's3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl'}\n"
+    )
     spec = load_stack_file(path)
     assert [g.efa.mode for g in spec.node_groups] == ["on", "off"]
 
 
 def test_defaults_decide_efa_and_placement() -> None:
-    spec = spec_from_config({"aws:region": "us-east-1", "gpucloud:nodeGroups": [
-        {"name": "p4d", "instanceType": "p4d.24xlarge"},
-        {"name": "cb", "instanceType": "p5.48xlarge",
-         "capacity": {"type": "capacity-block", "reservationId": "cr-0123456789abcdef0"}},
-        {"name": "g", "instanceType": "g6.xlarge"},
-    ], "gpucloud:agent": {"package": "s3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl"}}, "f")
+    spec = spec_from_config(
+        {
+            "aws:region": "us-east-1",
+            "gpucloud:nodeGroups": [
+                {"name": "p4d", "instanceType": "p4d.24xlarge"},
+                {
+                    "name": "cb",
+                    "instanceType": "p5.48xlarge",
+                    "capacity": {"type": "capacity-block", "reservationId": "cr-0123456789abcdef0"},
+                },
+                {"name": "g", "instanceType": "g6.xlarge"},
+            ],
+            "gpucloud:agent": {"package": "s3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl"},
+        },
+        "f",
+    )
     p4d, cb, g = spec.node_groups
-    assert efa_enabled(p4d, get_instance_type("p4d.24xlarge")) and uses_placement_group(p4d, get_instance_type("p4d.24xlarge"))
-    assert efa_enabled(cb, get_instance_type("p5.48xlarge")) and not uses_placement_group(cb, get_instance_type("p5.48xlarge"))
-    assert not efa_enabled(g, get_instance_type("g6.xlarge")) and not uses_placement_group(g, get_instance_type("g6.xlarge"))
+    assert efa_enabled(p4d, get_instance_type("p4d.24xlarge")) and uses_placement_group(
+        p4d, get_instance_type("p4d.24xlarge")
+    )
+    assert efa_enabled(cb, get_instance_type("p5.48xlarge")) and not uses_placement_group(
+        cb, get_instance_type("p5.48xlarge")
+    )
+    assert not efa_enabled(g, get_instance_type("g6.xlarge")) and not uses_placement_group(
+        g, get_instance_type("g6.xlarge")
+    )
     assert spec.network.vpc_cidr is None and spec.ami.ssm_parameter.startswith("/aws/service/deeplearning/ami/x86_64/")
 
 

@@ -1,5 +1,5 @@
 """The fleet as the scaling decision sees it, read from the queue backend (the I/O half of
-``gpucloud.fleet.scaling``, which stays pure).
+``gpucloud.agent.scaling``, which stays pure).
 
 Waiting gangs are the QUEUED jobs in queue order, each with the slots of its current attempt that
 no live claim holds. Busy and idle nodes are the agents' own records, counted only when reported
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import time
 
-from gpucloud.fleet.scaling import FleetState, WaitingGang
-from gpucloud.jobs import gang
-from gpucloud.jobs.gang import GangQueue
+from gpucloud.agent.scaling import FleetState, WaitingGang
 from gpucloud.jobs.model import JobState, NodeState
+from gpucloud.queue import gang
+from gpucloud.queue.gang import GangQueue
 
 BUSY_STATES = (NodeState.WAITING, NodeState.RUNNING)
 
@@ -23,8 +23,10 @@ BUSY_STATES = (NodeState.WAITING, NodeState.RUNNING)
 def waiting_gangs(queue: GangQueue, *, now: float) -> tuple[WaitingGang, ...]:
     """Every QUEUED job attempt, oldest first, with its unclaimed slots at ``now``."""
     return tuple(
-        WaitingGang(nodes=job.spec.nodes,
-                    unclaimed=len(gang.view(queue.slot_claims(job.id, job.attempt), job.spec.nodes, now).free_slots))
+        WaitingGang(
+            nodes=job.spec.nodes,
+            unclaimed=len(gang.view(queue.slot_claims(job.id, job.attempt), job.spec.nodes, now).free_slots),
+        )
         for job in queue.list_jobs([JobState.QUEUED])
     )
 

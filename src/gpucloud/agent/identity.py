@@ -24,8 +24,12 @@ def discover(imds_endpoint: str | None, *, address: str | None = None) -> NodeId
     facts: dict[str, str | None] = {}
     if imds_endpoint is not None:
         client = ImdsClient(imds_endpoint, connect_timeout=1.0, read_timeout=2.0)
-        for name, path in (("instance_id", "instance-id"), ("instance_type", "instance-type"),
-                           ("lifecycle", "instance-life-cycle"), ("private_ip", "local-ipv4")):
+        for name, path in (
+            ("instance_id", "instance-id"),
+            ("instance_type", "instance-type"),
+            ("lifecycle", "instance-life-cycle"),
+            ("private_ip", "local-ipv4"),
+        ):
             try:
                 facts[name] = client.get_text(f"/latest/meta-data/{path}")
             except ImdsUnavailable:

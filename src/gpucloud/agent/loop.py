@@ -5,7 +5,7 @@ an attempt is the supervisor's (``jobs.runner.run_attempt``, the same code ``spo
 This module only sequences them and keeps the node's record in the queue current:
 
 * idle: claim a slot the queue offers (failing over attempts that lost a member on the way),
-  publish the backlog, scale in when idle long enough (``fleet_hooks``);
+  publish the backlog, scale in when idle long enough (``asg_hooks``);
 * waiting: renew the slot, wait for the other members; after ``gang_timeout`` give the slot back;
 * running: torchrun as member ``slot`` with rank 0's address as the rendezvous, under the
   supervisor; scale-in protection held; a stop notice asks for this node's replacement at once and
@@ -18,21 +18,22 @@ import dataclasses
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from gpucloud.agent.fleet_hooks import FleetHooks
+from gpucloud.agent.asg_hooks import FleetHooks
+from gpucloud.agent.backlog_metric import PERIOD_SECONDS
 from gpucloud.agent.fleet_view import fleet_state
 from gpucloud.agent.identity import NodeIdentity
 from gpucloud.agent.table_notices import TableNotices, request_gang_stop
 from gpucloud.agent.torchrun import DEFAULT_PORT, gang_argv
 from gpucloud.errors import UserError
-from gpucloud.jobs import gang
-from gpucloud.jobs.gang import GangQueue
 from gpucloud.jobs.model import Job, JobState, NodeRecord, NodeState, SlotClaim
 from gpucloud.jobs.runner import AttemptResult, EventHook, NoticeSource, run_attempt
 from gpucloud.jobs.supervisor import SupervisorConfig
-from gpucloud.scaling_metric import PERIOD_SECONDS
+from gpucloud.queue import gang
+from gpucloud.queue.gang import GangQueue
 from gpucloud.signals.events import Notice
 
 log = logging.getLogger("gpucloud.agent")
@@ -85,12 +86,12 @@ class _SlotKeeper:
     """Renews this member's slot lease and the node record until stopped (a thread: the
     supervisor's loop is busy with the attempt)."""
 
-    def __init__(self, agent: "Agent", claim: SlotClaim) -> None:
+    def __init__(self, agent: Agent, claim: SlotClaim) -> None:
         self.agent, self.claim = agent, claim
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"slot-{claim.job_id}-{claim.slot}", daemon=True)
 
-    def __enter__(self) -> "_SlotKeeper":
+    def __enter__(self) -> _SlotKeeper:
         self._thread.start()
         return self
 
@@ -125,8 +126,15 @@ class _NoticeWatch:
 
 class Agent:
     def __init__(
-        self, queue: GangQueue, identity: NodeIdentity, notices: NoticeSource, hooks: FleetHooks,
-        config: SupervisorConfig, options: AgentOptions, *, status: Status | None = None,
+        self,
+        queue: GangQueue,
+        identity: NodeIdentity,
+        notices: NoticeSource,
+        hooks: FleetHooks,
+        config: SupervisorConfig,
+        options: AgentOptions,
+        *,
+        status: Status | None = None,
         on_event: EventHook | None = None,
     ) -> None:
         self.queue, self.identity, self.hooks = queue, identity, hooks
@@ -153,15 +161,30 @@ class Agent:
                 self.state = state
             claim = self.current
             record = NodeRecord(
-                id=self.identity.worker, address=self.identity.address, state=self.state,
-                instance_type=self.identity.instance_type, lifecycle=self.identity.lifecycle,
-                instance_id=self.identity.instance_id, job_id=claim.job_id if claim else None,
-                attempt=claim.attempt if claim else None, slot=claim.slot if claim else None, updated_at=time.time(),
+                id=self.identity.worker,
+                address=self.identity.address,
+                state=self.state,
+                instance_type=self.identity.instance_type,
+                lifecycle=self.identity.lifecycle,
+                instance_id=self.identity.instance_id,
+                job_id=claim.job_id if claim else None,
+                attempt=claim.attempt if claim else None,
+                slot=claim.slot if claim else None,
+                updated_at=time.time(),
             )
         self.queue.register_node(record)
         if (changed or extra) and self._status is not None:
-            self._status({"worker": record.id, "state": record.state.value, "job_id": record.job_id,
-                          "attempt": record.attempt, "slot": record.slot, "at": record.updated_at, **extra})
+            self._status(
+                {
+                    "worker": record.id,
+                    "state": record.state.value,
+                    "job_id": record.job_id,
+                    "attempt": record.attempt,
+                    "slot": record.slot,
+                    "at": record.updated_at,
+                    **extra,
+                }
+            )
 
     def _on_stop(self, notice: Notice) -> None:
         with self._lock:
@@ -202,9 +225,14 @@ class Agent:
                 now = time.monotonic()
                 self._backoff = {k: until for k, until in self._backoff.items() if until > now}
                 # Lost members' attempts are failed over inside claim_slot (their offers come too).
-                claim = gang.claim_slot(self.queue, self.identity.worker, self.identity.address,
-                                        lease_seconds=self.options.slot_lease, skip=self._backoff.keys(),
-                                        skip_delay=self.options.poll_interval)
+                claim = gang.claim_slot(
+                    self.queue,
+                    self.identity.worker,
+                    self.identity.address,
+                    lease_seconds=self.options.slot_lease,
+                    skip=self._backoff.keys(),
+                    skip_delay=self.options.poll_interval,
+                )
                 if claim is None:
                     if self._idle(time.monotonic() - idle_since):
                         break
@@ -250,8 +278,9 @@ class Agent:
                     return False  # the attempt ended or was taken over while forming; claim again
                 self.report(NodeState.RUNNING)
                 result = self._run(job, claim, members)
-            self.ran.append(RanAttempt(job.id, claim.attempt, claim.slot, job.spec.nodes, result.end.state.value,
-                                       result.exit_code))
+            self.ran.append(
+                RanAttempt(job.id, claim.attempt, claim.slot, job.spec.nodes, result.end.state.value, result.exit_code)
+            )
             if self.stop_notice is not None and result.end.committed_step is not None:
                 self.hooks.committed()  # CONTINUE only now: the checkpoint is durable
             return True
@@ -269,7 +298,9 @@ class Agent:
                 return members
             current = self.queue.get(claim.job_id)
             if current.state is not JobState.QUEUED or current.attempt != claim.attempt:
-                if current.state is JobState.RUNNING and current.worker == gang.gang_worker(claim.job_id, claim.attempt):
+                if current.state is JobState.RUNNING and current.worker == gang.gang_worker(
+                    claim.job_id, claim.attempt
+                ):
                     # Started by the others while we looked: its stored members, leases aside (a
                     # late one is the lost-member sweep's business, not a reason not to join).
                     return gang.members(self.queue, job, claim.attempt, now=0.0)
@@ -287,8 +318,12 @@ class Agent:
         if job.spec.nodes > 1:
             rendezvous = next(m.address for m in members if m.slot == 0)
             argv = gang_argv(
-                job.spec.command, nnodes=job.spec.nodes, node_rank=claim.slot, rendezvous_host=rendezvous,
-                port=self.options.rendezvous_port, run_id=f"{job.id}-{job.attempt}",
+                job.spec.command,
+                nnodes=job.spec.nodes,
+                node_rank=claim.slot,
+                rendezvous_host=rendezvous,
+                port=self.options.rendezvous_port,
+                run_id=f"{job.id}-{job.attempt}",
                 nproc_per_node=max(1, job.spec.gpus_per_node),
             )
             job = job.model_copy(update={"spec": job.spec.model_copy(update={"command": argv})})
@@ -305,10 +340,16 @@ class Agent:
 
         # Every member also watches the attempt's stop request in the job table, so a notice seen
         # anywhere (or by the events-queue handler, for a node whose agent is dead) flags its ranks.
-        notices = TableNotices(self.notices, self.queue, job.id, job.attempt, on_table_notice=about_this_node,
-                               first=self.stop_notice)
+        notices = TableNotices(
+            self.notices, self.queue, job.id, job.attempt, on_table_notice=about_this_node, first=self.stop_notice
+        )
         return run_attempt(
-            self.queue, job, worker=gang.gang_worker(job.id, job.attempt), notices=notices, config=self.config,
-            local_checkpoint_dir=self.options.local_checkpoint_dir, on_event=self._on_event,
+            self.queue,
+            job,
+            worker=gang.gang_worker(job.id, job.attempt),
+            notices=notices,
+            config=self.config,
+            local_checkpoint_dir=self.options.local_checkpoint_dir,
+            on_event=self._on_event,
             run_root=self.options.run_root,
         )

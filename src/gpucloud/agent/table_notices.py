@@ -17,10 +17,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
-from gpucloud.jobs.queue import JobQueue
 from gpucloud.jobs.runner import NoticeSource
+from gpucloud.queue.protocol import JobQueue
 from gpucloud.signals.events import Notice
 
 log = logging.getLogger("gpucloud.agent")
@@ -28,15 +28,22 @@ log = logging.getLogger("gpucloud.agent")
 POLL_INTERVAL = 1.0  # seconds between reads of the attempt's stop request (one consistent read each)
 
 
-def request_gang_stop(queue: JobQueue, job_id: str, attempt: int, notice: Notice, *, instance_id: str | None = None) -> bool:
+def request_gang_stop(
+    queue: JobQueue, job_id: str, attempt: int, notice: Notice, *, instance_id: str | None = None
+) -> bool:
     """Record ``notice`` as the stop request of the running attempt (idempotent: False when a
     request was already recorded, or the attempt is no longer running). ``instance_id`` names the
     noticed node when the notice's payload does not (IMDS notices carry no instance id)."""
     if instance_id is not None and "instance-id" not in notice.payload:
         notice = dataclasses.replace(notice, payload={**notice.payload, "instance-id": instance_id})
     applied = queue.request_stop(job_id, attempt, notice)
-    log.info("%s notice: stop of %s attempt %d %s", notice.kind, job_id, attempt,
-             "requested for the gang" if applied else "already requested (or the attempt ended)")
+    log.info(
+        "%s notice: stop of %s attempt %d %s",
+        notice.kind,
+        job_id,
+        attempt,
+        "requested for the gang" if applied else "already requested (or the attempt ended)",
+    )
     return applied
 
 
@@ -52,9 +59,16 @@ class TableNotices:
     """
 
     def __init__(
-        self, source: NoticeSource, queue: JobQueue, job_id: str, attempt: int, *,
-        interval: float = POLL_INTERVAL, on_table_notice: Callable[[Notice], None] | None = None,
-        first: Notice | None = None, clock: Callable[[], float] = time.monotonic,
+        self,
+        source: NoticeSource,
+        queue: JobQueue,
+        job_id: str,
+        attempt: int,
+        *,
+        interval: float = POLL_INTERVAL,
+        on_table_notice: Callable[[Notice], None] | None = None,
+        first: Notice | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if interval <= 0:
             raise ValueError(f"the stop-request poll interval must be more than 0 seconds, got {interval}")
@@ -90,8 +104,13 @@ class TableNotices:
         except Exception as err:  # noqa: BLE001 - any read failure: the next poll retries; never stop supervising
             line = " ".join(str(err).split()) or type(err).__name__
             if line != self._last_error:  # once per distinct failure, not once a second
-                log.warning("reading the stop request of %s attempt %d failed: %s; retrying every %.0fs",
-                            self.job_id, self.attempt, line, self.interval)
+                log.warning(
+                    "reading the stop request of %s attempt %d failed: %s; retrying every %.0fs",
+                    self.job_id,
+                    self.attempt,
+                    line,
+                    self.interval,
+                )
             self._last_error = line
             return None
         self._last_error = None

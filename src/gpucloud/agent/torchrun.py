@@ -18,8 +18,19 @@ LAUNCHERS = ("torchrun",)
 MODULE_LAUNCH = ("-m", "torch.distributed.run")
 # Flags the agent owns for a gang; a job that sets them would fight the slot assignment.
 OWNED_FLAGS = (
-    "--nnodes", "--node-rank", "--node_rank", "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint",
-    "--rdzv_endpoint", "--rdzv-id", "--rdzv_id", "--master-addr", "--master_addr", "--master-port", "--master_port",
+    "--nnodes",
+    "--node-rank",
+    "--node_rank",
+    "--rdzv-backend",
+    "--rdzv_backend",
+    "--rdzv-endpoint",
+    "--rdzv_endpoint",
+    "--rdzv-id",
+    "--rdzv_id",
+    "--master-addr",
+    "--master_addr",
+    "--master-port",
+    "--master_port",
 )
 SINGLE_NODE_FLAGS = ("--standalone",)
 BOOLEAN_FLAGS = ("--standalone", "--no-python", "--no_python", "--module", "-m", "--run-path", "--run_path")
@@ -36,16 +47,26 @@ def launcher_length(command: list[str]) -> int:
 
 
 def gang_argv(
-    command: list[str], *, nnodes: int, node_rank: int, rendezvous_host: str, port: int, run_id: str,
-    nproc_per_node: int = 1, launcher: tuple[str, ...] = (sys.executable, *MODULE_LAUNCH),
+    command: list[str],
+    *,
+    nnodes: int,
+    node_rank: int,
+    rendezvous_host: str,
+    port: int,
+    run_id: str,
+    nproc_per_node: int = 1,
+    launcher: tuple[str, ...] = (sys.executable, *MODULE_LAUNCH),
 ) -> list[str]:
     """``command`` as member ``node_rank`` of ``nnodes`` runs it, rendezvous at ``rendezvous_host:port``."""
     if not 0 <= node_rank < nnodes:
         raise ValueError(f"node rank {node_rank} is outside 0..{nnodes - 1}")
     host = f"[{rendezvous_host}]" if ":" in rendezvous_host else rendezvous_host
     ours = [
-        f"--nnodes={nnodes}", f"--node-rank={node_rank}", "--rdzv-backend=static",
-        f"--rdzv-endpoint={host}:{port}", f"--rdzv-id={run_id}",
+        f"--nnodes={nnodes}",
+        f"--node-rank={node_rank}",
+        "--rdzv-backend=static",
+        f"--rdzv-endpoint={host}:{port}",
+        f"--rdzv-id={run_id}",
     ]
     head = launcher_length(command)
     if head == 0:

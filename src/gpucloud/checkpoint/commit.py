@@ -26,6 +26,7 @@ from gpucloud.checkpoint.manifest import FileEntry, Manifest
 from gpucloud.checkpoint.store import CheckpointStore
 from gpucloud.checkpoint.tiers import LocalTier, S3Tier
 
+
 class Group(Protocol):
     """The collectives the commit needs (a gloo group in a job, trivial in one process)."""
 

@@ -12,9 +12,10 @@ import io
 import os
 import threading
 import warnings
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -32,8 +33,9 @@ DEFAULT_WRITER_THREADS = 8
 # warns on every save and load, which would print once per checkpoint in a user's log. A filter
 # installed once, not catch_warnings around each call: saves run on background threads, and
 # catch_warnings swaps the process-wide filter list under them.
-warnings.filterwarnings("ignore", message=r"torch\.distributed is disabled, unavailable or uninitialized",
-                        category=UserWarning)
+warnings.filterwarnings(
+    "ignore", message=r"torch\.distributed is disabled, unavailable or uninitialized", category=UserWarning
+)
 
 
 class _ChecksummingStream(io.RawIOBase):
@@ -93,7 +95,7 @@ class ChecksummingFileSystem(FileSystem):
             with self._lock:
                 self.written[name] = FileEntry(name=name, size=size, xxh3=digest)
 
-        stream = _ChecksummingStream(open(path, mode), record)
+        stream = _ChecksummingStream(open(path, mode), record)  # noqa: SIM115 - closed by the finally below
         try:
             yield stream
         finally:
@@ -114,7 +116,9 @@ class ChecksummingWriter(FileSystemWriter):
         self.path = self.fs.init_path(path)
 
 
-def save(state: dict[str, Any], directory: Path, *, process_group=None, thread_count: int = DEFAULT_WRITER_THREADS) -> list[FileEntry]:
+def save(
+    state: dict[str, Any], directory: Path, *, process_group=None, thread_count: int = DEFAULT_WRITER_THREADS
+) -> list[FileEntry]:
     """Synchronously save ``state`` with DCP into ``directory``; return this rank's file entries."""
     directory.mkdir(parents=True, exist_ok=True)
     writer = ChecksummingWriter(directory, thread_count=thread_count)
@@ -124,8 +128,12 @@ def save(state: dict[str, Any], directory: Path, *, process_group=None, thread_c
 
 def load(state: dict[str, Any], directory: Path, *, process_group=None) -> None:
     """Load ``directory`` into ``state`` in place (resharding to this world size as needed)."""
-    dcp.load(state, storage_reader=FileSystemReader(directory), process_group=process_group,
-             no_dist=not dist.is_initialized())
+    dcp.load(
+        state,
+        storage_reader=FileSystemReader(directory),
+        process_group=process_group,
+        no_dist=not dist.is_initialized(),
+    )
 
 
 def saved_keys(directory: Path) -> set[str]:

@@ -51,7 +51,7 @@ class Manifest(BaseModel):
         return self.model_dump_json(indent=1)
 
     @classmethod
-    def parse(cls, text: str | bytes, where: str) -> "Manifest":
+    def parse(cls, text: str | bytes, where: str) -> Manifest:
         try:
             return cls.model_validate_json(text)
         except ValidationError as exc:
@@ -60,7 +60,7 @@ class Manifest(BaseModel):
             raise ManifestError(f"{where}: invalid manifest ({loc}: {first.get('msg')})") from None
 
 
-def new_hasher() -> "xxhash.xxh3_64":
+def new_hasher() -> xxhash.xxh3_64:
     return xxhash.xxh3_64()
 
 
@@ -87,15 +87,11 @@ def verify_directory(directory: Path, manifest: Manifest, *, checksums: bool = T
         except FileNotFoundError:
             raise ManifestError(f"{directory}: {entry.name} is missing") from None
         if actual_size != entry.size:
-            raise ManifestError(
-                f"{directory}: {entry.name} has {actual_size} bytes, manifest says {entry.size}"
-            )
+            raise ManifestError(f"{directory}: {entry.name} has {actual_size} bytes, manifest says {entry.size}")
         if checksums:
             _, digest = file_digest(path)
             if digest != entry.xxh3:
-                raise ManifestError(
-                    f"{directory}: {entry.name} checksum {digest} does not match manifest {entry.xxh3}"
-                )
+                raise ManifestError(f"{directory}: {entry.name} checksum {digest} does not match manifest {entry.xxh3}")
 
 
 def read_manifest(directory: Path) -> Manifest:

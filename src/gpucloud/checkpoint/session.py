@@ -106,14 +106,16 @@ class TrainingSession:
         self.model = model
         self.optimizer = optimizer
         self.extra = extra
-        self.policy = SavePolicy(every_steps=every_steps, every_seconds=every_seconds, auto=auto,
-                                 mtbi_seconds=float(mtbi_hours) * 3600.0)
+        self.policy = SavePolicy(
+            every_steps=every_steps, every_seconds=every_seconds, auto=auto, mtbi_seconds=float(mtbi_hours) * 3600.0
+        )
         self.keep_last = keep_last
         self.writer_threads = writer_threads
         self.control_dir = control_dir or os.environ.get(jobenv.CONTROL_DIR) or None
         self.attempt = _attempt_from_env()
-        self.store = CheckpointStore(checkpoint_uri, job_id,
-                                     local_dir=local_dir or os.environ.get(jobenv.LOCAL_CHECKPOINT_DIR) or None)
+        self.store = CheckpointStore(
+            checkpoint_uri, job_id, local_dir=local_dir or os.environ.get(jobenv.LOCAL_CHECKPOINT_DIR) or None
+        )
         self.ranks = Ranks()
         self.step = 0
         self.history = SaveHistory()
@@ -137,13 +139,21 @@ class TrainingSession:
         if self.ranks.rank == 0:
             try:
                 resolved = self.store.resolve()
-                decision = {"step": None} if resolved is None else {
-                    "step": resolved.step, "tier": resolved.tier, "manifest": resolved.manifest.to_json(),
-                }
+                decision = (
+                    {"step": None}
+                    if resolved is None
+                    else {
+                        "step": resolved.step,
+                        "tier": resolved.tier,
+                        "manifest": resolved.manifest.to_json(),
+                    }
+                )
             except Exception as exc:  # noqa: BLE001 - every rank must learn of it, or they hang
                 failure = exc
-                decision = {"error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
-                            "user_error": isinstance(exc, UserError)}
+                decision = {
+                    "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                    "user_error": isinstance(exc, UserError),
+                }
         decision = self.ranks.broadcast_object(decision)
         if "error" in decision:
             if failure is not None:
@@ -163,8 +173,9 @@ class TrainingSession:
         self.step = step
         self.history = SaveHistory(last_step=step, last_time=time.monotonic())
         if self.ranks.is_node_leader and self.control_dir:
-            control.write(self.control_dir, control.RESUMED,
-                          {"step": step, "source_tier": source_tier, "attempt": self.attempt})
+            control.write(
+                self.control_dir, control.RESUMED, {"step": step, "source_tier": source_tier, "attempt": self.attempt}
+            )
         return step
 
     def _directory_for(self, manifest: Manifest) -> Path:
@@ -193,12 +204,15 @@ class TrainingSession:
         rank = self.ranks.rank
         source_rank = rank if f"rng.rank{rank}.torch" in keys else 0
         extra_prefix = f"extra.rank{source_rank}."
-        present = {k[len(extra_prefix):].split(".", 1)[0] for k in keys if k.startswith(extra_prefix)}
+        present = {k[len(extra_prefix) :].split(".", 1)[0] for k in keys if k.startswith(extra_prefix)}
         restorable = {name: obj for name, obj in self.extra.items() if name in present}
         for name in self.extra.keys() - present:
-            log.warning("checkpoint in %s has no state for extra_state[%r]; it keeps its current state", directory, name)
-        target = state.template(self.model, self.optimizer, restorable, source_rank=source_rank,
-                                has_extra=bool(restorable))
+            log.warning(
+                "checkpoint in %s has no state for extra_state[%r]; it keeps its current state", directory, name
+            )
+        target = state.template(
+            self.model, self.optimizer, restorable, source_rank=source_rank, has_extra=bool(restorable)
+        )
         try:
             dcp_io.load(target, directory, process_group=self.ranks.checkpoint_group)
         except CheckpointException as exc:  # a BaseException: `except Exception` misses it
@@ -296,8 +310,9 @@ class TrainingSession:
         else:
             buf = self._staging_cache.copy(key, local)
         if isinstance(tensor, DTensor):
-            return DTensor.from_local(buf, tensor.device_mesh, tensor.placements, run_check=False,
-                                      shape=tensor.shape, stride=tensor.stride())
+            return DTensor.from_local(
+                buf, tensor.device_mesh, tensor.placements, run_check=False, shape=tensor.shape, stride=tensor.stride()
+            )
         return buf
 
     def _before_optimizer_step(self, optimizer, args, kwargs) -> None:
@@ -307,7 +322,9 @@ class TrainingSession:
             pending.staged.wait()
             pending.stall += time.monotonic() - waited
 
-    def _persist(self, ctx: commit_protocol.SaveContext, staged: dict, deferred: list, pending: _PendingSave) -> Manifest:
+    def _persist(
+        self, ctx: commit_protocol.SaveContext, staged: dict, deferred: list, pending: _PendingSave
+    ) -> Manifest:
         try:
             for buf, src in deferred:
                 buf.copy_(src.detach(), non_blocking=buf.is_pinned())
@@ -319,8 +336,9 @@ class TrainingSession:
     def _write_and_commit(self, ctx: commit_protocol.SaveContext, state_dict: dict) -> Manifest:
         commit_protocol.prepare(ctx, self.ranks)
         try:
-            files = dcp_io.save(state_dict, ctx.staging, process_group=self.ranks.checkpoint_group,
-                                thread_count=self.writer_threads)
+            files = dcp_io.save(
+                state_dict, ctx.staging, process_group=self.ranks.checkpoint_group, thread_count=self.writer_threads
+            )
             manifest = commit_protocol.commit(ctx, files, self.ranks)
         except (CheckpointException, Exception) as exc:
             # DCP's CheckpointException is a BaseException carrying every rank's traceback as
@@ -346,15 +364,22 @@ class TrainingSession:
         self._pending = None
         try:
             pending.future.result()
-        except BaseException as exc:  # noqa: BLE001 - a failed periodic save must not stop training
-            log.error("checkpoint of step %d failed, the previous checkpoint stays current: %s",
-                      pending.step, _first_line(exc) if not isinstance(exc, CheckpointSaveError) else str(exc))
+        except BaseException as exc:
+            log.error(
+                "checkpoint of step %d failed, the previous checkpoint stays current: %s",
+                pending.step,
+                _first_line(exc) if not isinstance(exc, CheckpointSaveError) else str(exc),
+            )
             log.debug("checkpoint failure detail", exc_info=exc)
             return
         self.last_committed = pending.step
         self.save_count += 1
-        self.history = SaveHistory(last_step=pending.step, last_time=pending.started,
-                                   stall_seconds=pending.stall, persist_seconds=time.monotonic() - pending.started)
+        self.history = SaveHistory(
+            last_step=pending.step,
+            last_time=pending.started,
+            stall_seconds=pending.stall,
+            persist_seconds=time.monotonic() - pending.started,
+        )
 
     def wait(self) -> None:
         """Block until the save in flight (if any) is committed or has failed."""
@@ -390,10 +415,15 @@ class TrainingSession:
             control.write(self.control_dir, control.ACK, {"step": step, "notice_kind": notice.get("kind")})
         self.save_now(step)  # waits for an async save in flight first; no-op if it was this step
         if self.ranks.is_node_leader and self.control_dir:
-            control.write(self.control_dir, control.COMMITTED,
-                          {"step": step, "uri": self.store.durable_description(step)})
-        log.warning("preempted: step %d committed to %s; exiting %d for requeue",
-                    step, self.store.durable_description(step), jobenv.EXIT_REQUEUED)
+            control.write(
+                self.control_dir, control.COMMITTED, {"step": step, "uri": self.store.durable_description(step)}
+            )
+        log.warning(
+            "preempted: step %d committed to %s; exiting %d for requeue",
+            step,
+            self.store.durable_description(step),
+            jobenv.EXIT_REQUEUED,
+        )
         self._shutdown()
         raise SystemExit(jobenv.EXIT_REQUEUED)
 

@@ -20,7 +20,12 @@ import random
 from typing import Any, Protocol
 
 import torch
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict, get_model_state_dict, set_model_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
 
 try:  # numpy is optional; its global RNG is captured when it is importable
     import numpy as _np
@@ -61,8 +66,9 @@ def _as_tuple(value: Any) -> Any:
     return value
 
 
-def capture(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, extra: dict[str, Stateful],
-            *, rank: int, step: int) -> dict[str, Any]:
+def capture(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, extra: dict[str, Stateful], *, rank: int, step: int
+) -> dict[str, Any]:
     """The live state (tensors are references, not copies) to save at ``step``."""
     if optimizer is not None:
         model_sd, optim_sd = get_state_dict(model, optimizer)
@@ -79,8 +85,14 @@ def capture(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, ext
     return state
 
 
-def template(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, extra: dict[str, Stateful],
-             *, source_rank: int, has_extra: bool) -> dict[str, Any]:
+def template(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    extra: dict[str, Stateful],
+    *,
+    source_rank: int,
+    has_extra: bool,
+) -> dict[str, Any]:
     """A state dict of the right structure for DCP to load into (values are overwritten)."""
     state = capture(model, optimizer, extra if has_extra else {}, rank=source_rank, step=0)
     if not has_extra:
@@ -88,8 +100,14 @@ def template(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, ex
     return state
 
 
-def apply(loaded: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
-          extra: dict[str, Stateful], *, source_rank: int) -> int:
+def apply(
+    loaded: dict[str, Any],
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    extra: dict[str, Stateful],
+    *,
+    source_rank: int,
+) -> int:
     """Put loaded state back into the live objects; return the restored step."""
     if optimizer is not None:
         set_state_dict(model, optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"])

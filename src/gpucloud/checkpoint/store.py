@@ -105,8 +105,11 @@ class CheckpointStore:
         latest = self.latest_durable()
         candidates = resume_candidates(latest, self.committed_durable())
         if latest is not None and latest not in self.committed_durable():
-            log.warning("%s names %s, which has no manifest; falling back to the previous committed step",
-                        f"{self.durable_description()}/LATEST", layout.step_dir(latest))
+            log.warning(
+                "%s names %s, which has no manifest; falling back to the previous committed step",
+                f"{self.durable_description()}/LATEST",
+                layout.step_dir(latest),
+            )
         for step in candidates:
             resolved = self._resolve_step(step, verify_checksums)
             if resolved is not None:
@@ -160,8 +163,9 @@ class CheckpointStore:
                 _remove_all(self.durable.stale_staging(self.job_id))
         if local and self.local is not None:
             local_latest = read_latest(self.local, self.job_id)
-            for step in steps_to_delete(self.local.committed_steps(self.job_id), keep_last,
-                                        protected=(latest, local_latest)):
+            for step in steps_to_delete(
+                self.local.committed_steps(self.job_id), keep_last, protected=(latest, local_latest)
+            ):
                 self.local.delete_step(self.job_id, step)
             _remove_all(self.local.stale_staging(self.job_id))
         return doomed

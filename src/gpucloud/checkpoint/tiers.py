@@ -192,7 +192,7 @@ class S3Tier:
         paginator = self.client.get_paginator("list_objects_v2")
         for page in paginator.paginate(Bucket=self.location.bucket, Prefix=prefix):
             for obj in page.get("Contents", []):
-                rel = obj["Key"][len(prefix):]
+                rel = obj["Key"][len(prefix) :]
                 parts = rel.split("/")
                 if len(parts) == 2 and parts[1] == layout.MANIFEST:
                     step = layout.parse_step_dir(parts[0])
@@ -246,7 +246,9 @@ class S3Tier:
                 try:
                     future.result()
                 except Exception as exc:  # noqa: BLE001 - surfaced as a verification failure
-                    raise ManifestError(f"{self.describe(job_id)}/{layout.step_dir(step)}: download failed: {exc}") from None
+                    raise ManifestError(
+                        f"{self.describe(job_id)}/{layout.step_dir(step)}: download failed: {exc}"
+                    ) from None
         write_text_atomic(dst / layout.MANIFEST, manifest.to_json())
 
     def delete_step(self, job_id: str, step: int) -> None:

@@ -45,46 +45,109 @@ Exit codes: 0 idle exit or --max-attempts reached; 75 stopped by an interruption
 
 @click.command("agent", epilog=EPILOG)
 @supervisor_options
-@click.option("--address", metavar="IP", help="Private address gang members reach this node on (default: IMDS local-ipv4; 127.0.0.1 with --no-imds).")
-@click.option("--rendezvous-port", type=click.IntRange(1, 65535), default=29500, show_default=True, help="TCP port of the rendezvous store on slot 0's node.")
-@click.option("--slot-lease", type=click.FloatRange(min=1.0), default=30.0, show_default=True, help="Seconds a member may miss renewing its slot before the gang counts it lost.")
-@click.option("--gang-timeout", type=click.FloatRange(min=1.0), default=300.0, show_default=True, help="Seconds to wait for the rest of a gang before giving the slot back.")
-@click.option("--idle-exit", type=click.FloatRange(min=0.0), metavar="SECONDS", help="Exit after this long with nothing to claim (default: run until stopped).")
-@click.option("--max-attempts", "max_attempts_run", type=click.IntRange(min=1), help="Exit after running this many attempts.")
-@click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path), help="This node's per-attempt control directories (default: $GPUCLOUD_HOME/run).")
-@click.option("--events-queue", "events_queue", metavar="URL", envvar="GPUCLOUD_EVENTS_QUEUE_URL", show_envvar=True,
-              help="The cluster's events queue (the stack's eventsQueueUrl; node.env sets it). Consumed in the "
-                   "background so a noticed node whose agent died is still handled. Default: off.")
+@click.option(
+    "--address",
+    metavar="IP",
+    help="Private address gang members reach this node on (default: IMDS local-ipv4; 127.0.0.1 with --no-imds).",
+)
+@click.option(
+    "--rendezvous-port",
+    type=click.IntRange(1, 65535),
+    default=29500,
+    show_default=True,
+    help="TCP port of the rendezvous store on slot 0's node.",
+)
+@click.option(
+    "--slot-lease",
+    type=click.FloatRange(min=1.0),
+    default=30.0,
+    show_default=True,
+    help="Seconds a member may miss renewing its slot before the gang counts it lost.",
+)
+@click.option(
+    "--gang-timeout",
+    type=click.FloatRange(min=1.0),
+    default=300.0,
+    show_default=True,
+    help="Seconds to wait for the rest of a gang before giving the slot back.",
+)
+@click.option(
+    "--idle-exit",
+    type=click.FloatRange(min=0.0),
+    metavar="SECONDS",
+    help="Exit after this long with nothing to claim (default: run until stopped).",
+)
+@click.option(
+    "--max-attempts", "max_attempts_run", type=click.IntRange(min=1), help="Exit after running this many attempts."
+)
+@click.option(
+    "--run-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="This node's per-attempt control directories (default: $GPUCLOUD_HOME/run).",
+)
+@click.option(
+    "--events-queue",
+    "events_queue",
+    metavar="URL",
+    envvar="GPUCLOUD_EVENTS_QUEUE_URL",
+    show_envvar=True,
+    help="The cluster's events queue (the stack's eventsQueueUrl; node.env sets it). Consumed in the "
+    "background so a noticed node whose agent died is still handled. Default: off.",
+)
 @output_option()
-def agent(queue_uri, imds_endpoint, no_imds, poll_interval, grace, ack_timeout, stop_margin, kill_after,
-          local_checkpoint_dir, address, rendezvous_port, slot_lease, gang_timeout, idle_exit, max_attempts_run,
-          run_dir, events_queue, output) -> int:
+def agent(
+    queue_uri,
+    imds_endpoint,
+    no_imds,
+    poll_interval,
+    grace,
+    ack_timeout,
+    stop_margin,
+    kill_after,
+    local_checkpoint_dir,
+    address,
+    rendezvous_port,
+    slot_lease,
+    gang_timeout,
+    idle_exit,
+    max_attempts_run,
+    run_dir,
+    events_queue,
+    output,
+) -> int:
     """Run this node's share of queued jobs: claim a gang slot, wait for the gang, run the attempt
     under the spot supervisor, repeat. Status changes are printed as they happen (JSON Lines with
     --output json: one status object per change, then the summary)."""
-    from gpucloud.agent.fleet_hooks import OfflineHooks, hooks_for
+    from gpucloud.agent.asg_hooks import OfflineHooks, hooks_for
     from gpucloud.agent.identity import discover
     from gpucloud.agent.loop import Agent, AgentOptions
-    from gpucloud.jobs.locations import open_queue
     from gpucloud.jobs.node import start_signal_hub
+    from gpucloud.queue.locations import open_queue
     from gpucloud.signals.imds import resolve_endpoint
 
     config = supervisor_config(ack_timeout=ack_timeout, stop_margin=stop_margin, kill_after=kill_after, grace=grace)
     options = AgentOptions(
-        slot_lease=slot_lease, gang_timeout=gang_timeout, poll_interval=poll_interval, idle_exit=idle_exit,
-        max_attempts=max_attempts_run, rendezvous_port=rendezvous_port, local_checkpoint_dir=local_checkpoint_dir,
+        slot_lease=slot_lease,
+        gang_timeout=gang_timeout,
+        poll_interval=poll_interval,
+        idle_exit=idle_exit,
+        max_attempts=max_attempts_run,
+        rendezvous_port=rendezvous_port,
+        local_checkpoint_dir=local_checkpoint_dir,
         run_root=run_dir,
     )
     endpoint = None if no_imds else resolve_endpoint(imds_endpoint)
     identity = discover(endpoint, address=address)
     queue = open_queue(queue_uri)
     hooks = hooks_for(identity.instance_id) if endpoint is not None else OfflineHooks()
-    hub = start_signal_hub(imds_endpoint=endpoint, use_imds=endpoint is not None, poll_interval=poll_interval, grace=grace)
+    hub = start_signal_hub(
+        imds_endpoint=endpoint, use_imds=endpoint is not None, poll_interval=poll_interval, grace=grace
+    )
     status = _json_line if output == "json" else _human_line
     watcher = None
     try:
         if events_queue:
-            from gpucloud.agent.fleet_events import watch_events_queue
+            from gpucloud.agent.events_handler import watch_events_queue
 
             watcher = watch_events_queue(events_queue, queue, hooks, node_lease=slot_lease, worker=identity.worker)
         summary = Agent(queue, identity, hub, hooks, config, options, status=status, on_event=print_event).run()
@@ -94,15 +157,30 @@ def agent(queue_uri, imds_endpoint, no_imds, poll_interval, grace, ack_timeout, 
         hub.stop()
         queue.close()
     ran = [
-        {"job_id": r.job_id, "attempt": r.attempt, "slot": r.slot, "nodes": r.nodes, "state": r.state, "exit_code": r.exit_code}
+        {
+            "job_id": r.job_id,
+            "attempt": r.attempt,
+            "slot": r.slot,
+            "nodes": r.nodes,
+            "state": r.state,
+            "exit_code": r.exit_code,
+        }
         for r in summary.ran
     ]
     if output == "json":
-        _json_line({"event": "summary", "worker": summary.worker, "ran": ran, "stopped_by": summary.stopped_by,
-                    "exit_code": summary.exit_code})
+        _json_line(
+            {
+                "event": "summary",
+                "worker": summary.worker,
+                "ran": ran,
+                "stopped_by": summary.stopped_by,
+                "exit_code": summary.exit_code,
+            }
+        )
     else:
         print_table(
-            f"agent {summary.worker}", ["job", "attempt", "slot", "nodes", "ended", "exit code"],
+            f"agent {summary.worker}",
+            ["job", "attempt", "slot", "nodes", "ended", "exit code"],
             [[r["job_id"], r["attempt"], f"{r['slot']}", r["nodes"], r["state"], r["exit_code"]] for r in ran],
         )
     return summary.exit_code
@@ -115,5 +193,7 @@ def _json_line(status: dict[str, Any]) -> None:
 
 def _human_line(status: dict[str, Any]) -> None:
     where = f" {status['job_id']} attempt {status['attempt']} slot {status['slot']}" if status.get("job_id") else ""
-    extra = "".join(f", {k}: {v}" for k, v in status.items() if k not in ("worker", "state", "job_id", "attempt", "slot", "at"))
+    extra = "".join(
+        f", {k}: {v}" for k, v in status.items() if k not in ("worker", "state", "job_id", "attempt", "slot", "at")
+    )
     click.echo(f"gpucloud: agent {status['worker']} {status['state']}{where}{extra}", err=True)

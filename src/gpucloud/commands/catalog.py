@@ -107,8 +107,8 @@ def refresh(
       gpucloud catalog refresh --dry-run
       gpucloud catalog refresh --region us-west-2 --types p5.48xlarge,p4d.24xlarge --output-file us-west-2.json
     """
-    from gpucloud import catalog_refresh
     from gpucloud.catalog import BUNDLED_CATALOG, load_catalog, save_catalog
+    from gpucloud.catalog import refresh as catalog_refresh
 
     target = output_file or BUNDLED_CATALOG
     base = load_catalog(target) if target.exists() else load_catalog()
@@ -121,8 +121,12 @@ def refresh(
 
     total = catalog_refresh.refresh_steps(names, spot)
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=Console(stderr=True), transient=True,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
     ) as progress:
         task = progress.add_task("Refreshing catalog", total=total)
 

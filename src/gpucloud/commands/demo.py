@@ -19,11 +19,35 @@ Examples:
 """,
 )
 @click.option("--steps", type=click.IntRange(min=2), default=40, show_default=True, help="Training steps in total.")
-@click.option("--notice-at-step", type=click.IntRange(min=1), default=15, show_default=True, help="Announce the spot interruption once the job reports this step.")
-@click.option("--step-seconds", type=click.FloatRange(min=0.0), default=0.1, show_default=True, help="Extra time per step, standing in for a larger model.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of both the interrupted and the reference run.")
-@click.option("--poll-interval", type=click.FloatRange(min=0.05), default=0.25, show_default=True, help="Seconds between IMDS polls.")
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Where to put the queue, tiers and logs (default: a temporary directory).")
+@click.option(
+    "--notice-at-step",
+    type=click.IntRange(min=1),
+    default=15,
+    show_default=True,
+    help="Announce the spot interruption once the job reports this step.",
+)
+@click.option(
+    "--step-seconds",
+    type=click.FloatRange(min=0.0),
+    default=0.1,
+    show_default=True,
+    help="Extra time per step, standing in for a larger model.",
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed of both the interrupted and the reference run."
+)
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(min=0.05),
+    default=0.25,
+    show_default=True,
+    help="Seconds between IMDS polls.",
+)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where to put the queue, tiers and logs (default: a temporary directory).",
+)
 @click.option("--keep", is_flag=True, help="Keep the work directory (checkpoints, control files, logs) afterwards.")
 @output_option()
 def demo(steps, notice_at_step, step_seconds, seed, poll_interval, workdir, keep, output) -> int:
@@ -37,8 +61,15 @@ def demo(steps, notice_at_step, step_seconds, seed, poll_interval, workdir, keep
     """
     from gpucloud.jobs.demo import DemoOptions, run_demo
 
-    options = DemoOptions(steps=steps, notice_at_step=notice_at_step, step_seconds=step_seconds, seed=seed,
-                          poll_interval=poll_interval, workdir=workdir, keep=keep)
+    options = DemoOptions(
+        steps=steps,
+        notice_at_step=notice_at_step,
+        step_seconds=step_seconds,
+        seed=seed,
+        poll_interval=poll_interval,
+        workdir=workdir,
+        keep=keep,
+    )
     if output == "json":
         report = run_demo(options)
         print_json(report.model_dump())
@@ -57,8 +88,14 @@ def _run_with_progress(options):
     from gpucloud.jobs.node import describe_event
 
     console = Console(stderr=True)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=False) as bar:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as bar:
         task = bar.add_task("job steps", total=options.steps)
 
         def on_event(kind: str, data: dict) -> None:
@@ -87,7 +124,10 @@ def _render(report) -> None:
         ["measure", "value"],
         [
             ["steps lost", report.steps_lost],
-            ["stopped at step / resumed at step", f"{report.stopped_at_step} / {report.resumed_at_step} (from the {report.resumed_from_tier} tier)"],
+            [
+                "stopped at step / resumed at step",
+                f"{report.stopped_at_step} / {report.resumed_at_step} (from the {report.resumed_from_tier} tier)",
+            ],
             ["emulator announced → supervisor saw it (poll)", _s(report.announce_to_notice_s)],
             ["emulator announced → all ranks agreed (ack)", _s(report.announce_to_ack_s)],
             ["notice → flag written", _s(report.notice_to_flag_s)],

@@ -16,26 +16,67 @@ def _none_or_path(value: str) -> str | None:
 
 
 @click.command("doctor")
-@click.option("--instance-type", default=None, metavar="TYPE",
-              help="Instance type to expect (GPU and EFA counts come from the catalog).  [default: read from IMDS]")
-@click.option("--matrix", "matrix_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Version matrix to compare driver/CUDA/NCCL/EFA against.  [default: images/versions.yaml "
-                   "if present, else version checks are skipped]")
-@click.option("--fsx-mount", default="/fsx", show_default=True, metavar="PATH|none",
-              help="Where FSx for Lustre should be mounted; 'none' when the stack has no FSx.")
-@click.option("--scratch-mount", default="/scratch", show_default=True, metavar="PATH|none",
-              help="Where the instance-store NVMe volume should be mounted (/opt/dlami/nvme also counts).")
+@click.option(
+    "--instance-type",
+    default=None,
+    metavar="TYPE",
+    help="Instance type to expect (GPU and EFA counts come from the catalog).  [default: read from IMDS]",
+)
+@click.option(
+    "--matrix",
+    "matrix_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Version matrix to compare driver/CUDA/NCCL/EFA against.  [default: images/versions.yaml "
+    "if present, else version checks are skipped]",
+)
+@click.option(
+    "--fsx-mount",
+    default="/fsx",
+    show_default=True,
+    metavar="PATH|none",
+    help="Where FSx for Lustre should be mounted; 'none' when the stack has no FSx.",
+)
+@click.option(
+    "--scratch-mount",
+    default="/scratch",
+    show_default=True,
+    metavar="PATH|none",
+    help="Where the instance-store NVMe volume should be mounted (/opt/dlami/nvme also counts).",
+)
 @click.option("--agent-unit", default="gpucloud-agent", show_default=True, help="systemd unit of the node agent.")
-@click.option("--imds-endpoint", default=None, metavar="URL",
-              help="IMDS base URL.  [default: $AWS_EC2_METADATA_SERVICE_ENDPOINT or http://169.254.169.254]")
-@click.option("--recorded", "recorded_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Check outputs recorded earlier (a --record directory) instead of this machine.")
-@click.option("--record", "record_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Also save the raw outputs to this directory (attach it to a support ticket).")
+@click.option(
+    "--imds-endpoint",
+    default=None,
+    metavar="URL",
+    help="IMDS base URL.  [default: $AWS_EC2_METADATA_SERVICE_ENDPOINT or http://169.254.169.254]",
+)
+@click.option(
+    "--recorded",
+    "recorded_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Check outputs recorded earlier (a --record directory) instead of this machine.",
+)
+@click.option(
+    "--record",
+    "record_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Also save the raw outputs to this directory (attach it to a support ticket).",
+)
 @output_option()
-def doctor(instance_type: str | None, matrix_file: Path | None, fsx_mount: str, scratch_mount: str,
-           agent_unit: str, imds_endpoint: str | None, recorded_dir: Path | None, record_dir: Path | None,
-           output: str) -> None:
+def doctor(
+    instance_type: str | None,
+    matrix_file: Path | None,
+    fsx_mount: str,
+    scratch_mount: str,
+    agent_unit: str,
+    imds_endpoint: str | None,
+    recorded_dir: Path | None,
+    record_dir: Path | None,
+    output: str,
+) -> None:
     """Check this node: GPUs, drivers, EFA, NCCL environment, mounts, IMDS and the agent.
 
     Every check says pass, warn, fail or skip (does not apply here), with the fix. Exits 1 when a
@@ -47,11 +88,11 @@ def doctor(instance_type: str | None, matrix_file: Path | None, fsx_mount: str, 
       gpucloud doctor --recorded /tmp/node-42 --instance-type p5.48xlarge --output json
     """
     from gpucloud.catalog import get_instance_type
-    from gpucloud.errors import UserError
     from gpucloud.doctor.capture import IMDS
     from gpucloud.doctor.checks import UNITS_CHECKED, Expectations, overall, run_checks
     from gpucloud.doctor.collect import collect_live, load_recorded, save_recorded
     from gpucloud.doctor.parsers import ParseError, parse_imds
+    from gpucloud.errors import UserError
     from gpucloud.image.matrix import DEFAULT_MATRIX_PATH, load_matrix
 
     if instance_type is not None:

@@ -23,8 +23,12 @@ def image() -> None:
 
 @image.command("check")
 @click.argument("matrix_file", metavar="[FILE]", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--images-dir", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
-              help="Also render components/ and scripts/ from here for this matrix.  [default: this checkout's images/]")
+@click.option(
+    "--images-dir",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Also render components/ and scripts/ from here for this matrix.  [default: this checkout's images/]",
+)
 @output_option()
 def check(matrix_file: Path | None, images_dir: Path | None, output: str) -> None:
     """Check the version matrix FILE (default: images/versions.yaml) against the compatibility rules.
@@ -47,10 +51,14 @@ def check(matrix_file: Path | None, images_dir: Path | None, output: str) -> Non
     images = images_dir or default_image_dir()
     components = render_components(matrix, images) if images.is_dir() else []
     if output == "json":
-        print_json({"file": str(matrix_file or "images/versions.yaml"), "rules": [r.to_dict() for r in results],
-                    "failed": len(failed(results)),
-                    "components": [{"name": c.name, "characters": len(c.document), "digest": c.digest}
-                                   for c in components]})
+        print_json(
+            {
+                "file": str(matrix_file or "images/versions.yaml"),
+                "rules": [r.to_dict() for r in results],
+                "failed": len(failed(results)),
+                "components": [{"name": c.name, "characters": len(c.document), "digest": c.digest} for c in components],
+            }
+        )
     else:
         print_table(
             "Image version matrix",
@@ -61,19 +69,35 @@ def check(matrix_file: Path | None, images_dir: Path | None, output: str) -> Non
         click.echo(f"{len(results)} rules, {len(bad)} failed" + ("" if bad else ", matrix is compatible"))
         if components:
             largest = max(len(c.document) for c in components)
-            click.echo(f"{len(components)} Image Builder documents render from {images} "
-                       f"(largest {largest} of {MAX_DOCUMENT_CHARS} characters)")
+            click.echo(
+                f"{len(components)} Image Builder documents render from {images} "
+                f"(largest {largest} of {MAX_DOCUMENT_CHARS} characters)"
+            )
     if failed(results):
         raise click.exceptions.Exit(1)
 
 
 @image.command("render")
-@click.option("--matrix", "matrix_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Version matrix file.  [default: images/versions.yaml]")
-@click.option("--images-dir", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
-              help="Directory with components/ and scripts/.  [default: this checkout's images/]")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Directory to write the rendered component documents and versions.env into.")
+@click.option(
+    "--matrix",
+    "matrix_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Version matrix file.  [default: images/versions.yaml]",
+)
+@click.option(
+    "--images-dir",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Directory with components/ and scripts/.  [default: this checkout's images/]",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Directory to write the rendered component documents and versions.env into.",
+)
 def render(matrix_file: Path | None, images_dir: Path | None, out_dir: Path) -> None:
     """Write the Image Builder component documents exactly as the image pipeline creates them.
 

@@ -24,25 +24,129 @@ def _seconds(value: float | None, flag: str) -> float | None:
 
 
 @click.command("imds-emulator", context_settings={"max_content_width": 100})
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (keep 127.0.0.1 unless other hosts must reach it).")
-@click.option("--port", type=click.IntRange(0, 65535), default=1338, show_default=True, help="Port (1338 like AEMM; 0 picks a free one).")
-@click.option("--spot-notice-after", type=float, metavar="SECONDS", help="Serve a spot interruption notice this many seconds after start.")
-@click.option("--action", type=click.Choice(["terminate", "stop", "hibernate"]), default="terminate", show_default=True, help="The notice's action.")
-@click.option("--lead", type=float, default=120.0, show_default=True, metavar="SECONDS", help="Seconds from the notice to the interruption time it names (ignored for hibernate: no lead).")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on (keep 127.0.0.1 unless other hosts must reach it).",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=1338,
+    show_default=True,
+    help="Port (1338 like AEMM; 0 picks a free one).",
+)
+@click.option(
+    "--spot-notice-after",
+    type=float,
+    metavar="SECONDS",
+    help="Serve a spot interruption notice this many seconds after start.",
+)
+@click.option(
+    "--action",
+    type=click.Choice(["terminate", "stop", "hibernate"]),
+    default="terminate",
+    show_default=True,
+    help="The notice's action.",
+)
+@click.option(
+    "--lead",
+    type=float,
+    default=120.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Seconds from the notice to the interruption time it names (ignored for hibernate: no lead).",
+)
 @click.option("--hibernate", is_flag=True, help="Shorthand for --action hibernate.")
-@click.option("--rebalance-after", type=float, metavar="SECONDS", help="Serve a rebalance recommendation this many seconds after start (equal to --spot-notice-after: together with it).")
-@click.option("--lifecycle-terminated-after", type=float, metavar="SECONDS", help="Target lifecycle state InService from start, Terminated after this many seconds.")
-@click.option("--scheduled-event", "scheduled_event", type=click.Choice(["instance-stop", "instance-retirement", "instance-reboot", "system-reboot", "system-maintenance"]), help="Serve one active scheduled event with this code.")
-@click.option("--scheduled-in", type=float, default=3600.0, show_default=True, metavar="SECONDS", help="NotBefore of --scheduled-event, in seconds from start.")
-@click.option("--stale-termination-time", type=float, metavar="SECONDS_AGO", help="Serve a spot/termination-time this far in the past (a termination that failed).")
-@click.option("--token-max-ttl", type=click.IntRange(1, 21600), default=21600, show_default=True, help="Grant tokens at most this TTL (short values exercise token refresh).")
-@click.option("--allow-v1", is_flag=True, help="Answer tokenless GETs (HttpTokens=optional). Default: IMDSv2 only, as on v2.0 AMIs.")
-@click.option("--fail-tokens", type=click.IntRange(0), default=0, metavar="N", help="Fault: the first N metadata GETs answer 401 (token rejected).")
-@click.option("--fail-status", type=click.IntRange(400, 599), default=500, show_default=True, help="Fault: the HTTP status for --fail-count.")
-@click.option("--fail-count", type=click.IntRange(0), default=0, metavar="N", help="Fault: the first N metadata GETs answer --fail-status.")
-@click.option("--hang-token", type=float, metavar="SECONDS", help="Fault: token PUTs stall this long (the container hop-limit failure).")
-@click.option("--hang-count", type=click.IntRange(1), default=1000000, show_default=False, metavar="N", help="How many token PUTs --hang-token stalls [default: all].")
-@click.option("--malformed", type=click.IntRange(0), default=0, metavar="N", help="Fault: the first N metadata GETs answer a truncated JSON body.")
+@click.option(
+    "--rebalance-after",
+    type=float,
+    metavar="SECONDS",
+    help="Serve a rebalance recommendation this many seconds after start (equal to --spot-notice-after: together with it).",
+)
+@click.option(
+    "--lifecycle-terminated-after",
+    type=float,
+    metavar="SECONDS",
+    help="Target lifecycle state InService from start, Terminated after this many seconds.",
+)
+@click.option(
+    "--scheduled-event",
+    "scheduled_event",
+    type=click.Choice(
+        ["instance-stop", "instance-retirement", "instance-reboot", "system-reboot", "system-maintenance"]
+    ),
+    help="Serve one active scheduled event with this code.",
+)
+@click.option(
+    "--scheduled-in",
+    type=float,
+    default=3600.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="NotBefore of --scheduled-event, in seconds from start.",
+)
+@click.option(
+    "--stale-termination-time",
+    type=float,
+    metavar="SECONDS_AGO",
+    help="Serve a spot/termination-time this far in the past (a termination that failed).",
+)
+@click.option(
+    "--token-max-ttl",
+    type=click.IntRange(1, 21600),
+    default=21600,
+    show_default=True,
+    help="Grant tokens at most this TTL (short values exercise token refresh).",
+)
+@click.option(
+    "--allow-v1",
+    is_flag=True,
+    help="Answer tokenless GETs (HttpTokens=optional). Default: IMDSv2 only, as on v2.0 AMIs.",
+)
+@click.option(
+    "--fail-tokens",
+    type=click.IntRange(0),
+    default=0,
+    metavar="N",
+    help="Fault: the first N metadata GETs answer 401 (token rejected).",
+)
+@click.option(
+    "--fail-status",
+    type=click.IntRange(400, 599),
+    default=500,
+    show_default=True,
+    help="Fault: the HTTP status for --fail-count.",
+)
+@click.option(
+    "--fail-count",
+    type=click.IntRange(0),
+    default=0,
+    metavar="N",
+    help="Fault: the first N metadata GETs answer --fail-status.",
+)
+@click.option(
+    "--hang-token",
+    type=float,
+    metavar="SECONDS",
+    help="Fault: token PUTs stall this long (the container hop-limit failure).",
+)
+@click.option(
+    "--hang-count",
+    type=click.IntRange(1),
+    default=1000000,
+    show_default=False,
+    metavar="N",
+    help="How many token PUTs --hang-token stalls [default: all].",
+)
+@click.option(
+    "--malformed",
+    type=click.IntRange(0),
+    default=0,
+    metavar="N",
+    help="Fault: the first N metadata GETs answer a truncated JSON body.",
+)
 @output_option()
 def imds_emulator(
     host: str,
@@ -113,11 +217,22 @@ def imds_emulator(
         endpoint = emulator.start()
     except OSError as err:
         if err.errno == errno.EADDRINUSE:
-            raise UserError(f"port {port} on {host} is already in use; pick another with --port (0 picks a free one)") from None
+            raise UserError(
+                f"port {port} on {host} is already in use; pick another with --port (0 picks a free one)"
+            ) from None
         raise UserError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
     started = emulator.clock()
     schedule = _apply_schedule(
-        emulator, started, spot_notice_after, action, lead, rebalance_after, lifecycle_terminated_after, scheduled_event, scheduled_in, stale_termination_time
+        emulator,
+        started,
+        spot_notice_after,
+        action,
+        lead,
+        rebalance_after,
+        lifecycle_terminated_after,
+        scheduled_event,
+        scheduled_in,
+        stale_termination_time,
     )
     if fail_tokens:
         emulator.fail_tokens(fail_tokens)
@@ -130,7 +245,15 @@ def imds_emulator(
 
     export = f"export AWS_EC2_METADATA_SERVICE_ENDPOINT={endpoint}"
     if output == "json":
-        print_json({"endpoint": endpoint, "export": export, "started_at": started, "schedule": schedule, "control": f"{endpoint}/gpucloud/emulator/"})
+        print_json(
+            {
+                "endpoint": endpoint,
+                "export": export,
+                "started_at": started,
+                "schedule": schedule,
+                "control": f"{endpoint}/gpucloud/emulator/",
+            }
+        )
         sys.stdout.flush()  # a parent process reads this line while we keep running
     else:
         click.echo(f"IMDS emulator listening on {endpoint} (IMDSv2{'' if allow_v1 else ' only'}; Ctrl-C to stop)")
@@ -164,7 +287,9 @@ def _apply_schedule(
     if lifecycle_terminated_after is not None:
         emulator.set_lifecycle_state("InService", at=started)
         emulator.set_lifecycle_state("Terminated", at=started + lifecycle_terminated_after)
-        schedule.append({"after": lifecycle_terminated_after, "what": "target lifecycle state Terminated (InService before)"})
+        schedule.append(
+            {"after": lifecycle_terminated_after, "what": "target lifecycle state Terminated (InService before)"}
+        )
     if scheduled_event is not None:
         emulator.add_scheduled_event(scheduled_event, started + scheduled_in, not_after=started + scheduled_in + 7200)
         schedule.append({"after": 0, "what": f"scheduled event {scheduled_event}, NotBefore in {scheduled_in:g}s"})

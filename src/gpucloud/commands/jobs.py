@@ -39,25 +39,62 @@ Examples:
 )
 @click.option("--job-id", help="Id for the job (letters, digits, '.', '_', '-'); default: generated.")
 @click.option("--name", help="A human name shown by `gpucloud jobs`.")
-@click.option("--queue", "queue_uri", metavar="URI", help="Job queue (default: $GPUCLOUD_QUEUE, else the node's AWS queue from GPUCLOUD_REGION/GPUCLOUD_JOB_TABLE/GPUCLOUD_JOB_QUEUE_URL, else sqlite:///$GPUCLOUD_HOME/queue.db).")
-@click.option("--checkpoint-uri", metavar="URI", help="Durable checkpoint location (default: $GPUCLOUD_HOME/checkpoints).")
-@click.option("--workdir", type=click.Path(file_okay=False), help="Working directory of the command on the node (default: the worker's).")
-@click.option("--env", "env_pairs", multiple=True, metavar="NAME=VALUE", help="Extra environment variable for the command (repeatable).")
+@click.option(
+    "--queue",
+    "queue_uri",
+    metavar="URI",
+    help="Job queue (default: $GPUCLOUD_QUEUE, else the node's AWS queue from GPUCLOUD_REGION/GPUCLOUD_JOB_TABLE/GPUCLOUD_JOB_QUEUE_URL, else sqlite:///$GPUCLOUD_HOME/queue.db).",
+)
+@click.option(
+    "--checkpoint-uri", metavar="URI", help="Durable checkpoint location (default: $GPUCLOUD_HOME/checkpoints)."
+)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False),
+    help="Working directory of the command on the node (default: the worker's).",
+)
+@click.option(
+    "--env",
+    "env_pairs",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Extra environment variable for the command (repeatable).",
+)
 @click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="Nodes the job runs on.")
-@click.option("--gpus-per-node", type=click.IntRange(min=0), default=0, show_default=True, help="GPUs per node, for GPU-hour accounting (0 on CPU).")
-@click.option("--max-attempts", type=click.IntRange(min=1), default=3, show_default=True, help="Crashed attempts allowed before FAILED; spot stops never count.")
+@click.option(
+    "--gpus-per-node",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="GPUs per node, for GPU-hour accounting (0 on CPU).",
+)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Crashed attempts allowed before FAILED; spot stops never count.",
+)
 @output_option()
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-- COMMAND [ARGS]...")
-def submit(job_id, name, queue_uri, checkpoint_uri, workdir, env_pairs, nodes, gpus_per_node, max_attempts, output, command) -> None:
+def submit(
+    job_id, name, queue_uri, checkpoint_uri, workdir, env_pairs, nodes, gpus_per_node, max_attempts, output, command
+) -> None:
     """Queue COMMAND as a training job; `gpucloud worker` runs it under the spot supervisor."""
-    from gpucloud.jobs.locations import default_checkpoint_uri, open_queue
     from gpucloud.jobs.model import JobSpec
+    from gpucloud.queue.locations import default_checkpoint_uri, open_queue
 
     if not command:
         raise UserError("missing command after --; e.g. gpucloud submit -- torchrun --nproc-per-node 2 train.py")
     spec = JobSpec(
-        command=list(command), name=name, checkpoint_uri=checkpoint_uri or default_checkpoint_uri(),
-        workdir=workdir, env=_parse_env(env_pairs), nodes=nodes, gpus_per_node=gpus_per_node, max_attempts=max_attempts,
+        command=list(command),
+        name=name,
+        checkpoint_uri=checkpoint_uri or default_checkpoint_uri(),
+        workdir=workdir,
+        env=_parse_env(env_pairs),
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        max_attempts=max_attempts,
     )
     queue = open_queue(queue_uri)
     job = queue.submit(spec, job_id=job_id)
@@ -83,8 +120,15 @@ def _job_row(job) -> dict[str, Any]:
 
 
 @click.command("jobs")
-@click.option("--queue", "queue_uri", metavar="URI", help="Job queue (default: $GPUCLOUD_QUEUE, else the node's AWS queue from GPUCLOUD_REGION/GPUCLOUD_JOB_TABLE/GPUCLOUD_JOB_QUEUE_URL, else sqlite:///$GPUCLOUD_HOME/queue.db).")
-@click.option("--state", "states", multiple=True, type=click.Choice(_STATES), help="Only jobs in this state (repeatable).")
+@click.option(
+    "--queue",
+    "queue_uri",
+    metavar="URI",
+    help="Job queue (default: $GPUCLOUD_QUEUE, else the node's AWS queue from GPUCLOUD_REGION/GPUCLOUD_JOB_TABLE/GPUCLOUD_JOB_QUEUE_URL, else sqlite:///$GPUCLOUD_HOME/queue.db).",
+)
+@click.option(
+    "--state", "states", multiple=True, type=click.Choice(_STATES), help="Only jobs in this state (repeatable)."
+)
 @output_option()
 def jobs(queue_uri, states, output) -> None:
     """List jobs, oldest first: state, current attempt, worker, command.
@@ -92,8 +136,8 @@ def jobs(queue_uri, states, output) -> None:
     \b
     Example: gpucloud jobs --state queued --state running --output json
     """
-    from gpucloud.jobs.locations import open_queue
     from gpucloud.jobs.model import JobState
+    from gpucloud.queue.locations import open_queue
 
     queue = open_queue(queue_uri)
     found = queue.list_jobs([JobState(s) for s in states] if states else None)
@@ -104,7 +148,15 @@ def jobs(queue_uri, states, output) -> None:
         f"jobs in {queue.uri}",
         ["id", "name", "state", "attempt", "worker", "updated", "command"],
         [
-            [j.id, j.spec.name or "", j.state.value, j.attempt, j.worker or "", _when(j.updated_at), " ".join(j.spec.command)[:60]]
+            [
+                j.id,
+                j.spec.name or "",
+                j.state.value,
+                j.attempt,
+                j.worker or "",
+                _when(j.updated_at),
+                " ".join(j.spec.command)[:60],
+            ]
             for j in found
         ],
     )
@@ -117,7 +169,12 @@ def job() -> None:
 
 @job.command("show")
 @click.argument("job_id")
-@click.option("--queue", "queue_uri", metavar="URI", help="Job queue (default: $GPUCLOUD_QUEUE, else the node's AWS queue from GPUCLOUD_REGION/GPUCLOUD_JOB_TABLE/GPUCLOUD_JOB_QUEUE_URL, else sqlite:///$GPUCLOUD_HOME/queue.db).")
+@click.option(
+    "--queue",
+    "queue_uri",
+    metavar="URI",
+    help="Job queue (default: $GPUCLOUD_QUEUE, else the node's AWS queue from GPUCLOUD_REGION/GPUCLOUD_JOB_TABLE/GPUCLOUD_JOB_QUEUE_URL, else sqlite:///$GPUCLOUD_HOME/queue.db).",
+)
 @output_option()
 def show(job_id, queue_uri, output) -> None:
     """Attempts, the timeline with timestamps, steps lost per interruption, GPU-hours used and lost.
@@ -125,8 +182,8 @@ def show(job_id, queue_uri, output) -> None:
     \b
     Example: gpucloud job show j-4f2a9c01de --output json
     """
-    from gpucloud.jobs.locations import open_queue
     from gpucloud.jobs.report import build_report
+    from gpucloud.queue.locations import open_queue
 
     queue = open_queue(queue_uri)
     current = queue.get(job_id)
@@ -151,25 +208,65 @@ def render_report(report) -> None:
         "attempts",
         ["#", "state", "node", "started", "wall s", "resumed step", "last step", "exit", "reason"],
         [
-            [a.number, a.state, a.node, _when(a.started_at), a.wall_s, a.resumed_step, a.last_step, a.exit_code, a.reason]
+            [
+                a.number,
+                a.state,
+                a.node,
+                _when(a.started_at),
+                a.wall_s,
+                a.resumed_step,
+                a.last_step,
+                a.exit_code,
+                a.reason,
+            ]
             for a in report.attempts
         ],
     )
     if report.interruptions:
         print_table(
             "interruptions",
-            ["attempt", "cause", "last step", "committed", "resumed", "steps lost", "notice→flag s",
-             "notice→ack s", "notice→commit s", "requeue→resume s", "stopped with"],
             [
-                [i.attempt, i.cause, i.last_step, i.committed_step, i.resumed_step, i.steps_lost, i.notice_to_flag_s,
-                 i.notice_to_ack_s, i.notice_to_commit_s, i.requeue_to_resume_s, i.stopped_with or ""]
+                "attempt",
+                "cause",
+                "last step",
+                "committed",
+                "resumed",
+                "steps lost",
+                "notice→flag s",
+                "notice→ack s",
+                "notice→commit s",
+                "requeue→resume s",
+                "stopped with",
+            ],
+            [
+                [
+                    i.attempt,
+                    i.cause,
+                    i.last_step,
+                    i.committed_step,
+                    i.resumed_step,
+                    i.steps_lost,
+                    i.notice_to_flag_s,
+                    i.notice_to_ack_s,
+                    i.notice_to_commit_s,
+                    i.requeue_to_resume_s,
+                    i.stopped_with or "",
+                ]
                 for i in report.interruptions
             ],
         )
     print_table(
         "timeline",
         ["time", "attempt", "event", "detail"],
-        [[time.strftime("%H:%M:%S", time.localtime(e.at)) + f".{int(e.at % 1 * 1000):03d}", e.attempt, e.kind, e.detail] for e in report.timeline],
+        [
+            [
+                time.strftime("%H:%M:%S", time.localtime(e.at)) + f".{int(e.at % 1 * 1000):03d}",
+                e.attempt,
+                e.kind,
+                e.detail,
+            ]
+            for e in report.timeline
+        ],
     )
     console.print(
         f"steps lost: {report.steps_lost}   GPU-hours used: {report.gpu_hours_used}   lost: {report.gpu_hours_lost}"

@@ -25,14 +25,26 @@ longer than --stale-after seconds is shown as "silent" (killed, or its node is g
 says what closed a record another agent closed (an interruption for a node whose agent had died).
 """,
 )
-@click.option("--queue", "queue_uri", metavar="URI", help="Job queue (default: $GPUCLOUD_QUEUE, else the node's AWS queue from GPUCLOUD_REGION/GPUCLOUD_JOB_TABLE/GPUCLOUD_JOB_QUEUE_URL, else sqlite:///$GPUCLOUD_HOME/queue.db).")
+@click.option(
+    "--queue",
+    "queue_uri",
+    metavar="URI",
+    help="Job queue (default: $GPUCLOUD_QUEUE, else the node's AWS queue from GPUCLOUD_REGION/GPUCLOUD_JOB_TABLE/GPUCLOUD_JOB_QUEUE_URL, else sqlite:///$GPUCLOUD_HOME/queue.db).",
+)
 @click.option("--all", "show_all", is_flag=True, help="Also list stopped and silent agents.")
-@click.option("--stale-after", type=click.FloatRange(min=1.0), default=STALE_AFTER_S, show_default=True, metavar="SECONDS", help="Seconds without a report after which an agent counts as silent.")
+@click.option(
+    "--stale-after",
+    type=click.FloatRange(min=1.0),
+    default=STALE_AFTER_S,
+    show_default=True,
+    metavar="SECONDS",
+    help="Seconds without a report after which an agent counts as silent.",
+)
 @output_option()
 def nodes(queue_uri, show_all, stale_after, output) -> None:
     """List the node agents recorded in the queue: state, instance type, life cycle (spot or
     on-demand) and the job, attempt and slot each one holds."""
-    from gpucloud.jobs.locations import open_queue
+    from gpucloud.queue.locations import open_queue
 
     queue = open_queue(queue_uri)
     try:
@@ -46,19 +58,39 @@ def nodes(queue_uri, show_all, stale_after, output) -> None:
         state = "silent" if silent else node.state.value
         if not show_all and state in ("stopped", "silent"):
             continue
-        rows.append({
-            "id": node.id, "state": state, "address": node.address, "instance_id": node.instance_id,
-            "instance_type": node.instance_type, "lifecycle": node.lifecycle, "job_id": node.job_id,
-            "attempt": node.attempt, "slot": node.slot, "seen_seconds_ago": round(now - node.updated_at, 1),
-            "reason": node.reason,
-        })
+        rows.append(
+            {
+                "id": node.id,
+                "state": state,
+                "address": node.address,
+                "instance_id": node.instance_id,
+                "instance_type": node.instance_type,
+                "lifecycle": node.lifecycle,
+                "job_id": node.job_id,
+                "attempt": node.attempt,
+                "slot": node.slot,
+                "seen_seconds_ago": round(now - node.updated_at, 1),
+                "reason": node.reason,
+            }
+        )
     if output == "json":
         print_json(rows)
         return
     print_table(
         f"{len(rows)} node agent(s)",
         ["agent", "state", "instance type", "lifecycle", "job", "attempt", "slot", "seen", "why"],
-        [[r["id"], r["state"], r["instance_type"] or "-", r["lifecycle"] or "-", r["job_id"] or "-",
-          r["attempt"] or "-", "-" if r["slot"] is None else r["slot"], f"{r['seen_seconds_ago']:.0f}s ago",
-          r["reason"] or "-"] for r in rows],
+        [
+            [
+                r["id"],
+                r["state"],
+                r["instance_type"] or "-",
+                r["lifecycle"] or "-",
+                r["job_id"] or "-",
+                r["attempt"] or "-",
+                "-" if r["slot"] is None else r["slot"],
+                f"{r['seen_seconds_ago']:.0f}s ago",
+                r["reason"] or "-",
+            ]
+            for r in rows
+        ],
     )

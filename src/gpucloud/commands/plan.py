@@ -21,13 +21,19 @@ STACK_FILE_RE = re.compile(r"^Pulumi\.(?P<name>.+)\.ya?ml$")
 @click.command("plan")
 @click.option("--stack", "-s", "stack", metavar="NAME", help="A shipped stack: stacks/Pulumi.NAME.yaml.")
 @click.option(
-    "--stack-file", "stack_file", metavar="PATH", type=click.Path(dir_okay=False, path_type=Path),
+    "--stack-file",
+    "stack_file",
+    metavar="PATH",
+    type=click.Path(dir_okay=False, path_type=Path),
     help="Any stack file (Pulumi.<name>.yaml format); the stack name is taken from the file name.",
 )
 @click.option(
-    "--catalog-file", "catalog_file", metavar="PATH", type=click.Path(dir_okay=False, path_type=Path),
+    "--catalog-file",
+    "catalog_file",
+    metavar="PATH",
+    type=click.Path(dir_okay=False, path_type=Path),
     help="Instance catalog JSON for the plan's validation, EFA layouts and prices, e.g. one written by "
-         "`gpucloud catalog refresh --output-file` (default: the bundled catalog).",
+    "`gpucloud catalog refresh --output-file` (default: the bundled catalog).",
 )
 @output_option()
 def plan(stack: str | None, stack_file: Path | None, catalog_file: Path | None, output: str) -> None:
@@ -56,8 +62,7 @@ def plan(stack: str | None, stack_file: Path | None, catalog_file: Path | None, 
         from gpucloud.spec.loading import available_stacks
 
         raise UserError(
-            "give exactly one of --stack NAME or --stack-file PATH; shipped stacks: "
-            + ", ".join(available_stacks())
+            "give exactly one of --stack NAME or --stack-file PATH; shipped stacks: " + ", ".join(available_stacks())
         )
     path = stack_file_for(stack) if stack is not None else stack_file
     assert path is not None
@@ -68,13 +73,17 @@ def plan(stack: str | None, stack_file: Path | None, catalog_file: Path | None, 
     from gpucloud.infra.preview import preview_stack
     from gpucloud.policy.runner import run_policies
 
-    source = {"path": str(catalog_file) if catalog_file is not None else None,
-              "as_of": catalog.as_of.isoformat(), "region": catalog.region}
+    source = {
+        "path": str(catalog_file) if catalog_file is not None else None,
+        "as_of": catalog.as_of.isoformat(),
+        "region": catalog.region,
+    }
     if output == "json":
         result = preview_stack(spec, name, catalog)
         violations = run_policies(result.resources, stack=name)
-        print_json({**result.to_json(), "catalog": source,
-                    "policy_violations": [dataclasses.asdict(v) for v in violations]})
+        print_json(
+            {**result.to_json(), "catalog": source, "policy_violations": [dataclasses.asdict(v) for v in violations]}
+        )
     else:
         from rich.console import Console
 
@@ -103,8 +112,10 @@ def _print_human(result: Any, catalog: dict[str, Any]) -> None:
     from rich.tree import Tree
 
     console = Console()
-    tree = Tree(f"[bold]{result.cluster}[/] (stack {result.stack}, {result.region}): "
-                f"{len(result.custom_resources)} AWS resources")
+    tree = Tree(
+        f"[bold]{result.cluster}[/] (stack {result.stack}, {result.region}): "
+        f"{len(result.custom_resources)} AWS resources"
+    )
     nodes: dict[str | None, Tree] = {None: tree}
     for r in result.resources:  # parents always register before their children
         parent = nodes.get(r.parent, tree)
@@ -117,8 +128,16 @@ def _print_human(result: Any, catalog: dict[str, Any]) -> None:
         efa.add_column(col)
     for g in result.efa_layouts:
         e = g.efa
-        efa.add_row(g.node_group, e.instance_type, e.layout, str(e.network_cards), str(e.interfaces),
-                    str(e.efa_interfaces), str(e.ip_interfaces), "cluster" if g.placement_group else "-")
+        efa.add_row(
+            g.node_group,
+            e.instance_type,
+            e.layout,
+            str(e.network_cards),
+            str(e.interfaces),
+            str(e.efa_interfaces),
+            str(e.ip_interfaces),
+            "cluster" if g.placement_group else "-",
+        )
     console.print(efa)
 
     cost = Table(title="Hourly cost (USD); spot is an estimate")
@@ -133,8 +152,11 @@ def _print_human(result: Any, catalog: dict[str, Any]) -> None:
             label, capacity = "", ""
     console.print(cost)
     origin = catalog["path"] or "the bundled catalog"
-    console.print(f"Prices and instance facts from {origin} ({catalog['region']}, as of {catalog['as_of']}).",
-                  markup=False, soft_wrap=True)
+    console.print(
+        f"Prices and instance facts from {origin} ({catalog['region']}, as of {catalog['as_of']}).",
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 def _print_violations(violations: list[Any]) -> None:

@@ -24,10 +24,25 @@ Examples:
 @supervisor_options
 @click.option("--once", is_flag=True, help="Run at most one job, then exit (exit 0 when nothing is queued).")
 @click.option("--max-jobs", type=click.IntRange(min=1), help="Exit after running this many jobs.")
-@click.option("--idle-exit", type=click.FloatRange(min=0.0), metavar="SECONDS", help="Exit after this long with nothing to claim.")
+@click.option(
+    "--idle-exit", type=click.FloatRange(min=0.0), metavar="SECONDS", help="Exit after this long with nothing to claim."
+)
 @output_option()
-def worker(queue_uri, imds_endpoint, no_imds, poll_interval, grace, ack_timeout, stop_margin, kill_after,
-           local_checkpoint_dir, once, max_jobs, idle_exit, output) -> int:
+def worker(
+    queue_uri,
+    imds_endpoint,
+    no_imds,
+    poll_interval,
+    grace,
+    ack_timeout,
+    stop_margin,
+    kill_after,
+    local_checkpoint_dir,
+    once,
+    max_jobs,
+    idle_exit,
+    output,
+) -> int:
     """Claim queued single-node jobs one at a time (atomic claim with a renewed lease, so a dead worker's job
     becomes claimable again) and supervise each exactly as `gpucloud spot-train` does.
 
@@ -36,9 +51,9 @@ def worker(queue_uri, imds_endpoint, no_imds, poll_interval, grace, ack_timeout,
 
     After a stop notice the worker requeues the job and exits 75: the node is going away.
     """
-    from gpucloud.jobs.locations import open_queue
     from gpucloud.jobs.node import start_signal_hub
     from gpucloud.jobs.runner import claim_single_node_job, default_worker_id, supervise_job
+    from gpucloud.queue.locations import open_queue
     from gpucloud.signals.imds import resolve_endpoint
 
     config = supervisor_config(ack_timeout=ack_timeout, stop_margin=stop_margin, kill_after=kill_after, grace=grace)
@@ -53,8 +68,11 @@ def worker(queue_uri, imds_endpoint, no_imds, poll_interval, grace, ack_timeout,
     def skip_gang(job) -> None:
         if (job.id, job.attempt) not in skipped:  # once per attempt, not on every poll
             skipped.add((job.id, job.attempt))
-            click.echo(f"gpucloud: worker {me} skips job {job.id}: it needs a gang of {job.spec.nodes} nodes, "
-                       "which `gpucloud agent` runs (a worker runs single-node jobs only)", err=True)
+            click.echo(
+                f"gpucloud: worker {me} skips job {job.id}: it needs a gang of {job.spec.nodes} nodes, "
+                "which `gpucloud agent` runs (a worker runs single-node jobs only)",
+                err=True,
+            )
 
     hub = start_signal_hub(imds_endpoint=endpoint, use_imds=not no_imds, poll_interval=poll_interval, grace=grace)
     try:
@@ -64,8 +82,9 @@ def worker(queue_uri, imds_endpoint, no_imds, poll_interval, grace, ack_timeout,
             if notice is not None and notice.is_stop:
                 click.echo(f"gpucloud: {notice.kind} notice; worker {me} takes no more jobs", err=True)
                 break
-            job = claim_single_node_job(queue, me, lease_seconds=config.lease_seconds, node=me.split(":")[0],
-                                        on_skip=skip_gang)
+            job = claim_single_node_job(
+                queue, me, lease_seconds=config.lease_seconds, node=me.split(":")[0], on_skip=skip_gang
+            )
             if job is None:
                 if once or (idle_exit is not None and time.monotonic() - idle_since >= idle_exit):
                     break
@@ -77,8 +96,14 @@ def worker(queue_uri, imds_endpoint, no_imds, poll_interval, grace, ack_timeout,
                 continue
             click.echo(f"gpucloud: worker {me} runs job {job.id} attempt {job.attempt}", err=True)
             result = supervise_job(
-                queue, job.id, worker=me, notices=hub, config=config, local_checkpoint_dir=local_checkpoint_dir,
-                on_event=print_event, claimed=job,
+                queue,
+                job.id,
+                worker=me,
+                notices=hub,
+                config=config,
+                local_checkpoint_dir=local_checkpoint_dir,
+                on_event=print_event,
+                claimed=job,
             )
             ran.append({"job_id": job.id, "state": result.job.state.value, "exit_code": result.exit_code})
             idle_since = time.monotonic()
@@ -91,7 +116,9 @@ def worker(queue_uri, imds_endpoint, no_imds, poll_interval, grace, ack_timeout,
     if output == "json":
         print_json({"worker": me, "jobs": ran, "exit_code": exit_code})
     elif ran:
-        print_table(f"worker {me}", ["job", "state", "exit code"], [[r["job_id"], r["state"], r["exit_code"]] for r in ran])
+        print_table(
+            f"worker {me}", ["job", "state", "exit code"], [[r["job_id"], r["state"], r["exit_code"]] for r in ran]
+        )
     else:
         click.echo(f"gpucloud: worker {me}: no queued jobs", err=True)
     return exit_code

@@ -7,8 +7,8 @@ re-checked anywhere. ``None`` means the command is missing or failed to run.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 GPU_QUERY_FIELDS = "index,name,driver_version,memory.total,pci.bus_id"
 

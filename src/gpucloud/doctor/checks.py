@@ -7,8 +7,9 @@ means training on this node will break or crawl.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 from gpucloud.catalog import InstanceType
 from gpucloud.doctor import capture as cap
@@ -77,7 +78,10 @@ def gpu_count(node: NodeCapture, want: Expectations) -> CheckResult:
     if len(gpus) == want.instance_type.gpus:
         return CheckResult(name, "pass", str(len(gpus)), expected)
     return CheckResult(
-        name, "fail", str(len(gpus)), expected,
+        name,
+        "fail",
+        str(len(gpus)),
+        expected,
         "a GPU fell off the bus: check 'dmesg | grep -i xid', then stop/start the instance (a reboot is not enough)",
     )
 
@@ -97,11 +101,21 @@ def gpu_model(node: NodeCapture, want: Expectations) -> CheckResult:
     short = [g for g in gpus if g.memory_mib < it.gpu_memory_mib * (1 - GPU_MEMORY_TOLERANCE)]
     observed = f"{gpus[0].name}, {gpus[0].memory_mib} MiB"
     if wrong_model:
-        return CheckResult(name, "fail", f"GPU {wrong_model[0].index} is {wrong_model[0].name}", expected,
-                           "the node is not the instance type the stack asked for: check the launch template")
+        return CheckResult(
+            name,
+            "fail",
+            f"GPU {wrong_model[0].index} is {wrong_model[0].name}",
+            expected,
+            "the node is not the instance type the stack asked for: check the launch template",
+        )
     if short:
-        return CheckResult(name, "fail", f"GPU {short[0].index} has {short[0].memory_mib} MiB", expected,
-                           "GPU memory is missing (row remapping pending or MIG on): run 'nvidia-smi -q -d ROW_REMAPPER' and reset the GPU")
+        return CheckResult(
+            name,
+            "fail",
+            f"GPU {short[0].index} has {short[0].memory_mib} MiB",
+            expected,
+            "GPU memory is missing (row remapping pending or MIG on): run 'nvidia-smi -q -d ROW_REMAPPER' and reset the GPU",
+        )
     return CheckResult(name, "pass", observed, expected)
 
 
@@ -124,8 +138,12 @@ def _version_check(name: str, observed: str | None, pinned: Version | None, fix:
 def driver_version(node: NodeCapture, want: Expectations) -> CheckResult:
     gpus = _gpus(node)
     observed = gpus[0].driver_version if isinstance(gpus, list) and gpus else None
-    return _version_check("NVIDIA driver version", observed, _pinned(want, "nvidia_driver"),
-                          "rebuild the image from images/versions.yaml (the driver differs from the pin)")
+    return _version_check(
+        "NVIDIA driver version",
+        observed,
+        _pinned(want, "nvidia_driver"),
+        "rebuild the image from images/versions.yaml (the driver differs from the pin)",
+    )
 
 
 def driver_supports_toolkit(node: NodeCapture, want: Expectations) -> CheckResult:
@@ -140,8 +158,13 @@ def driver_supports_toolkit(node: NodeCapture, want: Expectations) -> CheckResul
         return CheckResult(name, "fail", str(err), "driver CUDA >= toolkit", _DRIVER_FIX)
     ok = Version.parse(toolkit).major_minor <= Version.parse(driver_cuda).major_minor
     return CheckResult(
-        name, "pass" if ok else "fail", f"driver CUDA {driver_cuda}, toolkit {toolkit}", "driver CUDA >= toolkit",
-        "" if ok else "the toolkit is newer than the driver: upgrade the driver or install the CUDA forward-compat package",
+        name,
+        "pass" if ok else "fail",
+        f"driver CUDA {driver_cuda}, toolkit {toolkit}",
+        "driver CUDA >= toolkit",
+        ""
+        if ok
+        else "the toolkit is newer than the driver: upgrade the driver or install the CUDA forward-compat package",
     )
 
 
@@ -150,17 +173,30 @@ def cuda_toolkit_version(node: NodeCapture, want: Expectations) -> CheckResult:
     try:
         observed = parsers.parse_cuda_version_json(text) if text is not None else None
     except parsers.ParseError as err:
-        return CheckResult("CUDA toolkit version", "fail", str(err), str(_pinned(want, "cuda") or ""),
-                           "reinstall the CUDA toolkit (cuda.sh install)")
-    return _version_check("CUDA toolkit version", observed, _pinned(want, "cuda"),
-                          "rebuild the image from images/versions.yaml (the CUDA toolkit differs from the pin)")
+        return CheckResult(
+            "CUDA toolkit version",
+            "fail",
+            str(err),
+            str(_pinned(want, "cuda") or ""),
+            "reinstall the CUDA toolkit (cuda.sh install)",
+        )
+    return _version_check(
+        "CUDA toolkit version",
+        observed,
+        _pinned(want, "cuda"),
+        "rebuild the image from images/versions.yaml (the CUDA toolkit differs from the pin)",
+    )
 
 
 def nccl_version(node: NodeCapture, want: Expectations) -> CheckResult:
     text = node.get(cap.NCCL_PACKAGE)
     observed = text.strip() if text and text.strip() else None
-    return _version_check("NCCL version", observed, _pinned(want, "nccl"),
-                          "rebuild the image from images/versions.yaml (libnccl2 differs from the pin)")
+    return _version_check(
+        "NCCL version",
+        observed,
+        _pinned(want, "nccl"),
+        "rebuild the image from images/versions.yaml (libnccl2 differs from the pin)",
+    )
 
 
 def efa_installer_version(node: NodeCapture, want: Expectations) -> CheckResult:
@@ -171,10 +207,19 @@ def efa_installer_version(node: NodeCapture, want: Expectations) -> CheckResult:
     try:
         observed = parsers.parse_efa_installed(text) if text is not None else None
     except parsers.ParseError as err:
-        return CheckResult(name, "fail", str(err), str(_pinned(want, "efa_installer") or ""),
-                           "rerun the EFA installer (efa.sh install)")
-    return _version_check(name, observed, _pinned(want, "efa_installer"),
-                          "rebuild the image from images/versions.yaml (the EFA installer differs from the pin)")
+        return CheckResult(
+            name,
+            "fail",
+            str(err),
+            str(_pinned(want, "efa_installer") or ""),
+            "rerun the EFA installer (efa.sh install)",
+        )
+    return _version_check(
+        name,
+        observed,
+        _pinned(want, "efa_installer"),
+        "rebuild the image from images/versions.yaml (the EFA installer differs from the pin)",
+    )
 
 
 def efa_device_count(node: NodeCapture, want: Expectations) -> CheckResult:
@@ -185,8 +230,10 @@ def efa_device_count(node: NodeCapture, want: Expectations) -> CheckResult:
     if not it.efa_supported or it.max_efa_interfaces == 0:
         return CheckResult(name, "skip", "", "0", f"{it.name} has no EFA")
     expected = f"{it.max_efa_interfaces} ({it.name})"
-    fix_layout = ("the launch template attaches fewer EFA interfaces than the type supports: one per network "
-                  "card (gpucloud plan shows the layout); p5en may need a few seconds after boot")
+    fix_layout = (
+        "the launch template attaches fewer EFA interfaces than the type supports: one per network "
+        "card (gpucloud plan shows the layout); p5en may need a few seconds after boot"
+    )
     fi_info, listing = node.get(cap.FI_INFO_EFA), node.get(cap.INFINIBAND)
     try:
         if fi_info is not None:
@@ -194,11 +241,20 @@ def efa_device_count(node: NodeCapture, want: Expectations) -> CheckResult:
         elif listing is not None:
             devices = parsers.parse_infiniband_listing(listing)
         else:
-            return _missing(name, "fi_info and /sys/class/infiniband", expected,
-                            "install the EFA software (efa.sh install) and use an EFA-enabled launch template")
+            return _missing(
+                name,
+                "fi_info and /sys/class/infiniband",
+                expected,
+                "install the EFA software (efa.sh install) and use an EFA-enabled launch template",
+            )
     except parsers.ParseError as err:
-        return CheckResult(name, "fail", str(err), expected,
-                           "no EFA device: attach EFA interfaces in the launch template and load the efa kernel module")
+        return CheckResult(
+            name,
+            "fail",
+            str(err),
+            expected,
+            "no EFA device: attach EFA interfaces in the launch template and load the efa kernel module",
+        )
     if len(devices) == it.max_efa_interfaces:
         return CheckResult(name, "pass", str(len(devices)), expected)
     return CheckResult(name, "fail", str(len(devices)), expected, fix_layout)
@@ -234,8 +290,13 @@ def nccl_environment(node: NodeCapture, want: Expectations) -> CheckResult:
         return CheckResult(name, "pass", "no obsolete or harmful variables", "none set")
     worst = max((s for s, _ in found), key=SEVERITY.__getitem__)
     names = ", ".join(f.split("=")[0] for _, f in found)
-    return CheckResult(name, worst, "; ".join(f for _, f in found), "none set",
-                       f"unset {names} (in /etc/profile.d, the job script or the container image)")
+    return CheckResult(
+        name,
+        worst,
+        "; ".join(f for _, f in found),
+        "none set",
+        f"unset {names} (in /etc/profile.d, the job script or the container image)",
+    )
 
 
 def _mounts(node: NodeCapture) -> list[parsers.Mount] | str:
@@ -253,8 +314,10 @@ def fsx_mounted(node: NodeCapture, want: Expectations) -> CheckResult:
     if not want.fsx_mount:
         return CheckResult(name, "skip", "", "", "the stack has no FSx file system")
     expected = f"lustre at {want.fsx_mount}"
-    fix = (f"mount it: 'sudo mount -t lustre -o relatime,flock <fs-dns>@tcp:/<mount-name> {want.fsx_mount}' "
-           "(node bootstrap does this; check the security group allows TCP 988)")
+    fix = (
+        f"mount it: 'sudo mount -t lustre -o relatime,flock <fs-dns>@tcp:/<mount-name> {want.fsx_mount}' "
+        "(node bootstrap does this; check the security group allows TCP 988)"
+    )
     mounts = _mounts(node)
     if isinstance(mounts, str):
         return CheckResult(name, "fail", mounts, expected, fix)
@@ -262,8 +325,13 @@ def fsx_mounted(node: NodeCapture, want: Expectations) -> CheckResult:
     if any(m.fstype == "lustre" for m in at_path):
         return CheckResult(name, "pass", next(m.device for m in at_path if m.fstype == "lustre"), expected)
     if any(m.fstype == "autofs" for m in at_path):
-        return CheckResult(name, "warn", f"systemd automount armed at {want.fsx_mount}, not yet mounted", expected,
-                           f"run 'ls {want.fsx_mount}' to trigger it; if that hangs, the file system is unreachable")
+        return CheckResult(
+            name,
+            "warn",
+            f"systemd automount armed at {want.fsx_mount}, not yet mounted",
+            expected,
+            f"run 'ls {want.fsx_mount}' to trigger it; if that hangs, the file system is unreachable",
+        )
     if at_path:
         return CheckResult(name, "fail", f"{at_path[-1].fstype} at {want.fsx_mount}", expected, fix)
     return CheckResult(name, "fail", f"nothing mounted at {want.fsx_mount}", expected, fix)
@@ -287,22 +355,32 @@ def nvme_scratch(node: NodeCapture, want: Expectations) -> CheckResult:
     mounted = [m for m in mounts if m.path in paths]
     unused = [d.name for d in disks if not d.mounted_anywhere()]
     observed = f"{len(disks)} disks, {len(disks) - len(unused)} in use, " + (
-        f"mounted at {mounted[0].path}" if mounted else "no scratch mount")
+        f"mounted at {mounted[0].path}" if mounted else "no scratch mount"
+    )
     if not mounted:
         return CheckResult(name, "fail", observed, expected, fix)
     if len(disks) < it.nvme_disks:
-        return CheckResult(name, "warn", observed, expected, "an instance-store disk is missing: stop/start the instance")
+        return CheckResult(
+            name, "warn", observed, expected, "an instance-store disk is missing: stop/start the instance"
+        )
     if unused:
-        return CheckResult(name, "warn", observed, expected,
-                           f"{', '.join(unused)} not in the scratch volume: rebuild it over all disks (data is scratch)")
+        return CheckResult(
+            name,
+            "warn",
+            observed,
+            expected,
+            f"{', '.join(unused)} not in the scratch volume: rebuild it over all disks (data is scratch)",
+        )
     return CheckResult(name, "pass", observed, expected)
 
 
 def imds_token(node: NodeCapture, want: Expectations) -> CheckResult:
     name = "IMDSv2 reachable"
     text = node.get(cap.IMDS)
-    fix = ("the launch template needs metadata http-endpoint enabled, http-tokens required and hop limit 2 "
-           "(containers are one hop further); spot notices are read from IMDS")
+    fix = (
+        "the launch template needs metadata http-endpoint enabled, http-tokens required and hop limit 2 "
+        "(containers are one hop further); spot notices are read from IMDS"
+    )
     if text is None:
         return CheckResult(name, "fail", "IMDS not probed", "token issued", fix)
     try:
@@ -325,8 +403,13 @@ def agent_running(node: NodeCapture, want: Expectations) -> CheckResult:
     if state == "active":
         return CheckResult(name, "pass", f"{want.agent_unit}: active", "active")
     status: Status = "warn" if state == "activating" else "fail"
-    return CheckResult(name, status, f"{want.agent_unit}: {state or 'unknown'}", "active",
-                       f"'systemctl status {want.agent_unit}' and 'journalctl -u {want.agent_unit}'; node bootstrap installs it")
+    return CheckResult(
+        name,
+        status,
+        f"{want.agent_unit}: {state or 'unknown'}",
+        "active",
+        f"'systemctl status {want.agent_unit}' and 'journalctl -u {want.agent_unit}'; node bootstrap installs it",
+    )
 
 
 def _has_nvswitch(it: InstanceType | None) -> bool:
@@ -341,8 +424,13 @@ def fabric_manager_running(node: NodeCapture, want: Expectations) -> CheckResult
     state = _unit_state(node, "nvidia-fabricmanager")
     if state == "active":
         return CheckResult(name, "pass", "active", "active")
-    return CheckResult(name, "fail", state or "unknown", "active",
-                       "'sudo systemctl enable --now nvidia-fabricmanager'; its version must equal the driver's")
+    return CheckResult(
+        name,
+        "fail",
+        state or "unknown",
+        "active",
+        "'sudo systemctl enable --now nvidia-fabricmanager'; its version must equal the driver's",
+    )
 
 
 def dcgm_running(node: NodeCapture, want: Expectations) -> CheckResult:
@@ -350,8 +438,13 @@ def dcgm_running(node: NodeCapture, want: Expectations) -> CheckResult:
     state = _unit_state(node, "nvidia-dcgm")
     if state == "active":
         return CheckResult(name, "pass", "active", "active")
-    return CheckResult(name, "warn", state or "unknown", "active",
-                       "'sudo systemctl enable --now nvidia-dcgm' (GPU health and XID reporting)")
+    return CheckResult(
+        name,
+        "warn",
+        state or "unknown",
+        "active",
+        "'sudo systemctl enable --now nvidia-dcgm' (GPU health and XID reporting)",
+    )
 
 
 CHECKS: tuple[Check, ...] = (

@@ -35,8 +35,9 @@ def collect_live(units: list[str], imds_endpoint: str | None = None) -> NodeCapt
     return NodeCapture(outputs)
 
 
-def _run(argv: tuple[str, ...], path: str, accept_failure: bool = False, keep_failure_output: bool = False
-         ) -> str | None:
+def _run(
+    argv: tuple[str, ...], path: str, accept_failure: bool = False, keep_failure_output: bool = False
+) -> str | None:
     exe = shutil.which(argv[0], path=path)
     if exe is None:
         return None

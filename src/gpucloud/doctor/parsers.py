@@ -31,7 +31,13 @@ def parse_gpu_query(text: str) -> list[Gpu]:
     if "NVIDIA-SMI has failed" in text or "No devices were found" in text:
         raise ParseError(text.strip().splitlines()[0])
     rows = list(csv.reader(io.StringIO(text.strip()), skipinitialspace=True))
-    if not rows or [h.split(" [")[0] for h in rows[0]] != ["index", "name", "driver_version", "memory.total", "pci.bus_id"]:
+    if not rows or [h.split(" [")[0] for h in rows[0]] != [
+        "index",
+        "name",
+        "driver_version",
+        "memory.total",
+        "pci.bus_id",
+    ]:
         raise ParseError("nvidia-smi CSV header is not index, name, driver_version, memory.total, pci.bus_id")
     gpus = []
     for line_no, row in enumerate(rows[1:], start=2):
@@ -124,7 +130,7 @@ class BlockDevice:
     type: str
     model: str
     mountpoint: str | None
-    children: tuple["BlockDevice", ...]
+    children: tuple[BlockDevice, ...]
 
     def mounted_anywhere(self) -> list[str]:
         """Mount points of this device or anything built on it (partition, md RAID, LVM volume)."""

@@ -7,8 +7,9 @@ why, so ``gpucloud image check`` can print it as one line. ``warn`` means the ta
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 from gpucloud.image import compat
 from gpucloud.image.matrix import VersionMatrix
@@ -49,7 +50,9 @@ def driver_meets_cuda_toolkit(m: VersionMatrix) -> RuleResult:
     driver, cuda = m.v("nvidia_driver"), m.v("cuda")
     needed = _cuda_min_driver(cuda)
     if needed is None:
-        return RuleResult(name, "warn", f"CUDA {cuda} is not in the known toolkit/driver table; check its release notes")
+        return RuleResult(
+            name, "warn", f"CUDA {cuda} is not in the known toolkit/driver table; check its release notes"
+        )
     return _result(
         name,
         driver >= needed,
@@ -77,7 +80,9 @@ def pytorch_build_published(m: VersionMatrix) -> RuleResult:
     torch, torch_cuda = m.v("pytorch"), m.v("pytorch_cuda")
     builds = compat.PYTORCH_CUDA_BUILDS.get(torch.major_minor)
     if builds is None:
-        return RuleResult(name, "warn", f"PyTorch {torch} is newer than the known build table; check download.pytorch.org")
+        return RuleResult(
+            name, "warn", f"PyTorch {torch} is newer than the known build table; check download.pytorch.org"
+        )
     known = ", ".join(str(b) for b in builds)
     return _result(
         name,

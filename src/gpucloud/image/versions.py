@@ -27,12 +27,10 @@ class Version:
     text: str = field(default="", compare=False)  # as written: "580.105.08" keeps its leading zero
 
     @classmethod
-    def parse(cls, text: str) -> "Version":
+    def parse(cls, text: str) -> Version:
         match = _VERSION_RE.match(str(text).strip())
         if match is None:
-            raise VersionError(
-                f"{text!r} is not a version; expected dotted numbers like 12.4, 580.105.08 or 2.28.3-1"
-            )
+            raise VersionError(f"{text!r} is not a version; expected dotted numbers like 12.4, 580.105.08 or 2.28.3-1")
         release = tuple(int(part) for part in match["release"].split("."))
         return cls(release=release, suffix=match["suffix"] or "", text=str(text).strip())
 
@@ -47,7 +45,7 @@ class Version:
     def __hash__(self) -> int:
         return hash(self._key())
 
-    def __lt__(self, other: "Version") -> bool:
+    def __lt__(self, other: Version) -> bool:
         return self._key() < other._key()
 
     @property
@@ -59,10 +57,10 @@ class Version:
         return self.release[1] if len(self.release) > 1 else 0
 
     @property
-    def major_minor(self) -> "Version":
+    def major_minor(self) -> Version:
         return Version((self.major, self.minor))
 
-    def startswith(self, prefix: "Version") -> bool:
+    def startswith(self, prefix: Version) -> bool:
         """True when this version lies in the series ``prefix`` names (13.0.2 is in 13.0 and in 13)."""
         return self.release[: len(prefix.release)] == prefix.release
 

@@ -16,7 +16,7 @@ policy and the agents, so a later ``pulumi up`` leaves it alone.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import pulumi
 import pulumi_aws as aws
@@ -44,14 +44,16 @@ def launch_template_interfaces(
     and no IP settings at all on EFA-only interfaces (they cannot have addresses)."""
     out = []
     for nic in nics:
-        out.append(aws.ec2.LaunchTemplateNetworkInterfaceArgs(
-            network_card_index=nic.network_card_index,
-            device_index=nic.device_index,
-            interface_type=nic.interface_type,
-            security_groups=list(security_group_ids),
-            delete_on_termination="true",
-            associate_public_ip_address="false" if nic.has_ip and nic.device_index == 0 else None,
-        ))
+        out.append(
+            aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+                network_card_index=nic.network_card_index,
+                device_index=nic.device_index,
+                interface_type=nic.interface_type,
+                security_groups=list(security_group_ids),
+                delete_on_termination="true",
+                associate_public_ip_address="false" if nic.has_ip and nic.device_index == 0 else None,
+            )
+        )
     return out
 
 
@@ -69,23 +71,24 @@ class NodeGroupArgs:
     root_device_name: pulumi.Input[str]
     user_data: pulumi.Input[str]
     job_queue_name: pulumi.Input[str]  # the backlog alarm counts this queue's visible slot messages
-    ssh_key_name: Optional[str] = None
+    ssh_key_name: str | None = None
 
 
 class NodeGroup(pulumi.ComponentResource):
     launch_template: aws.ec2.LaunchTemplate
     asg: aws.autoscaling.Group
-    scaling: Optional[BacklogScaling]
-    wind_down: Optional[CapacityBlockWindDown]
+    scaling: BacklogScaling | None
+    wind_down: CapacityBlockWindDown | None
 
-    def __init__(self, name: str, args: NodeGroupArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: NodeGroupArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucloud:compute:NodeGroup", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         g = args.group
         tags = args.tagging.tags(g.name, **{NODE_GROUP_TAG: g.name})
         pg = (
             aws.ec2.PlacementGroup(f"{name}-pg", strategy="cluster", tags=tags, opts=child)
-            if args.placement_group else None
+            if args.placement_group
+            else None
         )
         self.launch_template = aws.ec2.LaunchTemplate(
             f"{name}-lt",
@@ -100,12 +103,17 @@ class NodeGroup(pulumi.ComponentResource):
                 http_tokens="required",
                 http_put_response_hop_limit=2,  # containers on the node reach IMDS through one more hop
             ),
-            block_device_mappings=[aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
-                device_name=args.root_device_name,
-                ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
-                    volume_size=g.root_volume_gib, volume_type="gp3", encrypted="true", delete_on_termination="true",
-                ),
-            )],
+            block_device_mappings=[
+                aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                    device_name=args.root_device_name,
+                    ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                        volume_size=g.root_volume_gib,
+                        volume_type="gp3",
+                        encrypted="true",
+                        delete_on_termination="true",
+                    ),
+                )
+            ],
             instance_market_options=self._market_options(g),
             capacity_reservation_specification=self._reservation(g),
             placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=pg.name) if pg is not None else None,
@@ -131,14 +139,17 @@ class NodeGroup(pulumi.ComponentResource):
             placement_group=pg.name if pg is not None else None,
             capacity_rebalance=spot,  # launch a replacement when AWS recommends rebalancing
             mixed_instances_policy=self._spot_mix(g, version) if spot else None,
-            launch_template=None if spot else aws.autoscaling.GroupLaunchTemplateArgs(
-                id=self.launch_template.id, version=version),
-            initial_lifecycle_hooks=[aws.autoscaling.GroupInitialLifecycleHookArgs(
-                name=DRAIN_HOOK,
-                lifecycle_transition="autoscaling:EC2_INSTANCE_TERMINATING",
-                heartbeat_timeout=g.drain_timeout_seconds,
-                default_result="CONTINUE",
-            )],
+            launch_template=None
+            if spot
+            else aws.autoscaling.GroupLaunchTemplateArgs(id=self.launch_template.id, version=version),
+            initial_lifecycle_hooks=[
+                aws.autoscaling.GroupInitialLifecycleHookArgs(
+                    name=DRAIN_HOOK,
+                    lifecycle_transition="autoscaling:EC2_INSTANCE_TERMINATING",
+                    heartbeat_timeout=g.drain_timeout_seconds,
+                    default_result="CONTINUE",
+                )
+            ],
             health_check_type="EC2",
             # spot and reserved capacity may take long to arrive; do not hold `pulumi up` for it
             wait_for_capacity_timeout="0",
@@ -147,29 +158,50 @@ class NodeGroup(pulumi.ComponentResource):
             enabled_metrics=list(GROUP_METRICS) if g.scaling.enabled else None,
             metrics_granularity="1Minute" if g.scaling.enabled else None,
             # with scaling, desired capacity is the policy's and the agents' to set, not the stack's
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
-                ignore_changes=["desiredCapacity"] if g.scaling.enabled else None)),
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(ignore_changes=["desiredCapacity"] if g.scaling.enabled else None)
+            ),
         )
-        self.scaling = BacklogScaling(f"{name}-scaling", BacklogScalingArgs(
-            tagging=args.tagging, node_group=g.name, asg_name=self.asg.name, job_queue_name=args.job_queue_name,
-            max_nodes=g.max_nodes,
-            instance_warmup_seconds=g.scaling.instance_warmup_seconds,
-        ), opts=child) if g.scaling.enabled else None
+        self.scaling = (
+            BacklogScaling(
+                f"{name}-scaling",
+                BacklogScalingArgs(
+                    tagging=args.tagging,
+                    node_group=g.name,
+                    asg_name=self.asg.name,
+                    job_queue_name=args.job_queue_name,
+                    max_nodes=g.max_nodes,
+                    instance_warmup_seconds=g.scaling.instance_warmup_seconds,
+                ),
+                opts=child,
+            )
+            if g.scaling.enabled
+            else None
+        )
         block_end = g.capacity.block_end if g.capacity.type == "capacity-block" else None
-        self.wind_down = CapacityBlockWindDown(f"{name}-block", CapacityBlockWindDownArgs(
-            asg_name=self.asg.name, block_end=block_end,
-            lead_minutes=g.capacity.block_end_lead_minutes or default_lead_minutes(g.drain_timeout_seconds),
-        ), opts=child) if block_end is not None else None
+        self.wind_down = (
+            CapacityBlockWindDown(
+                f"{name}-block",
+                CapacityBlockWindDownArgs(
+                    asg_name=self.asg.name,
+                    block_end=block_end,
+                    lead_minutes=g.capacity.block_end_lead_minutes or default_lead_minutes(g.drain_timeout_seconds),
+                ),
+                opts=child,
+            )
+            if block_end is not None
+            else None
+        )
         self.register_outputs({"launchTemplateId": self.launch_template.id, "asgName": self.asg.name})
 
     @staticmethod
-    def _market_options(g: NodeGroupSpec) -> Optional[aws.ec2.LaunchTemplateInstanceMarketOptionsArgs]:
+    def _market_options(g: NodeGroupSpec) -> aws.ec2.LaunchTemplateInstanceMarketOptionsArgs | None:
         if g.capacity.type == "capacity-block":
             return aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
         return None
 
     @staticmethod
-    def _reservation(g: NodeGroupSpec) -> Optional[aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs]:
+    def _reservation(g: NodeGroupSpec) -> aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs | None:
         if g.capacity.type not in ("capacity-block", "capacity-reservation"):
             return None
         return aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
@@ -190,8 +222,11 @@ class NodeGroup(pulumi.ComponentResource):
             launch_template=aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateArgs(
                 launch_template_specification=(
                     aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateLaunchTemplateSpecificationArgs(
-                        launch_template_id=self.launch_template.id, version=version)),
-                overrides=[aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateOverrideArgs(
-                    instance_type=g.instance_type)],
+                        launch_template_id=self.launch_template.id, version=version
+                    )
+                ),
+                overrides=[
+                    aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateOverrideArgs(instance_type=g.instance_type)
+                ],
             ),
         )

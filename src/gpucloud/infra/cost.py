@@ -12,7 +12,7 @@ A price the catalog does not know makes that figure ``None`` (unknown), never ze
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
+from collections.abc import Iterable
 
 from gpucloud.catalog import InstanceType
 

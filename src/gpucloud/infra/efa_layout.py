@@ -76,7 +76,7 @@ def plan_network_interfaces(itype: InstanceType, efa: bool, layout: Layout = "ef
     nics = _card0_interfaces(first, card0_has_efa, layout)
     budget = itype.max_efa_interfaces - sum(n.is_efa for n in nics)
     extra_type = "efa" if layout == "legacy" else "efa-only"
-    for card in cards[1:budget + 1]:
+    for card in cards[1 : budget + 1]:
         nics.append(NicPlan(card.index, _secondary_device_index(card), extra_type))
     return nics
 

@@ -12,8 +12,8 @@ import dataclasses
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 import pulumi
 import pulumi_aws as aws
@@ -21,7 +21,13 @@ import pulumi_aws as aws
 from gpucloud.catalog import Catalog, get_instance_type
 from gpucloud.errors import UserError
 from gpucloud.image.matrix import VersionMatrix
-from gpucloud.image.render import RenderedComponent, default_image_dir, parent_image, render_components, wheel_parameters
+from gpucloud.image.render import (
+    RenderedComponent,
+    default_image_dir,
+    parent_image,
+    render_components,
+    wheel_parameters,
+)
 from gpucloud.image.rules import check_matrix, failed
 from gpucloud.infra.tags import Tagging
 
@@ -45,10 +51,10 @@ class ImagePipelineArgs:
     security_group_ids: Sequence[pulumi.Input[str]]
     gpucloud_wheel_s3_uri: str  # s3://bucket/key/gpucloud-<version>-py3-none-any.whl, uploaded before a build
     build_instance_types: Sequence[str] = ("g5.2xlarge",)  # any GPU type: validate needs a GPU to see
-    ami_parameter_name: Optional[str] = None  # default: /gpucloud/<stack>/ami-id
-    schedule_expression: Optional[str] = None  # e.g. "cron(0 6 ? * mon *)"; None: build on demand
+    ami_parameter_name: str | None = None  # default: /gpucloud/<stack>/ami-id
+    schedule_expression: str | None = None  # e.g. "cron(0 6 ? * mon *)"; None: build on demand
     root_volume_gib: int = 100
-    kms_key_id: Optional[str] = None  # encrypts the build volume and the AMI snapshots (default: aws/ebs)
+    kms_key_id: str | None = None  # encrypts the build volume and the AMI snapshots (default: aws/ebs)
     image_dir: Path = dataclasses.field(default_factory=default_image_dir)
     test_timeout_minutes: int = 120
 
@@ -92,12 +98,14 @@ def plan_image_pipeline(args: ImagePipelineArgs, catalog: Catalog | None = None)
     components = []
     for rendered in render_components(args.matrix, args.image_dir):
         layer = rendered.name.removeprefix("gpucloud-")
-        components.append(PlannedComponent(
-            layer=layer,
-            resource_name=f"{cluster}-{layer}-{rendered.digest}",
-            rendered=rendered,
-            parameters={p: wheel[p] for p in rendered.parameters},
-        ))
+        components.append(
+            PlannedComponent(
+                layer=layer,
+                resource_name=f"{cluster}-{layer}-{rendered.digest}",
+                rendered=rendered,
+                parameters={p: wheel[p] for p in rendered.parameters},
+            )
+        )
     recipe_digest = hashlib.sha256("".join(c.rendered.digest for c in components).encode()).hexdigest()[:10]
     return ImagePipelinePlan(
         components=components,
@@ -114,8 +122,14 @@ def builder_policy_document(partition: str, wheel_bucket: str, wheel_key: str) -
     """What the build instance needs beyond the managed policies: read the one gpucloud wheel."""
     return {
         "Version": "2012-10-17",
-        "Statement": [{"Sid": "ReadGpucloudWheel", "Effect": "Allow", "Action": ["s3:GetObject"],
-                       "Resource": [f"arn:{partition}:s3:::{wheel_bucket}/{wheel_key}"]}],
+        "Statement": [
+            {
+                "Sid": "ReadGpucloudWheel",
+                "Effect": "Allow",
+                "Action": ["s3:GetObject"],
+                "Resource": [f"arn:{partition}:s3:::{wheel_bucket}/{wheel_key}"],
+            }
+        ],
     }
 
 
@@ -125,8 +139,13 @@ class ImagePipeline(pulumi.ComponentResource):
     ami_parameter_name: str
     pipeline: aws.imagebuilder.ImagePipeline
 
-    def __init__(self, name: str, args: ImagePipelineArgs, opts: Optional[pulumi.ResourceOptions] = None,
-                 catalog: Catalog | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        args: ImagePipelineArgs,
+        opts: pulumi.ResourceOptions | None = None,
+        catalog: Catalog | None = None,
+    ) -> None:
         super().__init__("gpucloud:image:ImagePipeline", name, None, opts)
         plan = plan_image_pipeline(args, catalog)
         child = pulumi.ResourceOptions(parent=self)
@@ -137,21 +156,27 @@ class ImagePipeline(pulumi.ComponentResource):
         role = aws.iam.Role(
             f"{name}-builder",
             description=f"gpucloud {args.tagging.cluster} image build instances",
-            assume_role_policy=json.dumps({
-                "Version": "2012-10-17",
-                "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"},
-                               "Action": "sts:AssumeRole"}],
-            }),
+            assume_role_policy=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}
+                    ],
+                }
+            ),
             tags=tags("image-builder"),
             opts=child,
         )
         for index, managed in enumerate(BUILDER_MANAGED_POLICIES):
             aws.iam.RolePolicyAttachment(
-                f"{name}-builder-managed-{index}", role=role.name,
-                policy_arn=pulumi.Output.concat("arn:", partition, ":iam::aws:", managed), opts=child,
+                f"{name}-builder-managed-{index}",
+                role=role.name,
+                policy_arn=pulumi.Output.concat("arn:", partition, ":iam::aws:", managed),
+                opts=child,
             )
         aws.iam.RolePolicy(
-            f"{name}-builder-wheel", role=role.id,
+            f"{name}-builder-wheel",
+            role=role.id,
             policy=partition.apply(lambda p: json.dumps(builder_policy_document(p, plan.wheel_bucket, plan.wheel_key))),
             opts=child,
         )
@@ -179,18 +204,26 @@ class ImagePipeline(pulumi.ComponentResource):
             components=[
                 aws.imagebuilder.ImageRecipeComponentArgs(
                     component_arn=component.arn,
-                    parameters=[aws.imagebuilder.ImageRecipeComponentParameterArgs(name=k, value=v)
-                                for k, v in planned.parameters.items()] or None,
+                    parameters=[
+                        aws.imagebuilder.ImageRecipeComponentParameterArgs(name=k, value=v)
+                        for k, v in planned.parameters.items()
+                    ]
+                    or None,
                 )
-                for component, planned in zip(components, plan.components)
+                for component, planned in zip(components, plan.components, strict=True)
             ],
-            block_device_mappings=[aws.imagebuilder.ImageRecipeBlockDeviceMappingArgs(
-                device_name=ROOT_DEVICE,
-                ebs=aws.imagebuilder.ImageRecipeBlockDeviceMappingEbsArgs(
-                    volume_size=args.root_volume_gib, volume_type="gp3", encrypted="true",
-                    delete_on_termination="true", kms_key_id=args.kms_key_id,
-                ),
-            )],
+            block_device_mappings=[
+                aws.imagebuilder.ImageRecipeBlockDeviceMappingArgs(
+                    device_name=ROOT_DEVICE,
+                    ebs=aws.imagebuilder.ImageRecipeBlockDeviceMappingEbsArgs(
+                        volume_size=args.root_volume_gib,
+                        volume_type="gp3",
+                        encrypted="true",
+                        delete_on_termination="true",
+                        kms_key_id=args.kms_key_id,
+                    ),
+                )
+            ],
             tags=tags("image-recipe"),
             opts=child,
         )
@@ -204,7 +237,8 @@ class ImagePipeline(pulumi.ComponentResource):
             security_group_ids=list(args.security_group_ids),
             terminate_instance_on_failure=True,
             instance_metadata_options=aws.imagebuilder.InfrastructureConfigurationInstanceMetadataOptionsArgs(
-                http_tokens="required", http_put_response_hop_limit=1,
+                http_tokens="required",
+                http_put_response_hop_limit=1,
             ),
             resource_tags=tags("image-build"),
             tags=tags("image-infrastructure"),
@@ -214,21 +248,27 @@ class ImagePipeline(pulumi.ComponentResource):
             f"{name}-distribution",
             name=f"{args.tagging.cluster}-gpu-image",
             description=f"Publishes the AMI id to SSM {plan.ami_parameter_name}",
-            distributions=[aws.imagebuilder.DistributionConfigurationDistributionArgs(
-                region=region,
-                ami_distribution_configuration=aws.imagebuilder.DistributionConfigurationDistributionAmiDistributionConfigurationArgs(
-                    name=plan.ami_name,
-                    description="gpucloud GPU image: " + ", ".join(
-                        f"{k} {getattr(args.matrix.versions, k)}" for k in ("nvidia_driver", "cuda", "nccl", "efa_installer", "pytorch")),
-                    ami_tags=tags("gpu-image", **{"gpucloud:matrix": plan.recipe_name}),
-                    kms_key_id=args.kms_key_id,
-                ),
-                ssm_parameter_configurations=[
-                    aws.imagebuilder.DistributionConfigurationDistributionSsmParameterConfigurationArgs(
-                        parameter_name=plan.ami_parameter_name, data_type="aws:ec2:image",
-                    )
-                ],
-            )],
+            distributions=[
+                aws.imagebuilder.DistributionConfigurationDistributionArgs(
+                    region=region,
+                    ami_distribution_configuration=aws.imagebuilder.DistributionConfigurationDistributionAmiDistributionConfigurationArgs(
+                        name=plan.ami_name,
+                        description="gpucloud GPU image: "
+                        + ", ".join(
+                            f"{k} {getattr(args.matrix.versions, k)}"
+                            for k in ("nvidia_driver", "cuda", "nccl", "efa_installer", "pytorch")
+                        ),
+                        ami_tags=tags("gpu-image", **{"gpucloud:matrix": plan.recipe_name}),
+                        kms_key_id=args.kms_key_id,
+                    ),
+                    ssm_parameter_configurations=[
+                        aws.imagebuilder.DistributionConfigurationDistributionSsmParameterConfigurationArgs(
+                            parameter_name=plan.ami_parameter_name,
+                            data_type="aws:ec2:image",
+                        )
+                    ],
+                )
+            ],
             tags=tags("image-distribution"),
             opts=child,
         )
@@ -239,12 +279,17 @@ class ImagePipeline(pulumi.ComponentResource):
             image_recipe_arn=recipe.arn,
             infrastructure_configuration_arn=infrastructure.arn,
             distribution_configuration_arn=distribution.arn,
-            schedule=(aws.imagebuilder.ImagePipelineScheduleArgs(
-                schedule_expression=args.schedule_expression,
-                pipeline_execution_start_condition="EXPRESSION_MATCH_ONLY",
-            ) if args.schedule_expression else None),
+            schedule=(
+                aws.imagebuilder.ImagePipelineScheduleArgs(
+                    schedule_expression=args.schedule_expression,
+                    pipeline_execution_start_condition="EXPRESSION_MATCH_ONLY",
+                )
+                if args.schedule_expression
+                else None
+            ),
             image_tests_configuration=aws.imagebuilder.ImagePipelineImageTestsConfigurationArgs(
-                image_tests_enabled=True, timeout_minutes=args.test_timeout_minutes,
+                image_tests_enabled=True,
+                timeout_minutes=args.test_timeout_minutes,
             ),
             enhanced_image_metadata_enabled=True,
             status="ENABLED",
@@ -252,8 +297,10 @@ class ImagePipeline(pulumi.ComponentResource):
             opts=child,
         )
         self.ami_parameter_name = plan.ami_parameter_name
-        self.register_outputs({
-            "pipelineArn": self.pipeline.arn,
-            "recipeArn": recipe.arn,
-            "amiParameterName": plan.ami_parameter_name,
-        })
+        self.register_outputs(
+            {
+                "pipelineArn": self.pipeline.arn,
+                "recipeArn": recipe.arn,
+                "amiParameterName": plan.ami_parameter_name,
+            }
+        )

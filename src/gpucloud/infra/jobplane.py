@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import pulumi
 import pulumi_aws as aws
 
 from gpucloud.infra.tags import Tagging
-from gpucloud.jobs import aws_schema
+from gpucloud.queue.aws import schema as aws_schema
 
 DLQ_RETENTION_SECONDS = 14 * 24 * 3600  # the SQS maximum: time to inspect poisoned jobs
 EVENTS_RETENTION_SECONDS = 3600  # an interruption event older than an hour is useless
@@ -51,7 +51,7 @@ class JobPlane(pulumi.ComponentResource):
     events_queue: aws.sqs.Queue
     table: aws.dynamodb.Table
 
-    def __init__(self, name: str, args: JobPlaneArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: JobPlaneArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucloud:jobs:JobPlane", name, None, opts)
         t = args.tagging
         self.job_queue, self.job_dlq = self._queue_pair(
@@ -59,39 +59,51 @@ class JobPlane(pulumi.ComponentResource):
         )
         self.events_queue, self.events_dlq = self._queue_pair(name, "events", t, 5, 60, EVENTS_RETENTION_SECONDS)
         # Key design (one partition per job: meta, attempts, events; a by-state index for listing)
-        # is shared with the queue backend through gpucloud.jobs.aws_schema.
+        # is shared with the queue backend through gpucloud.queue.aws.schema.
         self.table = aws.dynamodb.Table(
             f"{name}-jobs-table",
             billing_mode="PAY_PER_REQUEST",
             hash_key=aws_schema.HASH_KEY,
             range_key=aws_schema.RANGE_KEY,
             attributes=[aws.dynamodb.TableAttributeArgs(name=n, type=t) for n, t in aws_schema.KEY_ATTRIBUTES],
-            global_secondary_indexes=[aws.dynamodb.TableGlobalSecondaryIndexArgs(
-                name=aws_schema.STATE_INDEX,
-                key_schemas=[
-                    aws.dynamodb.TableGlobalSecondaryIndexKeySchemaArgs(attribute_name=aws_schema.STATE_INDEX_HASH_KEY, key_type="HASH"),
-                    aws.dynamodb.TableGlobalSecondaryIndexKeySchemaArgs(attribute_name=aws_schema.STATE_INDEX_RANGE_KEY, key_type="RANGE"),
-                ],
-                projection_type="ALL",
-            )],
+            global_secondary_indexes=[
+                aws.dynamodb.TableGlobalSecondaryIndexArgs(
+                    name=aws_schema.STATE_INDEX,
+                    key_schemas=[
+                        aws.dynamodb.TableGlobalSecondaryIndexKeySchemaArgs(
+                            attribute_name=aws_schema.STATE_INDEX_HASH_KEY, key_type="HASH"
+                        ),
+                        aws.dynamodb.TableGlobalSecondaryIndexKeySchemaArgs(
+                            attribute_name=aws_schema.STATE_INDEX_RANGE_KEY, key_type="RANGE"
+                        ),
+                    ],
+                    projection_type="ALL",
+                )
+            ],
             point_in_time_recovery=aws.dynamodb.TablePointInTimeRecoveryArgs(enabled=True),
             server_side_encryption=aws.dynamodb.TableServerSideEncryptionArgs(enabled=True),
             ttl=aws.dynamodb.TableTtlArgs(attribute_name=aws_schema.TTL_ATTRIBUTE, enabled=True),
             tags=t.tags("jobs"),
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.register_outputs({
-            "jobQueueUrl": self.job_queue.url,
-            "eventsQueueUrl": self.events_queue.url,
-            "jobTableName": self.table.name,
-        })
+        self.register_outputs(
+            {
+                "jobQueueUrl": self.job_queue.url,
+                "eventsQueueUrl": self.events_queue.url,
+                "jobTableName": self.table.name,
+            }
+        )
 
-    def _queue_pair(self, name: str, role: str, t: Tagging, max_receive: int, visibility: int,
-                    retention: int) -> tuple[aws.sqs.Queue, aws.sqs.Queue]:
+    def _queue_pair(
+        self, name: str, role: str, t: Tagging, max_receive: int, visibility: int, retention: int
+    ) -> tuple[aws.sqs.Queue, aws.sqs.Queue]:
         child = pulumi.ResourceOptions(parent=self)
         dlq = aws.sqs.Queue(
-            f"{name}-{role}-dlq", message_retention_seconds=DLQ_RETENTION_SECONDS, sqs_managed_sse_enabled=True,
-            tags=t.tags(f"{role}-dlq"), opts=child,
+            f"{name}-{role}-dlq",
+            message_retention_seconds=DLQ_RETENTION_SECONDS,
+            sqs_managed_sse_enabled=True,
+            tags=t.tags(f"{role}-dlq"),
+            opts=child,
         )
         queue = aws.sqs.Queue(
             f"{name}-{role}",
@@ -117,7 +129,7 @@ class InterruptionEventsArgs:
 
 
 class InterruptionEvents(pulumi.ComponentResource):
-    def __init__(self, name: str, args: InterruptionEventsArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: InterruptionEventsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucloud:jobs:InterruptionEvents", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         t = args.tagging
@@ -129,30 +141,43 @@ class InterruptionEvents(pulumi.ComponentResource):
         rules = []
         for key, pattern in patterns.items():
             rule = aws.cloudwatch.EventRule(
-                f"{name}-{key}", description=f"gpucloud {t.cluster}: {key} events to the events queue",
-                event_pattern=pattern, state="ENABLED", tags=t.tags(key), opts=child,
+                f"{name}-{key}",
+                description=f"gpucloud {t.cluster}: {key} events to the events queue",
+                event_pattern=pattern,
+                state="ENABLED",
+                tags=t.tags(key),
+                opts=child,
             )
             aws.cloudwatch.EventTarget(
-                f"{name}-{key}-target", rule=rule.name, arn=args.events_queue_arn, target_id="events-queue",
+                f"{name}-{key}-target",
+                rule=rule.name,
+                arn=args.events_queue_arn,
+                target_id="events-queue",
                 retry_policy=aws.cloudwatch.EventTargetRetryPolicyArgs(
-                    maximum_event_age_in_seconds=300, maximum_retry_attempts=10),
+                    maximum_event_age_in_seconds=300, maximum_retry_attempts=10
+                ),
                 opts=child,
             )
             rules.append(rule)
         # EventBridge may only send to the queue on behalf of these three rules.
         aws.sqs.QueuePolicy(
-            f"{name}-events-policy", queue_url=args.events_queue_url,
-            policy=pulumi.Output.json_dumps({
-                "Version": "2012-10-17",
-                "Statement": [{
-                    "Sid": "EventBridgeRules",
-                    "Effect": "Allow",
-                    "Principal": {"Service": "events.amazonaws.com"},
-                    "Action": "sqs:SendMessage",
-                    "Resource": args.events_queue_arn,
-                    "Condition": {"ArnEquals": {"aws:SourceArn": [r.arn for r in rules]}},
-                }],
-            }),
+            f"{name}-events-policy",
+            queue_url=args.events_queue_url,
+            policy=pulumi.Output.json_dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Sid": "EventBridgeRules",
+                            "Effect": "Allow",
+                            "Principal": {"Service": "events.amazonaws.com"},
+                            "Action": "sqs:SendMessage",
+                            "Resource": args.events_queue_arn,
+                            "Condition": {"ArnEquals": {"aws:SourceArn": [r.arn for r in rules]}},
+                        }
+                    ],
+                }
+            ),
             opts=child,
         )
         self.rule_arns = [r.arn for r in rules]

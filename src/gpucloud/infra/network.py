@@ -7,7 +7,7 @@ Nodes never get public IPs: multi-card instance types cannot have them, and SSM 
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import pulumi
 import pulumi_aws as aws
@@ -27,8 +27,8 @@ class ClusterNetworkArgs:
     region: str
     availability_zone: pulumi.Input[str]
     egress: str = "nat"  # "nat" | "endpoints"
-    vpc_cidr: Optional[str] = None  # create a VPC with this CIDR ...
-    existing_vpc_id: Optional[str] = None  # ... or use this VPC
+    vpc_cidr: str | None = None  # create a VPC with this CIDR ...
+    existing_vpc_id: str | None = None  # ... or use this VPC
     existing_subnet_ids: Sequence[str] = ()
 
 
@@ -37,7 +37,7 @@ class ClusterNetwork(pulumi.ComponentResource):
     node_subnet_ids: pulumi.Output[list[str]]
     vpc_cidr: pulumi.Output[str]
 
-    def __init__(self, name: str, args: ClusterNetworkArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: ClusterNetworkArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucloud:network:ClusterNetwork", name, None, opts)
         if args.existing_vpc_id is not None:
             existing = aws.ec2.get_vpc_output(id=args.existing_vpc_id, opts=pulumi.InvokeOptions(parent=self))
@@ -54,12 +54,21 @@ class ClusterNetwork(pulumi.ComponentResource):
         cidr = args.vpc_cidr or "10.0.0.0/16"
         plan = plan_subnets(cidr)
         vpc = aws.ec2.Vpc(
-            f"{name}-vpc", cidr_block=cidr, enable_dns_support=True, enable_dns_hostnames=True,
-            tags=t.tags("vpc"), opts=child,
+            f"{name}-vpc",
+            cidr_block=cidr,
+            enable_dns_support=True,
+            enable_dns_hostnames=True,
+            tags=t.tags("vpc"),
+            opts=child,
         )
         private = aws.ec2.Subnet(
-            f"{name}-nodes", vpc_id=vpc.id, cidr_block=plan.private, availability_zone=args.availability_zone,
-            map_public_ip_on_launch=False, tags=t.tags("nodes"), opts=child,
+            f"{name}-nodes",
+            vpc_id=vpc.id,
+            cidr_block=plan.private,
+            availability_zone=args.availability_zone,
+            map_public_ip_on_launch=False,
+            tags=t.tags("nodes"),
+            opts=child,
         )
         private_routes = aws.ec2.RouteTable(f"{name}-nodes-rt", vpc_id=vpc.id, tags=t.tags("nodes"), opts=child)
         aws.ec2.RouteTableAssociation(
@@ -72,57 +81,97 @@ class ClusterNetwork(pulumi.ComponentResource):
         # Gateway endpoints are free and keep checkpoint and job-table traffic off the NAT gateway.
         for service in ("s3", "dynamodb"):
             aws.ec2.VpcEndpoint(
-                f"{name}-{service}", vpc_id=vpc.id, vpc_endpoint_type="Gateway",
-                service_name=f"com.amazonaws.{args.region}.{service}", route_table_ids=[private_routes.id],
-                tags=t.tags(f"{service}-endpoint"), opts=child,
+                f"{name}-{service}",
+                vpc_id=vpc.id,
+                vpc_endpoint_type="Gateway",
+                service_name=f"com.amazonaws.{args.region}.{service}",
+                route_table_ids=[private_routes.id],
+                tags=t.tags(f"{service}-endpoint"),
+                opts=child,
             )
         self.vpc_id = vpc.id
         self.vpc_cidr = vpc.cidr_block
         self.node_subnet_ids = pulumi.Output.all(private.id).apply(list)
 
-    def _nat(self, name: str, args: ClusterNetworkArgs, vpc: aws.ec2.Vpc, public_cidr: str,
-             private_routes: aws.ec2.RouteTable) -> None:
+    def _nat(
+        self,
+        name: str,
+        args: ClusterNetworkArgs,
+        vpc: aws.ec2.Vpc,
+        public_cidr: str,
+        private_routes: aws.ec2.RouteTable,
+    ) -> None:
         child = pulumi.ResourceOptions(parent=self)
         t = args.tagging
         igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=vpc.id, tags=t.tags("igw"), opts=child)
         public = aws.ec2.Subnet(
-            f"{name}-public", vpc_id=vpc.id, cidr_block=public_cidr, availability_zone=args.availability_zone,
-            map_public_ip_on_launch=False, tags=t.tags("public"), opts=child,
+            f"{name}-public",
+            vpc_id=vpc.id,
+            cidr_block=public_cidr,
+            availability_zone=args.availability_zone,
+            map_public_ip_on_launch=False,
+            tags=t.tags("public"),
+            opts=child,
         )
         public_routes = aws.ec2.RouteTable(
-            f"{name}-public-rt", vpc_id=vpc.id,
+            f"{name}-public-rt",
+            vpc_id=vpc.id,
             routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", gateway_id=igw.id)],
-            tags=t.tags("public"), opts=child,
+            tags=t.tags("public"),
+            opts=child,
         )
         aws.ec2.RouteTableAssociation(
             f"{name}-public-rta", subnet_id=public.id, route_table_id=public_routes.id, opts=child
         )
         eip = aws.ec2.Eip(f"{name}-nat-ip", domain="vpc", tags=t.tags("nat"), opts=child)
         nat = aws.ec2.NatGateway(
-            f"{name}-nat", allocation_id=eip.id, subnet_id=public.id, connectivity_type="public",
-            tags=t.tags("nat"), opts=pulumi.ResourceOptions(parent=self, depends_on=[igw]),
+            f"{name}-nat",
+            allocation_id=eip.id,
+            subnet_id=public.id,
+            connectivity_type="public",
+            tags=t.tags("nat"),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[igw]),
         )
         aws.ec2.Route(
-            f"{name}-nodes-default", route_table_id=private_routes.id, destination_cidr_block="0.0.0.0/0",
-            nat_gateway_id=nat.id, opts=child,
+            f"{name}-nodes-default",
+            route_table_id=private_routes.id,
+            destination_cidr_block="0.0.0.0/0",
+            nat_gateway_id=nat.id,
+            opts=child,
         )
 
-    def _interface_endpoints(self, name: str, args: ClusterNetworkArgs, vpc: aws.ec2.Vpc, cidr: str,
-                             private: aws.ec2.Subnet) -> None:
+    def _interface_endpoints(
+        self, name: str, args: ClusterNetworkArgs, vpc: aws.ec2.Vpc, cidr: str, private: aws.ec2.Subnet
+    ) -> None:
         child = pulumi.ResourceOptions(parent=self)
         t = args.tagging
         sg = aws.ec2.SecurityGroup(
-            f"{name}-endpoints", vpc_id=vpc.id, description="HTTPS from the cluster VPC to AWS endpoints",
-            tags=t.tags("endpoints"), opts=child,
+            f"{name}-endpoints",
+            vpc_id=vpc.id,
+            description="HTTPS from the cluster VPC to AWS endpoints",
+            tags=t.tags("endpoints"),
+            opts=child,
         )
         aws.vpc.SecurityGroupIngressRule(
-            f"{name}-endpoints-https", security_group_id=sg.id, ip_protocol="tcp", from_port=443, to_port=443,
-            cidr_ipv4=cidr, description="HTTPS from the VPC", tags=t.tags("endpoints-https"), opts=child,
+            f"{name}-endpoints-https",
+            security_group_id=sg.id,
+            ip_protocol="tcp",
+            from_port=443,
+            to_port=443,
+            cidr_ipv4=cidr,
+            description="HTTPS from the VPC",
+            tags=t.tags("endpoints-https"),
+            opts=child,
         )
         for service in ENDPOINT_SERVICES:
             aws.ec2.VpcEndpoint(
-                f"{name}-{service}", vpc_id=vpc.id, vpc_endpoint_type="Interface",
-                service_name=f"com.amazonaws.{args.region}.{service}", subnet_ids=[private.id],
-                security_group_ids=[sg.id], private_dns_enabled=True, tags=t.tags(f"{service}-endpoint"),
+                f"{name}-{service}",
+                vpc_id=vpc.id,
+                vpc_endpoint_type="Interface",
+                service_name=f"com.amazonaws.{args.region}.{service}",
+                subnet_ids=[private.id],
+                security_group_ids=[sg.id],
+                private_dns_enabled=True,
+                tags=t.tags(f"{service}-endpoint"),
                 opts=child,
             )

@@ -38,13 +38,15 @@ def plan_cluster(spec: ClusterSpec, catalog: Catalog | None = None) -> ClusterPl
         itype = catalog.instance_types[group.instance_type]
         efa = efa_enabled(group, itype)
         nics = plan_network_interfaces(itype, efa, group.efa.layout)
-        groups.append(GroupPlan(
-            group=group,
-            instance_type=itype,
-            efa=efa,
-            nics=nics,
-            placement_group=uses_placement_group(group, itype),
-            efa_layout=summarize(itype, nics, group.efa.layout),
-        ))
+        groups.append(
+            GroupPlan(
+                group=group,
+                instance_type=itype,
+                efa=efa,
+                nics=nics,
+                placement_group=uses_placement_group(group, itype),
+                efa_layout=summarize(itype, nics, group.efa.layout),
+            )
+        )
     cost = estimate_cost(sizing_for(g.group, g.instance_type) for g in groups)
     return ClusterPlan(groups=groups, cost=cost)

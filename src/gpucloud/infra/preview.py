@@ -13,7 +13,8 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
-from typing import Any, Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 import pulumi
 from pulumi.runtime import MockCallArgs, MockResourceArgs, Mocks, set_all_config, set_mocks, settings
@@ -41,8 +42,13 @@ class RecordedResource:
     property_dependencies: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # input -> URNs
 
     def to_json(self) -> dict[str, Any]:
-        return {"type": self.type, "name": self.name, "inputs": self.inputs, "custom": self.custom,
-                "parent": self.parent}
+        return {
+            "type": self.type,
+            "name": self.name,
+            "inputs": self.inputs,
+            "custom": self.custom,
+            "parent": self.parent,
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,8 +117,10 @@ class PreviewMocks(Mocks):
             return f"arn:aws:dynamodb:{self.region}:{ACCOUNT}:table/{physical}"
         if typ == "aws:autoscaling/group:Group":
             uuid = hashlib.sha1(physical.encode()).hexdigest()[:8]
-            return (f"arn:aws:autoscaling:{self.region}:{ACCOUNT}:autoScalingGroup:{uuid}-0000-4000-8000-"
-                    f"000000000000:autoScalingGroupName/{physical}")
+            return (
+                f"arn:aws:autoscaling:{self.region}:{ACCOUNT}:autoScalingGroup:{uuid}-0000-4000-8000-"
+                f"000000000000:autoScalingGroupName/{physical}"
+            )
         if typ.startswith("aws:iam/"):
             kind = "role" if typ.endswith("Role") else "instance-profile"
             return f"arn:aws:iam::{ACCOUNT}:{kind}/{physical}"
@@ -144,8 +152,9 @@ class PreviewMocks(Mocks):
         self.invokes.append(RecordedInvoke(args.token, dict(args.args)))
         token = args.token
         if token == "aws:index/getAvailabilityZones:getAvailabilityZones":
-            zones = [self.availability_zone] + [f"{self.region}{s}" for s in "abc" if
-                                                f"{self.region}{s}" != self.availability_zone]
+            zones = [self.availability_zone] + [
+                f"{self.region}{s}" for s in "abc" if f"{self.region}{s}" != self.availability_zone
+            ]
             return {"names": zones, "zoneIds": [f"{self.region[:2]}-az{i + 1}" for i in range(len(zones))]}
         if token == "aws:ssm/getParameter:getParameter":
             return {"name": args.args.get("name"), "type": "String", "value": MOCK_AMI, "insecureValue": MOCK_AMI}
@@ -181,7 +190,7 @@ class _ParentRecordingMonitor(MockMonitor):
         super().__init__(mocks)
         self.registrations: list[_Registration] = []  # appended from Pulumi's RPC threads
 
-    def RegisterResource(self, request):  # noqa: N802 - gRPC method name
+    def RegisterResource(self, request):
         response = super().RegisterResource(request)
         if request.type != "pulumi:pulumi:Stack":
             inputs = pulumi.runtime.rpc.deserialize_properties(request.object)
@@ -189,8 +198,11 @@ class _ParentRecordingMonitor(MockMonitor):
             if parent is not None and parent.split("::")[2].split("$")[-1] == "pulumi:pulumi:Stack":
                 parent = None  # top-level resources: the stack itself is not shown as a parent
             dependencies = {key: list(deps.urns) for key, deps in request.propertyDependencies.items() if deps.urns}
-            self.registrations.append(_Registration(
-                response.urn, request.type, bool(request.custom), parent, inputs, response.id, dependencies))
+            self.registrations.append(
+                _Registration(
+                    response.urn, request.type, bool(request.custom), parent, inputs, response.id, dependencies
+                )
+            )
         return response
 
 
@@ -204,8 +216,9 @@ def _plain(value: Any) -> Any:
 
 
 @contextlib.contextmanager
-def mocked_runtime(stack_name: str, region: str, availability_zone: str | None = None
-                   ) -> Iterator[tuple[PreviewMocks, "_ParentRecordingMonitor"]]:
+def mocked_runtime(
+    stack_name: str, region: str, availability_zone: str | None = None
+) -> Iterator[tuple[PreviewMocks, _ParentRecordingMonitor]]:
     """Install the preview mocks as Pulumi's runtime for the duration of the block.
 
     Pulumi's runtime keeps process-global state (root stack, config, event loop); each block starts
@@ -228,10 +241,18 @@ def mocked_runtime(stack_name: str, region: str, availability_zone: str | None =
         loop.close()
 
 
-def recorded_resources(monitor: "_ParentRecordingMonitor") -> list[RecordedResource]:
+def recorded_resources(monitor: _ParentRecordingMonitor) -> list[RecordedResource]:
     return [
-        RecordedResource(type=r.type, name=r.urn.rsplit("::", 1)[-1], inputs=_plain(r.inputs), custom=r.custom,
-                         parent=r.parent, urn=r.urn, id=r.id, property_dependencies=r.property_dependencies)
+        RecordedResource(
+            type=r.type,
+            name=r.urn.rsplit("::", 1)[-1],
+            inputs=_plain(r.inputs),
+            custom=r.custom,
+            parent=r.parent,
+            urn=r.urn,
+            id=r.id,
+            property_dependencies=r.property_dependencies,
+        )
         for r in monitor.registrations
     ]
 

@@ -7,15 +7,15 @@ call ``build_cluster``, so the preview shows exactly what a deployment creates.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import pulumi
 import pulumi_aws as aws
 
-from gpucloud import scaling_metric
+from gpucloud.agent import backlog_metric
 from gpucloud.catalog import Catalog
-from gpucloud.infra.compute import DRAIN_HOOK, NodeGroup, NodeGroupArgs
 from gpucloud.infra.ami import resolve_image
+from gpucloud.infra.compute import DRAIN_HOOK, NodeGroup, NodeGroupArgs
 from gpucloud.infra.iam import NodeAccessPolicy, NodeAccessPolicyArgs, NodeIdentity, NodeIdentityArgs
 from gpucloud.infra.jobplane import InterruptionEvents, InterruptionEventsArgs, JobPlane, JobPlaneArgs
 from gpucloud.infra.network import ClusterNetwork, ClusterNetworkArgs
@@ -40,13 +40,13 @@ class ClusterOutputs:
     events_queue_url: pulumi.Output[str]
     job_table_name: pulumi.Output[str]
     asg_names: dict[str, pulumi.Output[str]]
-    fsx_dns_name: Optional[pulumi.Output[str]]
+    fsx_dns_name: pulumi.Output[str] | None
     # per node group with scaling enabled: the scale-out policy and the alarm that drives it
     scaling_policy_arns: dict[str, pulumi.Output[str]] = dataclasses.field(default_factory=dict)
     backlog_alarm_names: dict[str, pulumi.Output[str]] = dataclasses.field(default_factory=dict)
     # per capacity-block group with an end time: when it scales to 0 (ISO 8601 UTC)
     capacity_block_scale_down: dict[str, str] = dataclasses.field(default_factory=dict)
-    ami_parameter_name: Optional[str] = None  # set when the stack runs the image pipeline
+    ami_parameter_name: str | None = None  # set when the stack runs the image pipeline
 
     def export(self) -> None:
         pulumi.export("vpcId", self.vpc_id)
@@ -58,11 +58,14 @@ class ClusterOutputs:
         pulumi.export("autoscalingGroups", self.asg_names)
         pulumi.export("scalingPolicies", self.scaling_policy_arns)
         pulumi.export("backlogAlarms", self.backlog_alarm_names)
-        pulumi.export("backlogMetric", {
-            "namespace": scaling_metric.NAMESPACE,
-            "metrics": [scaling_metric.UNCLAIMED_SLOTS, scaling_metric.BUSY_NODES],
-            "dimensions": [scaling_metric.CLUSTER_DIMENSION, scaling_metric.NODE_GROUP_DIMENSION],
-        })
+        pulumi.export(
+            "backlogMetric",
+            {
+                "namespace": backlog_metric.NAMESPACE,
+                "metrics": [backlog_metric.UNCLAIMED_SLOTS, backlog_metric.BUSY_NODES],
+                "dimensions": [backlog_metric.CLUSTER_DIMENSION, backlog_metric.NODE_GROUP_DIMENSION],
+            },
+        )
         if self.capacity_block_scale_down:
             pulumi.export("capacityBlockScaleDown", self.capacity_block_scale_down)
         if self.fsx_dns_name is not None:
@@ -77,28 +80,52 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
     tagging = Tagging(stack=stack_name, cluster=cluster, extra=dict(spec.tags))
     az: pulumi.Input[str] = spec.availability_zone or aws.get_availability_zones_output(state="available").names[0]
 
-    network = ClusterNetwork(f"{cluster}-network", ClusterNetworkArgs(
-        tagging=tagging, region=spec.region, availability_zone=az, egress=spec.network.egress,
-        vpc_cidr=spec.network.vpc_cidr, existing_vpc_id=spec.network.vpc_id,
-        existing_subnet_ids=spec.network.subnet_ids,
-    ))
+    network = ClusterNetwork(
+        f"{cluster}-network",
+        ClusterNetworkArgs(
+            tagging=tagging,
+            region=spec.region,
+            availability_zone=az,
+            egress=spec.network.egress,
+            vpc_cidr=spec.network.vpc_cidr,
+            existing_vpc_id=spec.network.vpc_id,
+            existing_subnet_ids=spec.network.subnet_ids,
+        ),
+    )
     fsx_settings = spec.storage.fsx
-    security = ClusterSecurity(f"{cluster}-security", ClusterSecurityArgs(
-        tagging=tagging, vpc_id=network.vpc_id, with_lustre=fsx_settings is not None,
-        ssh_cidrs=spec.access.ssh_cidrs,
-    ))
-    store = CheckpointStore(f"{cluster}-checkpoints", CheckpointStoreArgs(tagging=tagging, settings=spec.storage.checkpoint_bucket))
+    security = ClusterSecurity(
+        f"{cluster}-security",
+        ClusterSecurityArgs(
+            tagging=tagging,
+            vpc_id=network.vpc_id,
+            with_lustre=fsx_settings is not None,
+            ssh_cidrs=spec.access.ssh_cidrs,
+        ),
+    )
+    store = CheckpointStore(
+        f"{cluster}-checkpoints", CheckpointStoreArgs(tagging=tagging, settings=spec.storage.checkpoint_bucket)
+    )
     first_subnet = network.node_subnet_ids.apply(lambda ids: ids[0])
     fsx = None
     if fsx_settings is not None and security.lustre_group_id is not None:
-        fsx = SharedFilesystem(f"{cluster}-fsx", SharedFilesystemArgs(
-            tagging=tagging, settings=fsx_settings, subnet_id=first_subnet,
-            security_group_id=security.lustre_group_id, bucket_name=store.bucket_name,
-        ))
-    jobs = JobPlane(f"{cluster}-jobplane", JobPlaneArgs(
-        tagging=tagging, max_receive_count=spec.job_plane.max_receive_count,
-        visibility_timeout_seconds=spec.job_plane.visibility_timeout_seconds,
-    ))
+        fsx = SharedFilesystem(
+            f"{cluster}-fsx",
+            SharedFilesystemArgs(
+                tagging=tagging,
+                settings=fsx_settings,
+                subnet_id=first_subnet,
+                security_group_id=security.lustre_group_id,
+                bucket_name=store.bucket_name,
+            ),
+        )
+    jobs = JobPlane(
+        f"{cluster}-jobplane",
+        JobPlaneArgs(
+            tagging=tagging,
+            max_receive_count=spec.job_plane.max_receive_count,
+            visibility_timeout_seconds=spec.job_plane.visibility_timeout_seconds,
+        ),
+    )
     identity = NodeIdentity(f"{cluster}-node", NodeIdentityArgs(tagging=tagging, ssm=spec.access.ssm))
     image = resolve_image(spec.ami)
     pipeline = _image_pipeline(spec, cluster, tagging, first_subnet, security.node_group_id, catalog)
@@ -123,37 +150,57 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
             "GPUCLOUD_SCRATCH_PATH": spec.storage.scratch_path,
             # empty: the AMI brings gpucloud (the validators require a package on a DLAMI)
             "GPUCLOUD_PACKAGE": spec.agent.package or "",
-            scaling_metric.SCALE_IN_ENV: "1" if gp.group.scaling.enabled else "0",
-            scaling_metric.IDLE_MINUTES_ENV: str(gp.group.scaling.idle_minutes),
+            backlog_metric.SCALE_IN_ENV: "1" if gp.group.scaling.enabled else "0",
+            backlog_metric.IDLE_MINUTES_ENV: str(gp.group.scaling.idle_minutes),
         }
         if fsx is not None and fsx_settings is not None:
-            settings.update({
-                "GPUCLOUD_FSX_DNS": fsx.dns_name,
-                "GPUCLOUD_FSX_MOUNT_NAME": fsx.mount_name,
-                "GPUCLOUD_FSX_MOUNT_PATH": fsx_settings.mount_path,
-            })
-        groups[gp.group.name] = NodeGroup(f"{cluster}-group-{gp.group.name}", NodeGroupArgs(
-            tagging=tagging, group=gp.group, instance_type=gp.instance_type, nics=gp.nics,
-            placement_group=gp.placement_group,
-            # EFA needs one subnet (one AZ); other groups may spread over the given subnets
-            subnet_ids=network.node_subnet_ids.apply(lambda ids, efa=gp.efa: ids[:1] if efa else ids),
-            security_group_ids=[security.node_group_id],
-            instance_profile_arn=identity.profile.arn,
-            image_id=image.image_id, root_device_name=image.root_device_name,
-            user_data=user_data_output(settings), job_queue_name=jobs.job_queue.name,
-            ssh_key_name=spec.access.ssh_key_name,
-        ))
+            settings.update(
+                {
+                    "GPUCLOUD_FSX_DNS": fsx.dns_name,
+                    "GPUCLOUD_FSX_MOUNT_NAME": fsx.mount_name,
+                    "GPUCLOUD_FSX_MOUNT_PATH": fsx_settings.mount_path,
+                }
+            )
+        groups[gp.group.name] = NodeGroup(
+            f"{cluster}-group-{gp.group.name}",
+            NodeGroupArgs(
+                tagging=tagging,
+                group=gp.group,
+                instance_type=gp.instance_type,
+                nics=gp.nics,
+                placement_group=gp.placement_group,
+                # EFA needs one subnet (one AZ); other groups may spread over the given subnets
+                subnet_ids=network.node_subnet_ids.apply(lambda ids, efa=gp.efa: ids[:1] if efa else ids),
+                security_group_ids=[security.node_group_id],
+                instance_profile_arn=identity.profile.arn,
+                image_id=image.image_id,
+                root_device_name=image.root_device_name,
+                user_data=user_data_output(settings),
+                job_queue_name=jobs.job_queue.name,
+                ssh_key_name=spec.access.ssh_key_name,
+            ),
+        )
 
-    NodeAccessPolicy(f"{cluster}-node", NodeAccessPolicyArgs(
-        role_name=identity.role.name, bucket_arn=store.bucket_arn,
-        queue_arns=[jobs.job_queue.arn, jobs.events_queue.arn], table_arn=jobs.table.arn,
-        asg_arns=[g.asg.arn for g in groups.values()],
-        agent_package_arn=_agent_package_arn(spec),
-    ))
-    InterruptionEvents(f"{cluster}-interruptions", InterruptionEventsArgs(
-        tagging=tagging, events_queue_arn=jobs.events_queue.arn, events_queue_url=jobs.events_queue.url,
-        asg_names=[g.asg.name for g in groups.values()],
-    ))
+    NodeAccessPolicy(
+        f"{cluster}-node",
+        NodeAccessPolicyArgs(
+            role_name=identity.role.name,
+            bucket_arn=store.bucket_arn,
+            queue_arns=[jobs.job_queue.arn, jobs.events_queue.arn],
+            table_arn=jobs.table.arn,
+            asg_arns=[g.asg.arn for g in groups.values()],
+            agent_package_arn=_agent_package_arn(spec),
+        ),
+    )
+    InterruptionEvents(
+        f"{cluster}-interruptions",
+        InterruptionEventsArgs(
+            tagging=tagging,
+            events_queue_arn=jobs.events_queue.arn,
+            events_queue_url=jobs.events_queue.url,
+            asg_names=[g.asg.name for g in groups.values()],
+        ),
+    )
     return ClusterOutputs(
         plan=plan,
         vpc_id=network.vpc_id,
@@ -166,13 +213,12 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
         fsx_dns_name=fsx.dns_name if fsx is not None else None,
         scaling_policy_arns={n: g.scaling.policy.arn for n, g in groups.items() if g.scaling is not None},
         backlog_alarm_names={n: g.scaling.alarm.name for n, g in groups.items() if g.scaling is not None},
-        capacity_block_scale_down={n: g.wind_down.scale_down_at for n, g in groups.items()
-                                   if g.wind_down is not None},
+        capacity_block_scale_down={n: g.wind_down.scale_down_at for n, g in groups.items() if g.wind_down is not None},
         ami_parameter_name=pipeline.ami_parameter_name if pipeline is not None else None,
     )
 
 
-def _agent_package_arn(spec: ClusterSpec) -> Optional[pulumi.Output[str]]:
+def _agent_package_arn(spec: ClusterSpec) -> pulumi.Output[str] | None:
     """The S3 object ARN of the stack's agent wheel (``agent.package = s3://...``), in this partition."""
     wheel = spec.agent.s3_wheel
     if wheel is None:
@@ -182,9 +228,13 @@ def _agent_package_arn(spec: ClusterSpec) -> Optional[pulumi.Output[str]]:
 
 
 def _image_pipeline(
-    spec: ClusterSpec, cluster: str, tagging: Tagging, subnet_id: pulumi.Input[str],
-    security_group_id: pulumi.Input[str], catalog: Catalog | None,
-) -> Optional["ImagePipeline"]:
+    spec: ClusterSpec,
+    cluster: str,
+    tagging: Tagging,
+    subnet_id: pulumi.Input[str],
+    security_group_id: pulumi.Input[str],
+    catalog: Catalog | None,
+) -> ImagePipeline | None:
     """Our own AMI pipeline, when the stack file has an ``image`` section (its AMI id goes to SSM,
     where other stacks read it with ``ami: {parameter: ...}``)."""
     if spec.image is None:
@@ -193,9 +243,18 @@ def _image_pipeline(
     from gpucloud.infra.image import ImagePipeline, ImagePipelineArgs
 
     settings = spec.image
-    return ImagePipeline(f"{cluster}-image", ImagePipelineArgs(
-        tagging=tagging, matrix=load_matrix(settings.matrix_file), subnet_id=subnet_id,
-        security_group_ids=[security_group_id], gpucloud_wheel_s3_uri=settings.wheel_s3_uri,
-        build_instance_types=tuple(settings.build_instance_types), ami_parameter_name=settings.ami_parameter,
-        schedule_expression=settings.schedule, root_volume_gib=settings.root_volume_gib,
-    ), catalog=catalog)
+    return ImagePipeline(
+        f"{cluster}-image",
+        ImagePipelineArgs(
+            tagging=tagging,
+            matrix=load_matrix(settings.matrix_file),
+            subnet_id=subnet_id,
+            security_group_ids=[security_group_id],
+            gpucloud_wheel_s3_uri=settings.wheel_s3_uri,
+            build_instance_types=tuple(settings.build_instance_types),
+            ami_parameter_name=settings.ami_parameter,
+            schedule_expression=settings.schedule,
+            root_volume_gib=settings.root_volume_gib,
+        ),
+        catalog=catalog,
+    )

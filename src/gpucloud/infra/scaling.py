@@ -2,7 +2,7 @@
 
 - ``BacklogScaling``: a CloudWatch alarm on the shortfall ``busy + unclaimed - desired`` and a
   step scaling policy that adds that many nodes. ``unclaimed`` is the larger of the agents'
-  ``UnclaimedSlots`` (names from ``gpucloud.scaling_metric``, the agents' side of the contract) and
+  ``UnclaimedSlots`` (names from ``gpucloud.agent.backlog_metric``, the agents' side of the contract) and
   the job queue's visible messages, which SQS publishes itself, so a group at 0 nodes still scales
   out. The metric math, its CloudWatch semantics and the scale-from-zero lag, why step scaling and
   why it never scales in: ``scaling_plan``'s docstring.
@@ -16,36 +16,46 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import Optional
 
 import pulumi
 import pulumi_aws as aws
 
-from gpucloud import scaling_metric as metric
+from gpucloud.agent import backlog_metric as metric
 from gpucloud.infra import scaling_plan as plan
 from gpucloud.infra.scaling_plan import scale_out_steps, schedule_timestamp, wind_down_time
 from gpucloud.infra.tags import Tagging
 
 # The ASG's own group metrics the alarm reads (collected at 1-minute granularity, free of charge);
 # the others are for operators' dashboards.
-GROUP_METRICS = ("GroupDesiredCapacity", "GroupInServiceInstances", "GroupPendingInstances",
-                 "GroupTerminatingInstances")
+GROUP_METRICS = (
+    "GroupDesiredCapacity",
+    "GroupInServiceInstances",
+    "GroupPendingInstances",
+    "GroupTerminatingInstances",
+)
 
 
-def shortfall_queries(cluster: str, node_group: str, asg_name: pulumi.Input[str],
-                      job_queue_name: pulumi.Input[str]) -> list[aws.cloudwatch.MetricAlarmMetricQueryArgs]:
+def shortfall_queries(
+    cluster: str, node_group: str, asg_name: pulumi.Input[str], job_queue_name: pulumi.Input[str]
+) -> list[aws.cloudwatch.MetricAlarmMetricQueryArgs]:
     """The alarm's metric math: nodes wanted (busy + unclaimed) minus nodes already asked for."""
 
     def stat(query_id: str, namespace: str, name: str, dims: dict) -> aws.cloudwatch.MetricAlarmMetricQueryArgs:
         return aws.cloudwatch.MetricAlarmMetricQueryArgs(
-            id=query_id, return_data=False,
+            id=query_id,
+            return_data=False,
             metric=aws.cloudwatch.MetricAlarmMetricQueryMetricArgs(
-                namespace=namespace, metric_name=name, dimensions=dims,
-                stat=metric.STATISTIC, period=metric.PERIOD_SECONDS,
+                namespace=namespace,
+                metric_name=name,
+                dimensions=dims,
+                stat=metric.STATISTIC,
+                period=metric.PERIOD_SECONDS,
             ),
         )
 
-    def expression(query_id: str, text: str, label: str, result: bool = False) -> aws.cloudwatch.MetricAlarmMetricQueryArgs:
+    def expression(
+        query_id: str, text: str, label: str, result: bool = False
+    ) -> aws.cloudwatch.MetricAlarmMetricQueryArgs:
         return aws.cloudwatch.MetricAlarmMetricQueryArgs(id=query_id, expression=text, label=label, return_data=result)
 
     group_dims = {d["Name"]: d["Value"] for d in metric.dimensions(cluster, node_group)}
@@ -53,8 +63,12 @@ def shortfall_queries(cluster: str, node_group: str, asg_name: pulumi.Input[str]
         stat(plan.BUSY_NODES_ID, metric.NAMESPACE, metric.BUSY_NODES, group_dims),
         stat(plan.AGENT_UNCLAIMED_ID, metric.NAMESPACE, metric.UNCLAIMED_SLOTS, group_dims),
         # One message per unclaimed gang slot; SQS publishes it with no node up.
-        stat(plan.QUEUED_SLOTS_ID, plan.QUEUE_NAMESPACE, plan.QUEUE_VISIBLE_METRIC,
-             {plan.QUEUE_DIMENSION: job_queue_name}),
+        stat(
+            plan.QUEUED_SLOTS_ID,
+            plan.QUEUE_NAMESPACE,
+            plan.QUEUE_VISIBLE_METRIC,
+            {plan.QUEUE_DIMENSION: job_queue_name},
+        ),
         stat(plan.DESIRED_ID, "AWS/AutoScaling", "GroupDesiredCapacity", {"AutoScalingGroupName": asg_name}),
         expression(plan.AGENTS_ID, plan.AGENTS_EXPRESSION, "Unclaimed slots the agents count"),
         expression(plan.QUEUED_ID, plan.QUEUED_EXPRESSION, "Slot messages visible in the job queue"),
@@ -76,7 +90,7 @@ class BacklogScaling(pulumi.ComponentResource):
     policy: aws.autoscaling.Policy
     alarm: aws.cloudwatch.MetricAlarm
 
-    def __init__(self, name: str, args: BacklogScalingArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: BacklogScalingArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucloud:scaling:BacklogScaling", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.policy = aws.autoscaling.Policy(
@@ -100,14 +114,15 @@ class BacklogScaling(pulumi.ComponentResource):
         )
         self.alarm = aws.cloudwatch.MetricAlarm(
             f"{name}-backlog",
-            alarm_description=(f"gpucloud {args.tagging.cluster} {args.node_group}: gangs wait for nodes; "
-                               "adds busy + unclaimed - desired nodes"),
+            alarm_description=(
+                f"gpucloud {args.tagging.cluster} {args.node_group}: gangs wait for nodes; "
+                "adds busy + unclaimed - desired nodes"
+            ),
             comparison_operator="GreaterThanThreshold",
             threshold=0,
             evaluation_periods=1,
             datapoints_to_alarm=1,
-            metric_queries=shortfall_queries(args.tagging.cluster, args.node_group, args.asg_name,
-                                             args.job_queue_name),
+            metric_queries=shortfall_queries(args.tagging.cluster, args.node_group, args.asg_name, args.job_queue_name),
             # The shortfall has data whenever any input has (missing terms count as 0), and the
             # group's own GroupDesiredCapacity is published every minute: it is empty only when
             # AWS publishes nothing at all, which is no evidence of a backlog.
@@ -130,7 +145,7 @@ class CapacityBlockWindDown(pulumi.ComponentResource):
     schedule: aws.autoscaling.Schedule
     scale_down_at: str  # ISO 8601 UTC
 
-    def __init__(self, name: str, args: CapacityBlockWindDownArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: CapacityBlockWindDownArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucloud:scaling:CapacityBlockWindDown", name, None, opts)
         self.scale_down_at = schedule_timestamp(wind_down_time(args.block_end, args.lead_minutes))
         self.schedule = aws.autoscaling.Schedule(

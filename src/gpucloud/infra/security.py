@@ -9,7 +9,7 @@ No rule accepts traffic from 0.0.0.0/0; SSH only when the stack names source ran
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import pulumi
 import pulumi_aws as aws
@@ -29,34 +29,60 @@ class ClusterSecurityArgs:
 
 class ClusterSecurity(pulumi.ComponentResource):
     node_group_id: pulumi.Output[str]
-    lustre_group_id: Optional[pulumi.Output[str]]
+    lustre_group_id: pulumi.Output[str] | None
 
-    def __init__(self, name: str, args: ClusterSecurityArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: ClusterSecurityArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucloud:security:ClusterSecurity", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         t = args.tagging
         nodes = aws.ec2.SecurityGroup(
-            f"{name}-nodes", vpc_id=args.vpc_id, description="gpucloud nodes: EFA all traffic within the group",
-            revoke_rules_on_delete=True, tags=t.tags("nodes"), opts=child,
+            f"{name}-nodes",
+            vpc_id=args.vpc_id,
+            description="gpucloud nodes: EFA all traffic within the group",
+            revoke_rules_on_delete=True,
+            tags=t.tags("nodes"),
+            opts=child,
         )
         aws.vpc.SecurityGroupIngressRule(
-            f"{name}-efa-in", security_group_id=nodes.id, ip_protocol="-1", referenced_security_group_id=nodes.id,
-            description="EFA: all traffic from the group itself", tags=t.tags("efa-in"), opts=child,
+            f"{name}-efa-in",
+            security_group_id=nodes.id,
+            ip_protocol="-1",
+            referenced_security_group_id=nodes.id,
+            description="EFA: all traffic from the group itself",
+            tags=t.tags("efa-in"),
+            opts=child,
         )
         aws.vpc.SecurityGroupEgressRule(
-            f"{name}-efa-out", security_group_id=nodes.id, ip_protocol="-1", referenced_security_group_id=nodes.id,
-            description="EFA: all traffic to the group itself", tags=t.tags("efa-out"), opts=child,
+            f"{name}-efa-out",
+            security_group_id=nodes.id,
+            ip_protocol="-1",
+            referenced_security_group_id=nodes.id,
+            description="EFA: all traffic to the group itself",
+            tags=t.tags("efa-out"),
+            opts=child,
         )
         # Outbound HTTPS and the rest: AWS APIs, the DLAMI package mirrors, the NAT gateway.
         aws.vpc.SecurityGroupEgressRule(
-            f"{name}-out", security_group_id=nodes.id, ip_protocol="-1", cidr_ipv4="0.0.0.0/0",
-            description="outbound to AWS APIs and package mirrors", tags=t.tags("out"), opts=child,
+            f"{name}-out",
+            security_group_id=nodes.id,
+            ip_protocol="-1",
+            cidr_ipv4="0.0.0.0/0",
+            description="outbound to AWS APIs and package mirrors",
+            tags=t.tags("out"),
+            opts=child,
         )
         for i, cidr in enumerate(args.ssh_cidrs):
             aws.vpc.SecurityGroupIngressRule(
-                f"{name}-ssh-{i}", security_group_id=nodes.id, ip_protocol="tcp", from_port=22, to_port=22,
-                cidr_ipv6=cidr if ":" in cidr else None, cidr_ipv4=None if ":" in cidr else cidr,
-                description="SSH from an allowed range", tags=t.tags(f"ssh-{i}"), opts=child,
+                f"{name}-ssh-{i}",
+                security_group_id=nodes.id,
+                ip_protocol="tcp",
+                from_port=22,
+                to_port=22,
+                cidr_ipv6=cidr if ":" in cidr else None,
+                cidr_ipv4=None if ":" in cidr else cidr,
+                description="SSH from an allowed range",
+                tags=t.tags(f"ssh-{i}"),
+                opts=child,
             )
         self.node_group_id = nodes.id
         self.lustre_group_id = self._lustre(name, args, nodes) if args.with_lustre else None
@@ -66,20 +92,36 @@ class ClusterSecurity(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         t = args.tagging
         lustre = aws.ec2.SecurityGroup(
-            f"{name}-lustre", vpc_id=args.vpc_id, description="gpucloud FSx for Lustre: Lustre ports from nodes",
-            revoke_rules_on_delete=True, tags=t.tags("lustre"), opts=child,
+            f"{name}-lustre",
+            vpc_id=args.vpc_id,
+            description="gpucloud FSx for Lustre: Lustre ports from nodes",
+            revoke_rules_on_delete=True,
+            tags=t.tags("lustre"),
+            opts=child,
         )
         for source, label in ((nodes, "nodes"), (lustre, "self")):
             for low, high in LUSTRE_PORTS:
                 suffix = f"{label}-{low}" if low == high else f"{label}-{low}-{high}"
                 aws.vpc.SecurityGroupIngressRule(
-                    f"{name}-lustre-in-{suffix}", security_group_id=lustre.id, ip_protocol="tcp",
-                    from_port=low, to_port=high, referenced_security_group_id=source.id,
-                    description=f"Lustre from {label}", tags=t.tags(f"lustre-in-{suffix}"), opts=child,
+                    f"{name}-lustre-in-{suffix}",
+                    security_group_id=lustre.id,
+                    ip_protocol="tcp",
+                    from_port=low,
+                    to_port=high,
+                    referenced_security_group_id=source.id,
+                    description=f"Lustre from {label}",
+                    tags=t.tags(f"lustre-in-{suffix}"),
+                    opts=child,
                 )
                 aws.vpc.SecurityGroupEgressRule(
-                    f"{name}-lustre-out-{suffix}", security_group_id=lustre.id, ip_protocol="tcp",
-                    from_port=low, to_port=high, referenced_security_group_id=source.id,
-                    description=f"Lustre to {label}", tags=t.tags(f"lustre-out-{suffix}"), opts=child,
+                    f"{name}-lustre-out-{suffix}",
+                    security_group_id=lustre.id,
+                    ip_protocol="tcp",
+                    from_port=low,
+                    to_port=high,
+                    referenced_security_group_id=source.id,
+                    description=f"Lustre to {label}",
+                    tags=t.tags(f"lustre-out-{suffix}"),
+                    opts=child,
                 )
         return lustre.id

@@ -9,7 +9,6 @@ under the link path are exported to the bucket and the bucket's contents appear 
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 import pulumi
 import pulumi_aws as aws
@@ -31,69 +30,94 @@ class CheckpointStore(pulumi.ComponentResource):
     bucket_name: pulumi.Output[str]
     bucket_arn: pulumi.Output[str]
 
-    def __init__(self, name: str, args: CheckpointStoreArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: CheckpointStoreArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucloud:storage:CheckpointStore", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         s = args.settings
         bucket = aws.s3.Bucket(f"{name}-bucket", force_destroy=False, tags=args.tagging.tags("checkpoints"), opts=child)
         aws.s3.BucketOwnershipControls(
-            f"{name}-ownership", bucket=bucket.id,
-            rule=aws.s3.BucketOwnershipControlsRuleArgs(object_ownership="BucketOwnerEnforced"), opts=child,
+            f"{name}-ownership",
+            bucket=bucket.id,
+            rule=aws.s3.BucketOwnershipControlsRuleArgs(object_ownership="BucketOwnerEnforced"),
+            opts=child,
         )
         aws.s3.BucketVersioning(
-            f"{name}-versioning", bucket=bucket.id,
+            f"{name}-versioning",
+            bucket=bucket.id,
             versioning_configuration=aws.s3.BucketVersioningVersioningConfigurationArgs(status="Enabled"),
             opts=child,
         )
         # SSE-S3 rather than SSE-KMS: the FSx data repository association and every node can then
         # read and write without a key policy to maintain; the data is encrypted at rest either way.
         aws.s3.BucketServerSideEncryptionConfiguration(
-            f"{name}-encryption", bucket=bucket.id,
-            rules=[aws.s3.BucketServerSideEncryptionConfigurationRuleArgs(
-                apply_server_side_encryption_by_default=(
-                    aws.s3.BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(
-                        sse_algorithm="AES256")),
-                bucket_key_enabled=True,
-            )],
+            f"{name}-encryption",
+            bucket=bucket.id,
+            rules=[
+                aws.s3.BucketServerSideEncryptionConfigurationRuleArgs(
+                    apply_server_side_encryption_by_default=(
+                        aws.s3.BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(
+                            sse_algorithm="AES256"
+                        )
+                    ),
+                    bucket_key_enabled=True,
+                )
+            ],
             opts=child,
         )
         block = aws.s3.BucketPublicAccessBlock(
-            f"{name}-public-access", bucket=bucket.id, block_public_acls=True, block_public_policy=True,
-            ignore_public_acls=True, restrict_public_buckets=True, opts=child,
+            f"{name}-public-access",
+            bucket=bucket.id,
+            block_public_acls=True,
+            block_public_policy=True,
+            ignore_public_acls=True,
+            restrict_public_buckets=True,
+            opts=child,
         )
         aws.s3.BucketPolicy(
-            f"{name}-tls-only", bucket=bucket.id,
-            policy=pulumi.Output.json_dumps({
-                "Version": "2012-10-17",
-                "Statement": [{
-                    "Sid": "DenyInsecureTransport",
-                    "Effect": "Deny",
-                    "Principal": "*",
-                    "Action": "s3:*",
-                    "Resource": [bucket.arn, pulumi.Output.concat(bucket.arn, "/*")],
-                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
-                }],
-            }),
+            f"{name}-tls-only",
+            bucket=bucket.id,
+            policy=pulumi.Output.json_dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Sid": "DenyInsecureTransport",
+                            "Effect": "Deny",
+                            "Principal": "*",
+                            "Action": "s3:*",
+                            "Resource": [bucket.arn, pulumi.Output.concat(bucket.arn, "/*")],
+                            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                        }
+                    ],
+                }
+            ),
             # the public access block must exist first or S3 may judge the policy as public
             opts=pulumi.ResourceOptions(parent=self, depends_on=[block]),
         )
         rules = [
             aws.s3.BucketLifecycleConfigurationRuleArgs(
-                id="expire-replaced-checkpoints", status="Enabled",
+                id="expire-replaced-checkpoints",
+                status="Enabled",
                 filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
                 noncurrent_version_expiration=aws.s3.BucketLifecycleConfigurationRuleNoncurrentVersionExpirationArgs(
-                    noncurrent_days=s.noncurrent_expiry_days),
+                    noncurrent_days=s.noncurrent_expiry_days
+                ),
                 abort_incomplete_multipart_upload=(
                     aws.s3.BucketLifecycleConfigurationRuleAbortIncompleteMultipartUploadArgs(
-                        days_after_initiation=s.abort_multipart_days)),
+                        days_after_initiation=s.abort_multipart_days
+                    )
+                ),
             )
         ]
         if s.expiry_days is not None:
-            rules.append(aws.s3.BucketLifecycleConfigurationRuleArgs(
-                id="expire-old-checkpoints", status="Enabled",
-                filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
-                expiration=aws.s3.BucketLifecycleConfigurationRuleExpirationArgs(days=s.expiry_days),
-            ))
+            rules.append(
+                aws.s3.BucketLifecycleConfigurationRuleArgs(
+                    id="expire-old-checkpoints",
+                    status="Enabled",
+                    filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
+                    expiration=aws.s3.BucketLifecycleConfigurationRuleExpirationArgs(days=s.expiry_days),
+                )
+            )
         aws.s3.BucketLifecycleConfiguration(f"{name}-lifecycle", bucket=bucket.id, rules=rules, opts=child)
         self.bucket_name = bucket.bucket
         self.bucket_arn = bucket.arn
@@ -113,7 +137,7 @@ class SharedFilesystem(pulumi.ComponentResource):
     dns_name: pulumi.Output[str]
     mount_name: pulumi.Output[str]
 
-    def __init__(self, name: str, args: SharedFilesystemArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: SharedFilesystemArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucloud:storage:SharedFilesystem", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         s = args.settings

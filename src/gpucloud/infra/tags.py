@@ -7,7 +7,7 @@ policy pack can check every resource, and so a stack's resources can be found wi
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from collections.abc import Mapping
 
 STACK_TAG = "gpucloud:stack"
 CLUSTER_TAG = "gpucloud:cluster"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import base64
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import pulumi
 
@@ -42,6 +42,8 @@ def user_data_output(settings: Mapping[str, pulumi.Input[str]]) -> pulumi.Output
     keys = sorted(settings)
     return pulumi.Output.all(*(settings[k] for k in keys)).apply(
         lambda values: base64.b64encode(
-            render_user_data(dict(zip(keys, (v if v is not None else "" for v in values))), script).encode()
+            render_user_data(
+                dict(zip(keys, (v if v is not None else "" for v in values), strict=True)), script
+            ).encode()
         ).decode()
     )

@@ -20,18 +20,19 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any
 
 from pydantic import BaseModel
 
 from gpucloud.errors import UserError
 from gpucloud.jobs.model import JobSpec
-from gpucloud.jobs.queue import JobQueue
 from gpucloud.jobs.report import JobReport, build_report
 from gpucloud.jobs.runner import supervise_job
-from gpucloud.jobs.sqlite_queue import SqliteQueue
 from gpucloud.jobs.supervisor import SupervisorConfig
+from gpucloud.queue.protocol import JobQueue
+from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.hub import SignalHub
 from gpucloud.signals.imds_emulator import ImdsEmulator
 
@@ -53,7 +54,9 @@ class DemoOptions:
         if self.steps < 2:
             raise UserError(f"--steps must be at least 2, got {self.steps}")
         if not 1 <= self.notice_at_step < self.steps:
-            raise UserError(f"--notice-at-step must be between 1 and --steps - 1 ({self.steps - 1}), got {self.notice_at_step}")
+            raise UserError(
+                f"--notice-at-step must be between 1 and --steps - 1 ({self.steps - 1}), got {self.notice_at_step}"
+            )
 
 
 class DemoReport(BaseModel):
@@ -82,14 +85,29 @@ class DemoReport(BaseModel):
 Progress = Callable[[str, dict[str, Any]], None]
 
 
-def training_command(*, steps: int, seed: int, step_seconds: float, out: Path, every_steps: int | None = None,
-                     log_steps: bool = False) -> list[str]:
+def training_command(
+    *, steps: int, seed: int, step_seconds: float, out: Path, every_steps: int | None = None, log_steps: bool = False
+) -> list[str]:
     """Real torchrun (``python -m torch.distributed.run``), 2 ranks, gloo, single node."""
     if not EXAMPLE.exists():
-        raise UserError(f"the demo needs the example training script {EXAMPLE}; run gpucloud demo from a source checkout")
+        raise UserError(
+            f"the demo needs the example training script {EXAMPLE}; run gpucloud demo from a source checkout"
+        )
     argv = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={NPROC}",
-        str(EXAMPLE), "--steps", str(steps), "--seed", str(seed), "--step-seconds", str(step_seconds), "--out", str(out),
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={NPROC}",
+        str(EXAMPLE),
+        "--steps",
+        str(steps),
+        "--seed",
+        str(seed),
+        "--step-seconds",
+        str(step_seconds),
+        "--out",
+        str(out),
     ]
     if every_steps:
         argv += ["--every-steps", str(every_steps)]
@@ -130,12 +148,21 @@ def run_demo(options: DemoOptions, *, progress: Progress | None = None) -> DemoR
         suffix = uuid.uuid4().hex[:6]
         durable = workdir / "durable"
         job = queue.submit(_spec(options, durable, workdir / "interrupted.pt", name="demo"), job_id=f"demo-{suffix}")
-        ref = queue.submit(_spec(options, durable, workdir / "reference.pt", name="demo-reference"), job_id=f"demo-ref-{suffix}")
-        say("phase", {"text": f"job {job.id}: {NPROC} ranks under torchrun (gloo), {options.steps} steps; reference {ref.id} runs alongside"})
+        ref = queue.submit(
+            _spec(options, durable, workdir / "reference.pt", name="demo-reference"), job_id=f"demo-ref-{suffix}"
+        )
+        say(
+            "phase",
+            {
+                "text": f"job {job.id}: {NPROC} ranks under torchrun (gloo), {options.steps} steps; reference {ref.id} runs alongside"
+            },
+        )
 
         reference_error: list[BaseException] = []
         reference = threading.Thread(
-            target=_run_reference, args=(queue.path, ref.id, workdir, config, reference_error), daemon=True,
+            target=_run_reference,
+            args=(queue.path, ref.id, workdir, config, reference_error),
+            daemon=True,
         )
         reference.start()
 
@@ -144,11 +171,21 @@ def run_demo(options: DemoOptions, *, progress: Progress | None = None) -> DemoR
             injector = SpotInjector(emulator_a, options.notice_at_step, say=say)
             first = _attempt(queue, job.id, hub_a, config, workdir / "node-a", on_step=injector, say=say)
         if first.exit_code != 75:
-            raise UserError(f"attempt 1 ended with exit code {first.exit_code}, expected 75 (requeued); logs in {workdir / 'logs'}")
+            raise UserError(
+                f"attempt 1 ended with exit code {first.exit_code}, expected 75 (requeued); logs in {workdir / 'logs'}"
+            )
 
         # Node B: attempt 2 on a "new node": fresh emulator, empty local tier, restore from durable.
         with ImdsEmulator() as emulator_b, imds_hub(emulator_b.endpoint, options.poll_interval) as hub_b:
-            second = _attempt(queue, job.id, hub_b, config, workdir / "node-b", on_step=lambda step: say("progress", {"step": step}), say=say)
+            second = _attempt(
+                queue,
+                job.id,
+                hub_b,
+                config,
+                workdir / "node-b",
+                on_step=lambda step: say("progress", {"step": step}),
+                say=say,
+            )
         if second.exit_code != 0:
             raise UserError(f"attempt 2 ended with exit code {second.exit_code}; logs in {workdir / 'logs'}")
 
@@ -193,8 +230,9 @@ def run_demo(options: DemoOptions, *, progress: Progress | None = None) -> DemoR
 
 
 def _spec(options: DemoOptions, durable: Path, out: Path, *, name: str) -> JobSpec:
-    command = training_command(steps=options.steps, seed=options.seed, step_seconds=options.step_seconds, out=out,
-                               log_steps=True)
+    command = training_command(
+        steps=options.steps, seed=options.seed, step_seconds=options.step_seconds, out=out, log_steps=True
+    )
     return JobSpec(command=command, name=name, checkpoint_uri=str(durable), max_attempts=1)
 
 
@@ -210,14 +248,29 @@ def imds_hub(endpoint: str, interval: float) -> Iterator[SignalHub]:
         hub.stop()
 
 
-def _attempt(queue: JobQueue, job_id: str, hub: SignalHub, config: SupervisorConfig, node: Path, *,
-             on_step: Callable[[int], None], say: Progress):
+def _attempt(
+    queue: JobQueue,
+    job_id: str,
+    hub: SignalHub,
+    config: SupervisorConfig,
+    node: Path,
+    *,
+    on_step: Callable[[int], None],
+    say: Progress,
+):
     logs = node.parent / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     with open(logs / f"{job_id}-{node.name}.log", "w") as log:
         return supervise_job(
-            queue, job_id, worker=f"{node.name}", notices=hub, config=config,
-            local_checkpoint_dir=str(node / "nvme"), sink=StepTap(log, on_step), on_event=say, run_root=node / "run",
+            queue,
+            job_id,
+            worker=f"{node.name}",
+            notices=hub,
+            config=config,
+            local_checkpoint_dir=str(node / "nvme"),
+            sink=StepTap(log, on_step),
+            on_event=say,
+            run_root=node / "run",
         )
 
 
@@ -230,8 +283,14 @@ def _run_reference(db: Path, job_id: str, workdir: Path, config: SupervisorConfi
         logs.mkdir(parents=True, exist_ok=True)
         with open(logs / f"{job_id}.log", "w") as sink:
             result = supervise_job(
-                queue, job_id, worker="node-ref", notices=idle, config=config,
-                local_checkpoint_dir=str(node / "nvme"), sink=sink, run_root=node / "run",
+                queue,
+                job_id,
+                worker="node-ref",
+                notices=idle,
+                config=config,
+                local_checkpoint_dir=str(node / "nvme"),
+                sink=sink,
+                run_root=node / "run",
             )
         if result.exit_code != 0:
             raise UserError(f"the reference run failed with exit code {result.exit_code}; logs in {logs}")
@@ -283,8 +342,9 @@ class StepTap(io.TextIOBase):
 class SpotInjector:
     """Announces a spot interruption on ``emulator`` once the job reports ``at_step``."""
 
-    def __init__(self, emulator: ImdsEmulator, at_step: int, *, lead_seconds: float = 120.0,
-                 say: Progress | None = None) -> None:
+    def __init__(
+        self, emulator: ImdsEmulator, at_step: int, *, lead_seconds: float = 120.0, say: Progress | None = None
+    ) -> None:
         self.emulator = emulator
         self.at_step = at_step
         self.lead_seconds = lead_seconds
@@ -297,5 +357,10 @@ class SpotInjector:
         if self.announced_at is None and step >= self.at_step:
             self.announced_at, self.announced_step = time.time(), step
             self.emulator.spot_interruption("terminate", lead_seconds=self.lead_seconds, at=self.announced_at)
-            self.say("phase", {"text": f"emulator: spot interruption announced after step {step} "
-                                       f"(terminate in {self.lead_seconds:.0f} s)"})
+            self.say(
+                "phase",
+                {
+                    "text": f"emulator: spot interruption announced after step {step} "
+                    f"(terminate in {self.lead_seconds:.0f} s)"
+                },
+            )

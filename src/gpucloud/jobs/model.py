@@ -225,25 +225,46 @@ class StopRequest(BaseModel):
         return value
 
     @classmethod
-    def of(cls, notice: Notice, *, requested_at: float, instance_id: str | None = None) -> "StopRequest":
+    def of(cls, notice: Notice, *, requested_at: float, instance_id: str | None = None) -> StopRequest:
         """The request for ``notice``; ``instance_id`` defaults to the one the payload names."""
         if not notice.is_stop:
-            raise ValueError(f"a {notice.kind} notice cannot stop a gang (stop notices: {', '.join(sorted(STOP_KINDS))})")
+            raise ValueError(
+                f"a {notice.kind} notice cannot stop a gang (stop notices: {', '.join(sorted(STOP_KINDS))})"
+            )
         named = notice.payload.get("instance-id")
         return cls(
-            kind=notice.kind, source=notice.source, deadline=notice.deadline, received_at=notice.received_at,
-            event_id=notice.event_id, action=notice.action, payload=dict(notice.payload),
-            instance_id=instance_id or (named if isinstance(named, str) else None), requested_at=requested_at,
+            kind=notice.kind,
+            source=notice.source,
+            deadline=notice.deadline,
+            received_at=notice.received_at,
+            event_id=notice.event_id,
+            action=notice.action,
+            payload=dict(notice.payload),
+            instance_id=instance_id or (named if isinstance(named, str) else None),
+            requested_at=requested_at,
         )
 
     def notice(self) -> Notice:
         payload = dict(self.payload)
         if self.instance_id is not None:
             payload.setdefault("instance-id", self.instance_id)
-        return Notice(kind=self.kind, source=self.source, deadline=self.deadline,  # type: ignore[arg-type]
-                      received_at=self.received_at, event_id=self.event_id, action=self.action, payload=payload)
+        return Notice(
+            kind=self.kind,
+            source=self.source,
+            deadline=self.deadline,  # type: ignore[arg-type]
+            received_at=self.received_at,
+            event_id=self.event_id,
+            action=self.action,
+            payload=payload,
+        )
 
     def timeline_data(self) -> dict[str, Any]:
         """What the ``stop-request`` timeline event carries."""
-        return {"kind": self.kind, "source": self.source, "deadline": self.deadline, "action": self.action,
-                "instance_id": self.instance_id, "event_id": self.event_id}
+        return {
+            "kind": self.kind,
+            "source": self.source,
+            "deadline": self.deadline,
+            "action": self.action,
+            "instance_id": self.instance_id,
+            "event_id": self.event_id,
+        }

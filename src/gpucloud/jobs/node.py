@@ -28,15 +28,22 @@ def describe_event(kind: str, data: dict[str, Any]) -> str | None:
     text = {
         "claimed": f"attempt {attempt} claimed by {data.get('worker')}",
         "started": f"attempt {attempt} started (pid {data.get('pid')})",
-        "resume": f"attempt {attempt} resumed from step {step}" if step is not None else f"attempt {attempt} started fresh",
+        "resume": f"attempt {attempt} resumed from step {step}"
+        if step is not None
+        else f"attempt {attempt} started fresh",
         "notice": f"{data.get('kind')} notice from {data.get('source')}"
-        + (f", deadline in {data['deadline'] - data['at']:.0f}s" if isinstance(data.get("deadline"), (int, float)) else ""),
+        + (
+            f", deadline in {data['deadline'] - data['at']:.0f}s"
+            if isinstance(data.get("deadline"), (int, float))
+            else ""
+        ),
         "flag": "stop flag written; waiting for every rank to agree on a step",
         "save": "early checkpoint requested (rebalance recommendation)",
         "ack": f"all ranks stop after step {step}",
         "commit": f"checkpoint of step {step} committed",
         "stop": f"sent {data.get('signal')} to the process group: {data.get('reason')}",
-        "requeue": f"job requeued as attempt {int(attempt) + 1}" + (f" ({data['reason']})" if data.get("reason") else ""),
+        "requeue": f"job requeued as attempt {int(attempt) + 1}"
+        + (f" ({data['reason']})" if data.get("reason") else ""),
         "finish": "job finished",
         "failed": f"job failed: {data.get('reason')}",
     }.get(kind)

@@ -15,7 +15,7 @@ Definitions (also in docs/spot-train.md):
 from __future__ import annotations
 
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 from pydantic import BaseModel
 
@@ -94,14 +94,25 @@ def build_report(job: Job, attempts: list[Attempt], events: list[Event], *, now:
     for attempt in attempts:
         evs = by_attempt.get(attempt.number, [])
         started = attempt.started_at
-        ended = attempt.ended_at if attempt.ended_at is not None else (now if attempt.state is AttemptState.RUNNING else None)
+        ended = (
+            attempt.ended_at
+            if attempt.ended_at is not None
+            else (now if attempt.state is AttemptState.RUNNING else None)
+        )
         wall = (ended - started) if started is not None and ended is not None else None
         used_s += wall or 0.0
         rows.append(
             AttemptRow(
-                number=attempt.number, state=attempt.state.value, node=attempt.node, started_at=started,
-                ended_at=attempt.ended_at, wall_s=_r(wall), resumed_step=attempt.resumed_step,
-                last_step=attempt.last_step, exit_code=attempt.exit_code, reason=attempt.reason,
+                number=attempt.number,
+                state=attempt.state.value,
+                node=attempt.node,
+                started_at=started,
+                ended_at=attempt.ended_at,
+                wall_s=_r(wall),
+                resumed_step=attempt.resumed_step,
+                last_step=attempt.last_step,
+                exit_code=attempt.exit_code,
+                reason=attempt.reason,
             )
         )
         if attempt.state not in (AttemptState.REQUEUED, AttemptState.CRASHED, AttemptState.LOST, AttemptState.FAILED):
@@ -146,15 +157,19 @@ def _first(events: Iterable[Event], kind: str) -> Event | None:
     return next((e for e in events if e.kind == kind), None)
 
 
-def _interruption(attempt: Attempt, evs: list[Event], following: Attempt | None, next_events: list[Event]) -> Interruption:
+def _interruption(
+    attempt: Attempt, evs: list[Event], following: Attempt | None, next_events: list[Event]
+) -> Interruption:
     notice = next((e for e in evs if e.kind == "notice" and e.data.get("deadline") is not None), None)
     flag, ack, commit = _first(evs, "flag"), _first(evs, "ack"), _first(evs, "commit")
     requeue = _first(evs, "requeue")
     resume = _first(next_events, "resume")
     kills = [e.data.get("signal") for e in evs if e.kind == "stop"]
     cause = (
-        str(notice.data.get("kind")) if notice is not None
-        else "lost" if attempt.state is AttemptState.LOST
+        str(notice.data.get("kind"))
+        if notice is not None
+        else "lost"
+        if attempt.state is AttemptState.LOST
         else "crash"
     )
     resumed_step = following.resumed_step if following is not None and resume is not None else None
@@ -171,7 +186,9 @@ def _interruption(attempt: Attempt, evs: list[Event], following: Attempt | None,
         notice_to_flag_s=_dt(notice, flag),
         notice_to_ack_s=_dt(notice, ack),
         notice_to_commit_s=_dt(notice, commit),
-        commit_before_deadline_s=_r(deadline - commit.at) if commit is not None and isinstance(deadline, (int, float)) else None,
+        commit_before_deadline_s=_r(deadline - commit.at)
+        if commit is not None and isinstance(deadline, (int, float))
+        else None,
         requeue_to_resume_s=_dt(requeue, resume),
         notice_to_resume_s=_dt(notice, resume),
         stopped_with=kills[-1] if kills else None,
@@ -185,7 +202,7 @@ def _lost_seconds(
     resume = _first(evs, "resume")
     train_start = resume.at if resume is not None else attempt.started_at
     if train_start is not None and attempt.ended_at is not None and attempt.last_step is not None:
-        first_step = (attempt.resumed_step if attempt.resumed_step is not None else FRESH_START_STEP)
+        first_step = attempt.resumed_step if attempt.resumed_step is not None else FRESH_START_STEP
         done = attempt.last_step - first_step
         train_s = max(0.0, attempt.ended_at - train_start)
         if interruption.steps_lost is not None and done > 0:

@@ -19,15 +19,14 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, Callable, Protocol
+from typing import IO, Any, Protocol
 
 from gpucloud import control, jobenv
 from gpucloud.errors import UserError
-from gpucloud.jobs.locations import default_checkpoint_uri, run_dir
 from gpucloud.jobs.model import AttemptEnd, AttemptState, Job, JobState
 from gpucloud.jobs.process_group import CommandNotFound, ProcessGroup
-from gpucloud.jobs.queue import JobQueue, Transition
 from gpucloud.jobs.supervisor import (
     StopPlan,
     SupervisorConfig,
@@ -38,6 +37,8 @@ from gpucloud.jobs.supervisor import (
     spot_train_exit_code,
     tighten,
 )
+from gpucloud.queue.locations import default_checkpoint_uri, run_dir
+from gpucloud.queue.protocol import JobQueue, Transition
 from gpucloud.signals.events import Notice
 
 log = logging.getLogger("gpucloud.jobs")
@@ -126,7 +127,9 @@ def run_attempt(
     try:
         control_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise UserError(f"cannot create the control directory {control_dir}: {err.strerror} (set GPUCLOUD_HOME)") from err
+        raise UserError(
+            f"cannot create the control directory {control_dir}: {err.strerror} (set GPUCLOUD_HOME)"
+        ) from err
     control.clear(control_dir)
     timeline = _Timeline(queue, job.id, number, on_event)
     env = attempt_environment(job, control_dir=control_dir, local_dir=local_checkpoint_dir)
@@ -141,7 +144,9 @@ def run_attempt(
     end = attempt.ending(command_exit)
     transition = queue.end_attempt(job.id, number, end)
     if transition.applied:
-        kind = {JobState.QUEUED: "requeue", JobState.FINISHED: "finish", JobState.FAILED: "failed"}.get(transition.job.state)
+        kind = {JobState.QUEUED: "requeue", JobState.FINISHED: "finish", JobState.FAILED: "failed"}.get(
+            transition.job.state
+        )
         if kind:  # already in the timeline (written by end_attempt); this only tells the live display
             timeline.announce(kind, reason=end.reason, step=end.committed_step)
     return AttemptResult(number, end, transition, command_exit, attempt.stop_notice, group.tail())
@@ -166,8 +171,16 @@ class _AttemptLoop:
     """The supervision loop of one running attempt: notices in, control files read, deadlines
     enforced through the pure decisions of ``supervisor.py``."""
 
-    def __init__(self, queue: JobQueue, job: Job, worker: str, group: ProcessGroup, control_dir: Path,
-                 config: SupervisorConfig, timeline: _Timeline) -> None:
+    def __init__(
+        self,
+        queue: JobQueue,
+        job: Job,
+        worker: str,
+        group: ProcessGroup,
+        control_dir: Path,
+        config: SupervisorConfig,
+        timeline: _Timeline,
+    ) -> None:
         self.queue, self.job, self.worker, self.group = queue, job, worker, group
         self.control_dir, self.config, self.timeline = control_dir, config, timeline
         self.seen = _Observed()
@@ -233,21 +246,32 @@ class _AttemptLoop:
     def _on_notice(self, notice: Notice, now: float) -> None:
         self.handled.add(notice.event_id)
         self.timeline.record(
-            "notice", at=notice.received_at, kind=notice.kind, source=notice.source,
-            deadline=notice.deadline, action=notice.action, event_id=notice.event_id,
+            "notice",
+            at=notice.received_at,
+            kind=notice.kind,
+            source=notice.source,
+            deadline=notice.deadline,
+            action=notice.action,
+            event_id=notice.event_id,
         )
         if not notice.is_stop:
             if self.plan is None:  # a rebalance recommendation: checkpoint early, keep training
+                asked_at = time.time()  # before the file exists, as for the flag below
                 control.write(self.control_dir, control.SAVE, notice.to_json())
-                self.timeline.record("save", kind=notice.kind)
+                self.timeline.record("save", at=asked_at, kind=notice.kind)
             return
         if self.plan is not None:
             self.plan = tighten(self.plan, notice, now, self.config)
             return
         self.stop_notice = notice
         self.plan = plan_stop(notice, now, self.config)
+        # Stamp the flag before the file exists: a rank may see it and ack at once, and the timeline
+        # (ordered by time) must never show the ack before the flag it answers.
+        flagged_at = time.time()
         control.write(self.control_dir, control.PREEMPT, notice.to_json())
-        self.timeline.record("flag", deadline=self.plan.deadline, ack_by=self.plan.ack_by, commit_by=self.plan.commit_by)
+        self.timeline.record(
+            "flag", at=flagged_at, deadline=self.plan.deadline, ack_by=self.plan.ack_by, commit_by=self.plan.commit_by
+        )
 
     def _renew_lease(self, now: float) -> None:
         self.next_heartbeat = now + self.config.lease_seconds / 4
@@ -259,9 +283,13 @@ class _AttemptLoop:
 
     def _enforce_deadlines(self, now: float) -> None:
         decision = decide_stop(
-            plan=self.plan, now=now, acked=self.seen.acked is not None,
-            committed_at=_written_at(self.seen.committed), terminated_at=self.terminated_at,
-            killed=self.killed, config=self.config,
+            plan=self.plan,
+            now=now,
+            acked=self.seen.acked is not None,
+            committed_at=_written_at(self.seen.committed),
+            terminated_at=self.terminated_at,
+            killed=self.killed,
+            config=self.config,
         )
         if decision.action == "terminate":
             self._signal(signal.SIGTERM, now, decision.reason)
@@ -270,8 +298,13 @@ class _AttemptLoop:
 
     def _signal(self, sig: signal.Signals, now: float, reason: str) -> None:
         # The phase says how far the session got: flagged (no ack), acked (no commit), committed.
-        phase = phase_of(plan=self.plan, acked=self.seen.acked is not None, committed=self.seen.committed is not None,
-                         terminated=self.terminated_at is not None, killed=self.killed)
+        phase = phase_of(
+            plan=self.plan,
+            acked=self.seen.acked is not None,
+            committed=self.seen.committed is not None,
+            terminated=self.terminated_at is not None,
+            killed=self.killed,
+        )
         self.group.send(sig)
         if sig is signal.SIGKILL:
             self.killed = True
@@ -282,8 +315,10 @@ class _AttemptLoop:
     def ending(self, command_exit: int) -> AttemptEnd:
         """How the attempt ended: control files first, exit code second (see ``classify_exit``)."""
         outcome = classify_exit(
-            exit_code=command_exit, stop_requested=self.plan is not None or self.lease_lost,
-            finished=self.seen.finished is not None, committed=self.seen.committed is not None,
+            exit_code=command_exit,
+            stop_requested=self.plan is not None or self.lease_lost,
+            finished=self.seen.finished is not None,
+            committed=self.seen.committed is not None,
         )
         state, reason = outcome.state, outcome.reason
         if self.lease_lost:
@@ -325,8 +360,15 @@ def supervise_job(
     results: list[AttemptResult] = []
     while True:
         result = run_attempt(
-            queue, job, worker=worker, notices=notices, config=config,
-            local_checkpoint_dir=local_checkpoint_dir, sink=sink, on_event=on_event, run_root=run_root,
+            queue,
+            job,
+            worker=worker,
+            notices=notices,
+            config=config,
+            local_checkpoint_dir=local_checkpoint_dir,
+            sink=sink,
+            on_event=on_event,
+            run_root=run_root,
         )
         results.append(result)
         after = result.transition.job
@@ -340,13 +382,19 @@ def supervise_job(
         else:
             code = result.exit_code
         return JobResult(
-            job=queue.get(after.id), attempts=results, exit_code=code,
+            job=queue.get(after.id),
+            attempts=results,
+            exit_code=code,
             node_stopping=result.stop_notice is not None,
         )
 
 
 def claim_single_node_job(
-    queue: JobQueue, worker: str, *, lease_seconds: float, node: str | None = None,
+    queue: JobQueue,
+    worker: str,
+    *,
+    lease_seconds: float,
+    node: str | None = None,
     on_skip: Callable[[Job], None] | None = None,
 ) -> Job | None:
     """Claim the oldest claimable job of one node for ``worker``, leaving gang jobs alone.

@@ -133,9 +133,7 @@ def decide_stop(
     return WAIT
 
 
-def phase_of(
-    *, plan: StopPlan | None, acked: bool, committed: bool, terminated: bool, killed: bool
-) -> Phase:
+def phase_of(*, plan: StopPlan | None, acked: bool, committed: bool, terminated: bool, killed: bool) -> Phase:
     if killed:
         return Phase.KILLED
     if terminated:
@@ -162,7 +160,9 @@ def classify_exit(*, exit_code: int, stop_requested: bool, finished: bool, commi
     if finished and (exit_code == EXIT_OK or stop_requested):
         return Outcome(AttemptState.FINISHED)
     if stop_requested:
-        reason = "checkpointed on notice" if committed else "stopped on notice; resumes from the last committed checkpoint"
+        reason = (
+            "checkpointed on notice" if committed else "stopped on notice; resumes from the last committed checkpoint"
+        )
         return Outcome(AttemptState.REQUEUED, reason)
     if committed or exit_code == EXIT_REQUEUED:
         return Outcome(AttemptState.REQUEUED, "the command checkpointed and asked to be requeued (exit 75)")

@@ -27,7 +27,7 @@ def as_list(value: Any) -> list[Any]:
     """A list property as a list: None -> [], a single item -> [item]."""
     if value is None:
         return []
-    if isinstance(value, (str, bytes)) or isinstance(value, Mapping):
+    if isinstance(value, (str, bytes, Mapping)):
         return [value]
     if isinstance(value, Sequence):
         return list(value)

@@ -14,10 +14,12 @@ IMAGE_BUILDER_INFRASTRUCTURE = "aws:imagebuilder/infrastructureConfiguration:Inf
 IMAGE_RECIPE = "aws:imagebuilder/imageRecipe:ImageRecipe"
 
 S3_BUCKETS = frozenset({"aws:s3/bucket:Bucket", "aws:s3/bucketV2:BucketV2"})
-S3_BUCKET_ENCRYPTION = frozenset({
-    "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
-    "aws:s3/bucketServerSideEncryptionConfigurationV2:BucketServerSideEncryptionConfigurationV2",
-})
+S3_BUCKET_ENCRYPTION = frozenset(
+    {
+        "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
+        "aws:s3/bucketServerSideEncryptionConfigurationV2:BucketServerSideEncryptionConfigurationV2",
+    }
+)
 S3_PUBLIC_ACCESS_BLOCK = "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock"
 S3_BUCKET_POLICY = "aws:s3/bucketPolicy:BucketPolicy"
 EBS_VOLUME = "aws:ebs/volume:Volume"
@@ -29,9 +31,11 @@ IAM_POLICY = "aws:iam/policy:Policy"
 IAM_ROLE = "aws:iam/role:Role"
 IAM_ROLE_POLICY_ATTACHMENT = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
 # identity policies whose `policy` property is one JSON policy document
-IAM_POLICY_DOCUMENT_HOLDERS = frozenset({
-    IAM_POLICY,
-    "aws:iam/rolePolicy:RolePolicy",
-    "aws:iam/userPolicy:UserPolicy",
-    "aws:iam/groupPolicy:GroupPolicy",
-})
+IAM_POLICY_DOCUMENT_HOLDERS = frozenset(
+    {
+        IAM_POLICY,
+        "aws:iam/rolePolicy:RolePolicy",
+        "aws:iam/userPolicy:UserPolicy",
+        "aws:iam/groupPolicy:GroupPolicy",
+    }
+)

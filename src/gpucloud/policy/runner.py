@@ -71,9 +71,7 @@ def urn_for(stack: str, project: str, resource_type: str, name: str) -> str:
     return f"urn:pulumi:{stack}::{project}::{resource_type}::{name}"
 
 
-def to_policy_resources(
-    resources: Iterable[RecordedResourceLike], *, stack: str, project: str
-) -> list[PolicyResource]:
+def to_policy_resources(resources: Iterable[RecordedResourceLike], *, stack: str, project: str) -> list[PolicyResource]:
     """Custom resources as the engine's ``PolicyResource``s, with property dependencies rebuilt."""
     custom = [r for r in resources if getattr(r, "custom", True)]
     policy_resources = [

@@ -12,7 +12,7 @@ import importlib
 import inspect
 import re
 from collections.abc import Mapping
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from pulumi_policy import ReportViolation, ResourceValidationArgs
@@ -25,7 +25,7 @@ _TOKEN = re.compile(r"^aws:(?P<module>[A-Za-z0-9]+)(?:/[A-Za-z0-9]+)?:(?P<cls>[A
 _URN_STACK = re.compile(r"^urn:pulumi:(?P<stack>[^:]+)::")
 
 
-@lru_cache(maxsize=None)
+@cache
 def is_taggable(resource_type: str) -> bool | None:
     """True/False from the pulumi-aws SDK; None when the type is not an AWS type the SDK knows."""
     match = _TOKEN.match(resource_type)

@@ -24,20 +24,50 @@ class EmulatorControl:
 
     # -- scenarios -------------------------------------------------------------------------------
     def spot_interruption(
-        self, action: str = "terminate", *, lead_seconds: float = 120, after: float | None = None, at: float | None = None, with_rebalance: bool = False
+        self,
+        action: str = "terminate",
+        *,
+        lead_seconds: float = 120,
+        after: float | None = None,
+        at: float | None = None,
+        with_rebalance: bool = False,
     ) -> dict[str, Any]:
-        return self._post("spot-interruption", action=action, lead_seconds=lead_seconds, after=after, at=at, with_rebalance=with_rebalance)
+        return self._post(
+            "spot-interruption",
+            action=action,
+            lead_seconds=lead_seconds,
+            after=after,
+            at=at,
+            with_rebalance=with_rebalance,
+        )
 
     def rebalance(self, *, after: float | None = None, at: float | None = None) -> dict[str, Any]:
         return self._post("rebalance", after=after, at=at)
 
-    def set_lifecycle_state(self, state: str = "Terminated", *, after: float | None = None, at: float | None = None) -> dict[str, Any]:
+    def set_lifecycle_state(
+        self, state: str = "Terminated", *, after: float | None = None, at: float | None = None
+    ) -> dict[str, Any]:
         return self._post("lifecycle", state=state, after=after, at=at)
 
     def add_scheduled_event(
-        self, code: str, *, not_before: float | None = None, not_before_in: float | None = None, state: str = "active", not_after: float | None = None, event_id: str | None = None
+        self,
+        code: str,
+        *,
+        not_before: float | None = None,
+        not_before_in: float | None = None,
+        state: str = "active",
+        not_after: float | None = None,
+        event_id: str | None = None,
     ) -> dict[str, Any]:
-        return self._post("scheduled-event", code=code, not_before=not_before, not_before_in=not_before_in, state=state, not_after=not_after, event_id=event_id)
+        return self._post(
+            "scheduled-event",
+            code=code,
+            not_before=not_before,
+            not_before_in=not_before_in,
+            state=state,
+            not_after=not_after,
+            event_id=event_id,
+        )
 
     def set_scheduled_event_state(self, event_id: str, state: str) -> dict[str, Any]:
         return self._post("scheduled-event-state", event_id=event_id, state=state)

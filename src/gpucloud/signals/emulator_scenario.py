@@ -18,7 +18,8 @@ import re
 import secrets
 import threading
 import time
-from typing import Any, Callable, Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -35,7 +36,17 @@ _NOT_FOUND_BODY = (
     "</head><body><h1>404 - Not Found</h1></body></html>\n"
 )
 _META_DATA_INDEX = "\n".join(
-    ["ami-id", "autoscaling/", "events/", "instance-id", "instance-life-cycle", "instance-type", "local-ipv4", "placement/", "spot/"]
+    [
+        "ami-id",
+        "autoscaling/",
+        "events/",
+        "instance-id",
+        "instance-life-cycle",
+        "instance-type",
+        "local-ipv4",
+        "placement/",
+        "spot/",
+    ]
 )
 _MALFORMED_BODY = '{"action": "terminate", "time": "20'  # truncated JSON: what a proxy cut-off looks like
 
@@ -145,7 +156,12 @@ class EmulatorScenario:
 
     # -- scenario control ----------------------------------------------------------------------
     def spot_interruption(
-        self, action: str = "terminate", *, lead_seconds: float = 120, at: float | None = None, with_rebalance: bool = False
+        self,
+        action: str = "terminate",
+        *,
+        lead_seconds: float = 120,
+        at: float | None = None,
+        with_rebalance: bool = False,
     ) -> None:
         """A spot notice appearing at ``at`` (default now) for ``at + lead_seconds`` (hibernate: ``at``)."""
         if action not in interpret.SPOT_ACTIONS:
@@ -176,7 +192,13 @@ class EmulatorScenario:
             self._lifecycle.sort(key=lambda item: item.appears_at)
 
     def add_scheduled_event(
-        self, code: str, not_before: float, *, state: str = "active", not_after: float | None = None, event_id: str | None = None
+        self,
+        code: str,
+        not_before: float,
+        *,
+        state: str = "active",
+        not_after: float | None = None,
+        event_id: str | None = None,
     ) -> str:
         """Add a scheduled event (times in epoch seconds); returns its EventId."""
         if code not in interpret.EVENT_CODES:
@@ -186,7 +208,9 @@ class EmulatorScenario:
         if not_after is not None and not_after < not_before:
             raise ValueError("not_after must not be before not_before")
         with self._lock:
-            event = ScheduledEvent(event_id or f"instance-event-{secrets.token_hex(8)}", code, float(not_before), state, not_after)
+            event = ScheduledEvent(
+                event_id or f"instance-event-{secrets.token_hex(8)}", code, float(not_before), state, not_after
+            )
             self._events.append(event)
             return event.event_id
 
@@ -363,7 +387,9 @@ class EmulatorScenario:
             return interpret.format_rfc3339(when) if when is not None else None
         if path == interpret.REBALANCE:
             notice_time = _visible(self._rebalance, now)
-            return json.dumps({"noticeTime": interpret.format_rfc3339(notice_time)}) if notice_time is not None else None
+            return (
+                json.dumps({"noticeTime": interpret.format_rfc3339(notice_time)}) if notice_time is not None else None
+            )
         if path == interpret.TARGET_LIFECYCLE_STATE:
             current = [item.value for item in self._lifecycle if item.appears_at <= now]
             return current[-1] if current else None

@@ -17,8 +17,9 @@ import queue
 import signal
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
-from typing import Any, Callable
+from typing import Any
 
 from gpucloud.signals.events import Notice, event_id_for
 from gpucloud.signals.imds import ImdsClient
@@ -117,7 +118,7 @@ class SignalHub:
                 signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
             self._previous_handlers.clear()
 
-    def __enter__(self) -> "SignalHub":
+    def __enter__(self) -> SignalHub:
         self.start()
         return self
 
@@ -144,5 +145,7 @@ class SignalHub:
                 if notice.event_id in self._seen:
                     continue
                 self._seen.add(notice.event_id)
-            log.warning("%s received: stopping by deadline in %.1fs", notice.action, notice.seconds_left(self._clock()) or 0.0)
+            log.warning(
+                "%s received: stopping by deadline in %.1fs", notice.action, notice.seconds_left(self._clock()) or 0.0
+            )
             return notice

@@ -13,10 +13,9 @@ import dataclasses
 import http.client
 import logging
 import os
-import socket
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from gpucloud.errors import UserError
@@ -93,11 +92,17 @@ def _validated_endpoint(value: str, origin: str) -> str:
         parts = urlsplit(value)
         port = parts.port  # raises ValueError for a non-numeric or out-of-range port
     except ValueError as err:
-        raise UserError(f"{origin} {value!r} is not a valid URL ({err}); expected http://HOST[:PORT], e.g. {DEFAULT_ENDPOINT}")
+        raise UserError(
+            f"{origin} {value!r} is not a valid URL ({err}); expected http://HOST[:PORT], e.g. {DEFAULT_ENDPOINT}"
+        ) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(f"{origin} {value!r} is not an http(s) URL with a host; expected http://HOST[:PORT], e.g. {DEFAULT_ENDPOINT}")
+        raise UserError(
+            f"{origin} {value!r} is not an http(s) URL with a host; expected http://HOST[:PORT], e.g. {DEFAULT_ENDPOINT}"
+        )
     if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise UserError(f"{origin} {value!r} must be the service root without a path; expected http://HOST[:PORT], e.g. {DEFAULT_ENDPOINT}")
+        raise UserError(
+            f"{origin} {value!r} must be the service root without a path; expected http://HOST[:PORT], e.g. {DEFAULT_ENDPOINT}"
+        )
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
 
@@ -237,13 +242,21 @@ class ImdsClient:
         if response.status in (403, 404, 405):
             # IMDSv2 disabled or not offered here (botocore reads these the same way): try IMDSv1.
             if not self._v1_reported:
-                log.warning("IMDS token request to %s answered HTTP %s; continuing without a token (IMDSv1)", self.endpoint, response.status)
+                log.warning(
+                    "IMDS token request to %s answered HTTP %s; continuing without a token (IMDSv1)",
+                    self.endpoint,
+                    response.status,
+                )
                 self._v1_reported = True
             self._v1_until = self._clock() + TOKEN_RETRY_AFTER_TIMEOUT
             return None
         if response.status != 200 or not response.text.strip():
             # A transient error (5xx, throttling): this GET goes without a token, the next one retries.
-            log.warning("IMDS token request to %s answered HTTP %s; retrying on the next request", self.endpoint, response.status)
+            log.warning(
+                "IMDS token request to %s answered HTTP %s; retrying on the next request",
+                self.endpoint,
+                response.status,
+            )
             return None
         ttl = float(self.token_ttl)
         if response.ttl_remaining is not None:  # the service may grant less than asked
@@ -253,7 +266,7 @@ class ImdsClient:
         return _Token(value=response.text.strip(), ttl=ttl, expires_at=self._clock() + ttl)
 
     # -- transport --------------------------------------------------------------------------
-    def _request(self, method: str, path: str, headers: dict[str, str]) -> "_TtlAware":
+    def _request(self, method: str, path: str, headers: dict[str, str]) -> _TtlAware:
         conn_cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
         conn = conn_cls(self._host, self._port, timeout=self.connect_timeout)
         where = f"{method} {self.endpoint}{path}"
@@ -262,8 +275,10 @@ class ImdsClient:
                 conn.connect()
             except ConnectionRefusedError as err:
                 raise ImdsUnavailable("refused", f"IMDS {where}: connection refused") from err
-            except (socket.timeout, TimeoutError) as err:
-                raise ImdsUnavailable("connect-timeout", f"IMDS {where}: no connection within {self.connect_timeout:g}s") from err
+            except TimeoutError as err:
+                raise ImdsUnavailable(
+                    "connect-timeout", f"IMDS {where}: no connection within {self.connect_timeout:g}s"
+                ) from err
             except OSError as err:
                 raise ImdsUnavailable("refused", f"IMDS {where}: cannot connect ({err})") from err
             assert conn.sock is not None
@@ -272,10 +287,12 @@ class ImdsClient:
                 conn.request(method, path, headers=headers)
                 raw = conn.getresponse()
                 body = raw.read()
-            except (socket.timeout, TimeoutError) as err:
+            except TimeoutError as err:
                 raise ImdsUnavailable("read-timeout", f"IMDS {where}: no answer within {self.read_timeout:g}s") from err
             except (http.client.HTTPException, OSError) as err:
-                raise ImdsUnavailable("reset", f"IMDS {where}: connection dropped ({err.__class__.__name__}: {err})") from err
+                raise ImdsUnavailable(
+                    "reset", f"IMDS {where}: connection dropped ({err.__class__.__name__}: {err})"
+                ) from err
         finally:
             conn.close()
         ttl = _parse_ttl(raw.getheader(TOKEN_TTL_HEADER))

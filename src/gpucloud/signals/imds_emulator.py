@@ -24,8 +24,9 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -104,7 +105,7 @@ class ImdsEmulator(EmulatorScenario):
                 self._reopen_timer = None
             self._close()
 
-    def __enter__(self) -> "ImdsEmulator":
+    def __enter__(self) -> ImdsEmulator:
         self.start()
         return self
 
@@ -139,7 +140,9 @@ class ImdsEmulator(EmulatorScenario):
         server.daemon_threads = True  # a request stalled by a hang fault must not block stop()
         self.port = server.server_address[1]
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=f"imds-emulator-{self.port}", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=f"imds-emulator-{self.port}", daemon=True
+        )
         self._thread.start()
 
     def _close(self) -> None:
@@ -159,7 +162,9 @@ class ImdsEmulator(EmulatorScenario):
         """Apply one control request (``name`` is the path after ``/gpucloud/emulator/``); returns the state."""
         handler = _CONTROL.get(name)
         if handler is None:
-            raise ControlRequestError(f"unknown control request {name!r}; expected one of {', '.join(sorted(_CONTROL))}")
+            raise ControlRequestError(
+                f"unknown control request {name!r}; expected one of {', '.join(sorted(_CONTROL))}"
+            )
         model_cls, apply = handler
         try:
             request = model_cls.model_validate(body)
@@ -182,7 +187,9 @@ class _Empty(BaseModel):
 
 
 def _apply_spot(emu: ImdsEmulator, req: SpotInterruptionRequest) -> None:
-    emu.spot_interruption(req.action, lead_seconds=req.lead_seconds, at=emu._appears(req.at, req.after), with_rebalance=req.with_rebalance)
+    emu.spot_interruption(
+        req.action, lead_seconds=req.lead_seconds, at=emu._appears(req.at, req.after), with_rebalance=req.with_rebalance
+    )
 
 
 def _apply_scheduled(emu: ImdsEmulator, req: ScheduledEventRequest) -> None:
@@ -211,10 +218,19 @@ def _apply_fault(emu: ImdsEmulator, req: FaultRequest) -> None:
 _CONTROL: dict[str, tuple[type[BaseModel], Callable[[ImdsEmulator, Any], None]]] = {
     "spot-interruption": (SpotInterruptionRequest, _apply_spot),
     "rebalance": (RebalanceRequest, lambda emu, req: emu.rebalance(at=emu._appears(req.at, req.after))),
-    "lifecycle": (LifecycleRequest, lambda emu, req: emu.set_lifecycle_state(req.state, at=emu._appears(req.at, req.after))),
+    "lifecycle": (
+        LifecycleRequest,
+        lambda emu, req: emu.set_lifecycle_state(req.state, at=emu._appears(req.at, req.after)),
+    ),
     "scheduled-event": (ScheduledEventRequest, _apply_scheduled),
-    "scheduled-event-state": (ScheduledEventStateRequest, lambda emu, req: emu.set_scheduled_event_state(req.event_id, req.state)),
-    "stale-termination-time": (StaleTerminationRequest, lambda emu, req: emu.stale_termination_time(req.seconds_ago, with_instance_action=req.with_instance_action)),
+    "scheduled-event-state": (
+        ScheduledEventStateRequest,
+        lambda emu, req: emu.set_scheduled_event_state(req.event_id, req.state),
+    ),
+    "stale-termination-time": (
+        StaleTerminationRequest,
+        lambda emu, req: emu.stale_termination_time(req.seconds_ago, with_instance_action=req.with_instance_action),
+    ),
     "fault": (FaultRequest, _apply_fault),
     "clear": (_Empty, lambda emu, req: emu.clear()),
 }
@@ -232,7 +248,7 @@ def _make_handler(emu: ImdsEmulator) -> type[BaseHTTPRequestHandler]:
         server_version = "EC2ws"
         sys_version = ""
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - BaseHTTPRequestHandler's signature
+        def log_message(self, format: str, *args: Any) -> None:
             log.debug("%s %s", self.address_string(), format % args)
 
         def do_GET(self) -> None:
@@ -263,10 +279,16 @@ def _make_handler(emu: ImdsEmulator) -> type[BaseHTTPRequestHandler]:
             if self.path.rstrip("/") == CONTROL_PREFIX + "state":
                 self._reply(200, json.dumps(emu.snapshot()), content_type="application/json")
             else:
-                self._reply(404, json.dumps({"error": f"unknown control path {self.path}; GET {CONTROL_PREFIX}state or POST a scenario"}), content_type="application/json")
+                self._reply(
+                    404,
+                    json.dumps(
+                        {"error": f"unknown control path {self.path}; GET {CONTROL_PREFIX}state or POST a scenario"}
+                    ),
+                    content_type="application/json",
+                )
 
         def _control_post(self) -> None:
-            name = self.path[len(CONTROL_PREFIX):].strip("/")
+            name = self.path[len(CONTROL_PREFIX) :].strip("/")
             try:
                 length = int(self.headers.get("Content-Length") or 0)
                 if length > MAX_CONTROL_BODY:
@@ -284,7 +306,15 @@ def _make_handler(emu: ImdsEmulator) -> type[BaseHTTPRequestHandler]:
                 return
             self._reply(200, json.dumps(state), content_type="application/json")
 
-        def _reply(self, status: int, body: str, headers: tuple[tuple[str, str], ...] = (), *, content_type: str = "text/plain", head: bool = False) -> None:
+        def _reply(
+            self,
+            status: int,
+            body: str,
+            headers: tuple[tuple[str, str], ...] = (),
+            *,
+            content_type: str = "text/plain",
+            head: bool = False,
+        ) -> None:
             data = body.encode()
             try:
                 self.send_response(status)

@@ -115,7 +115,9 @@ def _string_field(data: dict[str, Any], key: str, what: str) -> str:
 
 
 # -- spot ------------------------------------------------------------------------------------
-def spot_notice(action: str, when: float, now: float, rules: InterpretRules, *, payload: dict[str, Any]) -> Notice | None:
+def spot_notice(
+    action: str, when: float, now: float, rules: InterpretRules, *, payload: dict[str, Any]
+) -> Notice | None:
     """A spot interruption for ``action`` at ``when``; None when stale."""
     if when < now - rules.stale_after:
         return None
@@ -166,7 +168,9 @@ def rebalance_notice(text: str, now: float) -> Notice:
 def lifecycle_notice(text: str, now: float, rules: InterpretRules = InterpretRules()) -> Notice | None:
     state = text.strip()
     if state not in LIFECYCLE_STATES:
-        raise MalformedPayload(f"autoscaling/target-lifecycle-state {state[:40]!r} is not one of {', '.join(LIFECYCLE_STATES)}")
+        raise MalformedPayload(
+            f"autoscaling/target-lifecycle-state {state[:40]!r} is not one of {', '.join(LIFECYCLE_STATES)}"
+        )
     if state != "Terminated":
         return None
     return Notice(
@@ -186,7 +190,9 @@ def scheduled_notices(text: str, now: float) -> tuple[list[Notice], list[str]]:
     try:
         data = json.loads(text) if text.strip() else []
     except json.JSONDecodeError as err:
-        raise MalformedPayload(f"events/maintenance/scheduled is not JSON ({err.msg} at char {err.pos}): {text[:80]!r}") from err
+        raise MalformedPayload(
+            f"events/maintenance/scheduled is not JSON ({err.msg} at char {err.pos}): {text[:80]!r}"
+        ) from err
     if not isinstance(data, list):
         raise MalformedPayload(f"events/maintenance/scheduled is JSON {type(data).__name__}, expected an array")
     notices: list[Notice] = []

@@ -20,11 +20,11 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
+from gpucloud.signals import interpret
 from gpucloud.signals.events import Notice
 from gpucloud.signals.imds import ImdsClient, ImdsUnavailable
-from gpucloud.signals import interpret
 from gpucloud.signals.interpret import InterpretRules, MalformedPayload
 
 log = logging.getLogger("gpucloud.signals")
@@ -116,7 +116,10 @@ class ImdsPoller:
             self.health.notices += 1
             log.warning(
                 "interruption notice from IMDS: %s %s, deadline %s (event %s)",
-                notice.kind, notice.action, _when(notice.deadline, now), notice.event_id,
+                notice.kind,
+                notice.action,
+                _when(notice.deadline, now),
+                notice.event_id,
             )
             try:
                 self.on_notice(notice)
@@ -143,7 +146,9 @@ class ImdsPoller:
         self.health.last_error = message
         problems.append(message)
 
-    def _interpret(self, path: str, problems: list[str], build: Callable[[], Notice | list[Notice] | None]) -> list[Notice] | None:
+    def _interpret(
+        self, path: str, problems: list[str], build: Callable[[], Notice | list[Notice] | None]
+    ) -> list[Notice] | None:
         """The notices in a 200 body; None when the body is malformed."""
         try:
             result = build()
@@ -158,7 +163,11 @@ class ImdsPoller:
                 self.health.stale_ignored += 1
                 if path not in self._stale_logged:
                     self._stale_logged.add(path)
-                    log.info("ignoring a stale spot notice at %s: its time is more than %gs past", path, self.rules.stale_after)
+                    log.info(
+                        "ignoring a stale spot notice at %s: its time is more than %gs past",
+                        path,
+                        self.rules.stale_after,
+                    )
             return []
         return [result]
 
@@ -194,7 +203,9 @@ class ImdsPoller:
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             # A round in flight ends within the client's timeouts; do not wait longer than that.
-            thread.join(timeout if timeout is not None else self.client.connect_timeout + self.client.read_timeout + 1.0)
+            thread.join(
+                timeout if timeout is not None else self.client.connect_timeout + self.client.read_timeout + 1.0
+            )
 
     @property
     def running(self) -> bool:
@@ -208,7 +219,6 @@ class ImdsPoller:
             except Exception:
                 log.exception("IMDS poll round failed unexpectedly; polling continues")
             self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
-
 
 
 def _when(deadline: float | None, now: float) -> str:

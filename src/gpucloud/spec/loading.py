@@ -12,8 +12,9 @@ import difflib
 import json
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -117,9 +118,7 @@ def _split_namespaces(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[P
             else:
                 fields[name] = _decode(value)
         elif namespace not in OTHER_NAMESPACES:
-            problems.append(
-                Problem(key, f"unknown namespace {namespace!r}; allowed: gpucloud:, aws:, pulumi:")
-            )
+            problems.append(Problem(key, f"unknown namespace {namespace!r}; allowed: gpucloud:, aws:, pulumi:"))
     if "region" not in fields and not problems:
         problems.append(Problem("aws:region", "required: the AWS region, e.g. us-east-1"))
     return fields, problems

@@ -164,7 +164,7 @@ class S3Object(BaseModel):
         return self.key.rsplit("/", 1)[-1]
 
     @classmethod
-    def parse(cls, uri: str | None) -> "S3Object | None":
+    def parse(cls, uri: str | None) -> S3Object | None:
         """Split an ``s3://`` URI (None for anything else; validity: ``rules._s3_wheel_problems``)."""
         if uri is None or not uri.startswith("s3://"):
             return None

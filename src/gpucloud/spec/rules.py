@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import re
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -36,8 +36,10 @@ SSM_PARAMETER_RE = re.compile(r"^/[A-Za-z0-9_.\-/]+$")
 SCHEDULE_RE = re.compile(r"^(cron|rate)\(.+\)$")
 BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 AGENT_PROJECT = "gpucloud"
-AGENT_PACKAGE_EXAMPLES = ("'s3://my-artifacts/wheels/gpucloud-0.1.0-py3-none-any.whl', 'gpucloud==0.1.0' "
-                          "or 'gpucloud @ https://example.com/gpucloud-0.1.0-py3-none-any.whl'")
+AGENT_PACKAGE_EXAMPLES = (
+    "'s3://my-artifacts/wheels/gpucloud-0.1.0-py3-none-any.whl', 'gpucloud==0.1.0' "
+    "or 'gpucloud @ https://example.com/gpucloud-0.1.0-py3-none-any.whl'"
+)
 TAG_KEY_RESERVED = ("aws:", "gpucloud:")
 
 
@@ -273,20 +275,31 @@ def capacity_block_end(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]
         key = key_path("nodeGroups", i, "capacity", "blockEnd")
         shown = end.isoformat()
         if group.capacity.type != "capacity-block":
-            yield Problem(key, "only capacity-block groups have an end time; remove it or set "
-                          "capacity.type: capacity-block", shown)
+            yield Problem(
+                key,
+                "only capacity-block groups have an end time; remove it or set capacity.type: capacity-block",
+                shown,
+            )
         elif end.tzinfo is None:
             yield Problem(key, "give the time zone, e.g. 2026-12-01T11:30:00Z (the block's end in UTC)", shown)
         elif end <= now:
-            yield Problem(key, f"the capacity block has ended (now is {now:%Y-%m-%dT%H:%M}Z); "
-                          "remove the group or give the end of a current block", shown)
+            yield Problem(
+                key,
+                f"the capacity block has ended (now is {now:%Y-%m-%dT%H:%M}Z); "
+                "remove the group or give the end of a current block",
+                shown,
+            )
         else:
             lead = group.capacity.block_end_lead_minutes or default_lead_minutes(group.drain_timeout_seconds)
             scale_down = wind_down_time(end, lead)
             if scale_down <= now:
-                yield Problem(key, f"the group would have to scale to 0 at {scale_down:%Y-%m-%dT%H:%M}Z "
-                              f"({lead} min before the end), which has passed; the block is too close to "
-                              "its end to deploy", shown)
+                yield Problem(
+                    key,
+                    f"the group would have to scale to 0 at {scale_down:%Y-%m-%dT%H:%M}Z "
+                    f"({lead} min before the end), which has passed; the block is too close to "
+                    "its end to deploy",
+                    shown,
+                )
 
 
 def capacity_block_lead(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
@@ -297,11 +310,16 @@ def capacity_block_lead(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem
         key = key_path("nodeGroups", i, "capacity", "blockEndLeadMinutes")
         least = minimum_lead_minutes(group.drain_timeout_seconds)
         if group.capacity.block_end is None:
-            yield Problem(key, "only used with capacity.blockEnd (the block's end time); add it or remove this key",
-                          lead)
+            yield Problem(
+                key, "only used with capacity.blockEnd (the block's end time); add it or remove this key", lead
+            )
         elif not least <= lead <= 1440:
-            yield Problem(key, f"allowed: {least} to 1440 minutes: AWS reclaims the nodes 30 min before the end "
-                          f"and draining may take drainTimeoutSeconds ({group.drain_timeout_seconds} s) more", lead)
+            yield Problem(
+                key,
+                f"allowed: {least} to 1440 minutes: AWS reclaims the nodes 30 min before the end "
+                f"and draining may take drainTimeoutSeconds ({group.drain_timeout_seconds} s) more",
+                lead,
+            )
 
 
 def _utcnow() -> dt.datetime:
@@ -467,7 +485,9 @@ def image_pipeline_settings(spec: ClusterSpec, catalog: Catalog) -> Iterator[Pro
                 build_type,
             )
     if image.schedule is not None and not SCHEDULE_RE.match(image.schedule):
-        yield Problem(key_path("image", "schedule"), "an Image Builder schedule: 'cron(...)' or 'rate(...)'", image.schedule)
+        yield Problem(
+            key_path("image", "schedule"), "an Image Builder schedule: 'cron(...)' or 'rate(...)'", image.schedule
+        )
     if image.ami_parameter is not None and not SSM_PARAMETER_RE.match(image.ami_parameter):
         yield Problem(
             key_path("image", "amiParameter"),
@@ -495,16 +515,23 @@ def agent_package(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     key = key_path("agent", "package")
     if package is None:
         if spec.ami.id is None and spec.ami.parameter is None:
-            yield Problem(key, "required when the nodes boot a DLAMI (ami.flavour, the default), which has no "
-                          f"gpucloud: give {AGENT_PACKAGE_EXAMPLES}, or boot the gpucloud image (ami.parameter)")
+            yield Problem(
+                key,
+                "required when the nodes boot a DLAMI (ami.flavour, the default), which has no "
+                f"gpucloud: give {AGENT_PACKAGE_EXAMPLES}, or boot the gpucloud image (ami.parameter)",
+            )
         return
     wheel = spec.agent.s3_wheel
     if wheel is not None:
         yield from _s3_wheel_problems(key, package, wheel.bucket, wheel.key)
         return
     if re.match(r"^[a-z][a-z0-9+.-]*://", package):
-        yield Problem(key, f"a URL alone is not a pip requirement; write 'gpucloud @ {package}' "
-                      "(or give an s3://bucket/key.whl wheel)", package)
+        yield Problem(
+            key,
+            f"a URL alone is not a pip requirement; write 'gpucloud @ {package}' "
+            "(or give an s3://bucket/key.whl wheel)",
+            package,
+        )
         return
     try:
         requirement = Requirement(package)
@@ -512,29 +539,46 @@ def agent_package(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
         yield Problem(key, f"not a pip requirement or an s3:// wheel URI; e.g. {AGENT_PACKAGE_EXAMPLES}", package)
         return
     if canonicalize_name(requirement.name) != AGENT_PROJECT:
-        yield Problem(key, f"names the project {requirement.name!r}; the node agent is the {AGENT_PROJECT!r} "
-                      "package", package)
+        yield Problem(
+            key, f"names the project {requirement.name!r}; the node agent is the {AGENT_PROJECT!r} package", package
+        )
     elif requirement.url is not None and requirement.url.startswith("s3://"):
-        yield Problem(key, "pip cannot download s3:// URLs; give the s3://bucket/key.whl URI alone "
-                      "(the node copies it with its instance role)", package)
+        yield Problem(
+            key,
+            "pip cannot download s3:// URLs; give the s3://bucket/key.whl URI alone "
+            "(the node copies it with its instance role)",
+            package,
+        )
 
 
 def _s3_wheel_problems(key: str, package: str, bucket: str, object_key: str) -> Iterator[Problem]:
     if not BUCKET_RE.match(bucket) or not object_key or object_key.endswith("/"):
-        yield Problem(key, "an s3:// wheel URI names a bucket and one .whl object, e.g. "
-                      "'s3://my-artifacts/wheels/gpucloud-0.1.0-py3-none-any.whl'", package)
+        yield Problem(
+            key,
+            "an s3:// wheel URI names a bucket and one .whl object, e.g. "
+            "'s3://my-artifacts/wheels/gpucloud-0.1.0-py3-none-any.whl'",
+            package,
+        )
         return
     if "*" in object_key or "?" in object_key:
-        yield Problem(key, "no '*' or '?' in the key: the stack grants s3:GetObject on exactly this object, "
-                      "and IAM would read them as wildcards", package)
+        yield Problem(
+            key,
+            "no '*' or '?' in the key: the stack grants s3:GetObject on exactly this object, "
+            "and IAM would read them as wildcards",
+            package,
+        )
         return
     file_name = object_key.rsplit("/", 1)[-1]
     try:
         project = parse_wheel_filename(file_name)[0]
     except InvalidWheelFilename:
-        yield Problem(key, "the object must keep the file name pip wheel gave it, "
-                      "gpucloud-<version>-<python>-<abi>-<platform>.whl: pip reads the project and "
-                      "version from it", package)
+        yield Problem(
+            key,
+            "the object must keep the file name pip wheel gave it, "
+            "gpucloud-<version>-<python>-<abi>-<platform>.whl: pip reads the project and "
+            "version from it",
+            package,
+        )
         return
     if project != AGENT_PROJECT:
         yield Problem(key, f"a wheel of {project!r}; the node agent is the {AGENT_PROJECT!r} package", package)

@@ -1,0 +1,195 @@
+"""What the agent tells the Auto Scaling group, and when (the I/O around ``fleet.asg``).
+
+On a cluster node (an instance id from IMDS that is a member of an ASG) the agent:
+
+* protects itself from scale-in while it holds a slot, and lifts that when idle;
+* at a stop notice, asks for its replacement at once (``request_replacement``: detach without
+  decrement), so the lost node's successor boots while the gang is still saving;
+* completes the termination lifecycle action (CONTINUE) only after the checkpoint is committed;
+* publishes the backlog metric (``backlog_metric``) and, idle past ``GPUCLOUD_IDLE_MINUTES`` with
+  ``GPUCLOUD_SCALE_IN=1``, terminates itself with a decrement (``fleet.scaling.idle_scale_in``).
+
+Off EC2, or on an instance in no group, ``OfflineHooks`` does nothing: that is how a laptop and the
+fleet simulation run the same agent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import os
+from typing import Any, Protocol
+
+from gpucloud.agent.asg import AutoScaling, ScaleIn
+from gpucloud.agent.backlog_metric import IDLE_MINUTES_ENV, SCALE_IN_ENV, GroupBacklog, put_metric_data_request
+from gpucloud.agent.scaling import idle_scale_in
+from gpucloud.errors import UserError
+from gpucloud.signals.lifecycle_action import LifecycleAction
+
+log = logging.getLogger("gpucloud.agent")
+
+LIFECYCLE_HOOK_ENV = "GPUCLOUD_LIFECYCLE_HOOK"
+REGION_ENV = "GPUCLOUD_REGION"
+CLUSTER_ENV = "GPUCLOUD_CLUSTER"
+NODE_GROUP_ENV = "GPUCLOUD_NODE_GROUP"
+
+
+class FleetHooks(Protocol):
+    """What the agent asks of the group. ``noticed`` and ``committed`` act on this node, or with
+    ``instance_id`` on another node of the fleet (the events-queue handler, for a node whose agent
+    is dead); ``committed`` completes the lifecycle action ``action`` names when one is given."""
+
+    def busy(self, busy: bool) -> None: ...
+    def noticed(self, instance_id: str | None = None) -> str: ...
+    def committed(self, instance_id: str | None = None, action: LifecycleAction | None = None) -> bool: ...
+    def publish_backlog(self, *, unclaimed_slots: int, busy_nodes: int) -> None: ...
+    def scale_in(self, *, idle_for: float, unclaimed_slots: int) -> bool: ...
+
+
+class OfflineHooks:
+    """No Auto Scaling group: nothing to protect, replace, complete or publish."""
+
+    def busy(self, busy: bool) -> None:
+        return None
+
+    def noticed(self, instance_id: str | None = None) -> str:
+        return "no Auto Scaling group: nothing to replace"
+
+    def committed(self, instance_id: str | None = None, action: LifecycleAction | None = None) -> bool:
+        return False
+
+    def publish_backlog(self, *, unclaimed_slots: int, busy_nodes: int) -> None:
+        return None
+
+    def scale_in(self, *, idle_for: float, unclaimed_slots: int) -> bool:
+        return False
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeSettings:
+    """The node env the stack writes (``/etc/gpucloud/node.env``) that the hooks use."""
+
+    cluster: str | None
+    node_group: str | None
+    lifecycle_hook: str | None
+    scale_in: bool
+    idle_seconds: float
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> NodeSettings:
+        env = dict(os.environ if env is None else env)
+        raw_minutes = env.get(IDLE_MINUTES_ENV, "10")
+        try:
+            minutes = float(raw_minutes)
+        except ValueError:
+            raise UserError(f"{IDLE_MINUTES_ENV}={raw_minutes!r} is not a number of minutes (e.g. 10)") from None
+        if minutes <= 0:
+            raise UserError(f"{IDLE_MINUTES_ENV}={raw_minutes!r} must be more than 0 minutes")
+        scale_in = env.get(SCALE_IN_ENV, "0")
+        if scale_in not in ("0", "1"):
+            raise UserError(
+                f"{SCALE_IN_ENV}={scale_in!r} must be 1 (idle nodes scale in) or 0 (the group keeps its size)"
+            )
+        return cls(
+            cluster=env.get(CLUSTER_ENV) or None,
+            node_group=env.get(NODE_GROUP_ENV) or None,
+            lifecycle_hook=env.get(LIFECYCLE_HOOK_ENV) or None,
+            scale_in=scale_in == "1",
+            idle_seconds=minutes * 60,
+        )
+
+
+class AsgHooks:
+    """The hooks for instance ``instance_id`` of group ``asg_name`` (clients injected: tests stub them)."""
+
+    def __init__(
+        self, *, autoscaling: Any, cloudwatch: Any, instance_id: str, asg_name: str, settings: NodeSettings
+    ) -> None:
+        self._client = autoscaling
+        self.asg = AutoScaling(autoscaling)
+        self._cloudwatch = cloudwatch
+        self.instance_id, self.asg_name, self.settings = instance_id, asg_name, settings
+        self._protected: bool | None = None
+
+    def busy(self, busy: bool) -> None:
+        if self._protected == busy:
+            return
+        self.asg.protect(self.instance_id, self.asg_name, busy)
+        self._protected = busy
+
+    def noticed(self, instance_id: str | None = None) -> str:
+        instance, group = self._member(instance_id)
+        if group is None:
+            return f"{instance} is in no Auto Scaling group: nothing to replace"
+        return self.asg.request_replacement(instance, group).value
+
+    def committed(self, instance_id: str | None = None, action: LifecycleAction | None = None) -> bool:
+        if action is not None:  # the events queue's lifecycle action: group, hook and token are its own
+            return self.asg.complete(action, "CONTINUE")
+        if self.settings.lifecycle_hook is None:
+            return False
+        instance, group = self._member(instance_id)
+        if group is None:
+            return False
+        return self.asg.complete_termination(group, self.settings.lifecycle_hook, instance)
+
+    def _member(self, instance_id: str | None) -> tuple[str, str | None]:
+        """(instance, its group): this node's own, or another node's looked up (it may be in
+        another of the cluster's groups, or already out of every group)."""
+        if instance_id is None or instance_id == self.instance_id:
+            return self.instance_id, self.asg_name
+        return instance_id, group_of(self._client, instance_id)
+
+    def publish_backlog(self, *, unclaimed_slots: int, busy_nodes: int) -> None:
+        if not (self.settings.cluster and self.settings.node_group):
+            return
+        backlog = GroupBacklog(self.settings.cluster, self.settings.node_group, unclaimed_slots, busy_nodes)
+        self._cloudwatch.put_metric_data(**put_metric_data_request([backlog], dt.datetime.now(dt.timezone.utc)))
+
+    def scale_in(self, *, idle_for: float, unclaimed_slots: int) -> bool:
+        if not self.settings.scale_in or unclaimed_slots > 0 or idle_for < self.settings.idle_seconds:
+            return False  # decided without asking the group (this runs every idle poll)
+        groups = self._client.describe_auto_scaling_groups(AutoScalingGroupNames=[self.asg_name])["AutoScalingGroups"]
+        if not groups:
+            return False
+        group = groups[0]
+        decision = idle_scale_in(
+            idle_for,
+            idle_seconds=self.settings.idle_seconds,
+            desired=group["DesiredCapacity"],
+            min_size=group["MinSize"],
+            unclaimed_slots=unclaimed_slots,
+        )
+        if not decision.terminate:
+            return False
+        self.busy(False)
+        log.info("scaling in: %s", decision.reason)
+        return self.asg.scale_in_self(self.instance_id) is ScaleIn.TERMINATING
+
+
+def group_of(autoscaling: Any, instance_id: str) -> str | None:
+    """The ASG ``instance_id`` belongs to (DescribeAutoScalingInstances), None when in none."""
+    found = autoscaling.describe_auto_scaling_instances(InstanceIds=[instance_id]).get("AutoScalingInstances", [])
+    return found[0]["AutoScalingGroupName"] if found else None
+
+
+def hooks_for(instance_id: str | None, *, region: str | None = None) -> FleetHooks:
+    """``AsgHooks`` on an ASG member with a region; ``OfflineHooks`` anywhere else."""
+    region = region or os.environ.get(REGION_ENV)
+    if instance_id is None or region is None:
+        return OfflineHooks()
+    import boto3
+
+    session = boto3.session.Session(region_name=region)
+    autoscaling = session.client("autoscaling")
+    asg_name = group_of(autoscaling, instance_id)
+    if asg_name is None:
+        return OfflineHooks()
+    return AsgHooks(
+        autoscaling=autoscaling,
+        cloudwatch=session.client("cloudwatch"),
+        instance_id=instance_id,
+        asg_name=asg_name,
+        settings=NodeSettings.from_env(),
+    )

@@ -1,0 +1,109 @@
+"""The GPU instance catalog: what each supported EC2 instance type offers, and what it costs.
+
+The catalog is data (``catalog/instance_types.json``) with an as-of date and its sources, so every
+number the planner uses (network cards, EFA interfaces, NVMe, prices) can be traced and refreshed
+(``gpucloud catalog refresh`` rebuilds it from DescribeInstanceTypes and the Pricing API). The field
+names mirror DescribeInstanceTypes (``NetworkInfo.NetworkCards``, ``EfaInfo.MaximumEfaInterfaces``,
+``PlacementGroupInfo.SupportedStrategies``, ``SupportedUsageClasses``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from gpucloud.errors import UserError
+
+BUNDLED_CATALOG = Path(__file__).parent / "instance_types.json"
+
+
+class NetworkCard(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    index: int
+    max_interfaces: int
+
+
+class InstanceType(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    family: str
+    gpus: int
+    gpu_model: str
+    gpu_memory_mib: int  # per GPU, as GpuInfo.Gpus[].MemoryInfo.SizeInMiB reports it
+    vcpus: int
+    memory_gib: float
+    nvme_disks: int
+    nvme_gib: int  # instance store total (InstanceStorageInfo.TotalSizeInGB); 0 when none
+    network_cards: list[NetworkCard]
+    efa_supported: bool
+    max_efa_interfaces: int
+    on_demand_usd_per_hour: float | None
+    spot_usd_per_hour: float | None  # an estimate: spot prices move every few minutes
+    placement_strategies: list[str]
+    usage_classes: list[str]  # "on-demand", "spot", "capacity-block"
+
+    @property
+    def supports_cluster_placement(self) -> bool:
+        return "cluster" in self.placement_strategies
+
+
+class Catalog(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    as_of: datetime.date
+    region: str
+    sources: list[str]
+    instance_types: dict[str, InstanceType]
+    notes: list[str] = []  # what the sources could not confirm, and which numbers are estimates
+
+
+def load_catalog(path: Path | None = None) -> Catalog:
+    """Load a catalog file; the bundled one when ``path`` is None (parsed once per process)."""
+    if path is None:
+        return _bundled_catalog()
+    return _read_catalog(Path(path))
+
+
+@lru_cache(maxsize=1)
+def _bundled_catalog() -> Catalog:
+    return _read_catalog(BUNDLED_CATALOG)
+
+
+def _read_catalog(path: Path) -> Catalog:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path}: catalog file not found") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"{path}: not a readable JSON catalog ({err})") from None
+    try:
+        return Catalog.model_validate(raw)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise UserError(f"{path}: invalid catalog at {where}: {first['msg']}") from None
+
+
+def save_catalog(catalog: Catalog, path: Path) -> None:
+    """Write ``catalog`` as JSON atomically (a reader never sees a half-written file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(catalog.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def get_instance_type(name: str, catalog: Catalog | None = None) -> InstanceType:
+    """The catalog entry for ``name``; a UserError listing the known types otherwise."""
+    catalog = catalog or load_catalog()
+    try:
+        return catalog.instance_types[name]
+    except KeyError:
+        known = ", ".join(sorted(catalog.instance_types))
+        raise UserError(f"unknown instance type {name!r}; known types: {known}") from None

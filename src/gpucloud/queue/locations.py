@@ -1,0 +1,60 @@
+"""Where the embedded defaults live, and how a queue URI becomes a queue.
+
+``GPUCLOUD_HOME`` (default ``~/.gpucloud``) holds the default queue (``queue.db``), the durable
+checkpoint tier (``checkpoints/``) and per-attempt control and local-tier directories (``run/``).
+
+The default queue: ``$GPUCLOUD_QUEUE``; else, on a cluster node, the AWS queue the stack's
+environment names (``GPUCLOUD_REGION``, ``GPUCLOUD_JOB_TABLE``, ``GPUCLOUD_JOB_QUEUE_URL``); else
+the embedded SQLite file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gpucloud.errors import UserError
+from gpucloud.queue.aws.uri import FORM as AWS_FORM
+from gpucloud.queue.aws.uri import parse_aws_uri, uri_from_env
+from gpucloud.queue.protocol import JobQueue
+
+HOME_ENV = "GPUCLOUD_HOME"
+QUEUE_ENV = "GPUCLOUD_QUEUE"
+QUEUE_SCHEMES = ("sqlite:///PATH", AWS_FORM)
+
+
+def gpucloud_home() -> Path:
+    return Path(os.environ.get(HOME_ENV) or Path.home() / ".gpucloud").expanduser()
+
+
+def default_queue_uri() -> str:
+    return os.environ.get(QUEUE_ENV) or uri_from_env(os.environ) or f"sqlite:///{gpucloud_home() / 'queue.db'}"
+
+
+def default_checkpoint_uri() -> str:
+    return str(gpucloud_home() / "checkpoints")
+
+
+def run_dir(job_id: str, attempt: int) -> Path:
+    """This node's scratch directory for one attempt (control files, local checkpoint tier)."""
+    return gpucloud_home() / "run" / job_id / f"attempt-{attempt}"
+
+
+def open_queue(uri: str | None = None) -> JobQueue:
+    """The queue named by ``uri`` (default: ``default_queue_uri()``)."""
+    uri = uri or default_queue_uri()
+    if uri.startswith("sqlite:///"):
+        path = uri[len("sqlite:///") :]
+        if not path:
+            raise UserError(
+                f"queue URI {uri!r} names no file; use sqlite:///PATH, e.g. sqlite:///{gpucloud_home() / 'queue.db'}"
+            )
+        from gpucloud.queue.sqlite import SqliteQueue
+
+        return SqliteQueue(Path(path).expanduser(), uri=uri)
+    if uri.startswith("aws://"):
+        address = parse_aws_uri(uri)
+        from gpucloud.queue.aws.backend import AwsQueue
+
+        return AwsQueue(address, uri=uri)
+    raise UserError(f"unsupported queue URI {uri!r}; allowed: {', '.join(QUEUE_SCHEMES)}")

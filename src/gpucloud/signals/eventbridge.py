@@ -1,0 +1,240 @@
+"""Pure functions: one events-queue message body -> a ``Notice`` about one instance, or a skip.
+
+What arrives on the events queue (reference: spot-signals-and-emulation.md §2):
+
+- EventBridge ``EC2 Spot Instance Interruption Warning`` -> ``spot-interruption``. The event's
+  ``time`` is when EC2 *emitted* the warning, and unlike IMDS's ``spot/instance-action`` the event
+  carries no action time. AWS documents the warning as issued two minutes before the instance is
+  stopped or terminated, so deadline = ``time`` + 120 s; it is computed from the event, not from
+  when we read it, so a message that waited in the queue leaves less time, never more.
+  ``hibernate`` starts at once: deadline = ``time``.
+- EventBridge ``EC2 Instance Rebalance Recommendation`` -> ``rebalance`` (no deadline).
+- EventBridge ``EC2 Instance-terminate Lifecycle Action`` and the flat JSON that a lifecycle hook
+  sends straight to SQS -> ``asg-terminate``; the token, hook and group names stay in the payload
+  (``gpucloud.signals.lifecycle_action``) so the handler can complete the action after the commit. The
+  instance is held in ``Terminating:Wait`` until the hook's heartbeat timeout, which the event does
+  not carry: deadline = event time + ``QueueRules.lifecycle_timeout`` (the stack's hook timeout).
+- A body wrapped by SNS (``{"Type": "Notification", "Message": "<json>"}``) is unwrapped once.
+- Skipped (to be deleted): the hook's ``autoscaling:TEST_NOTIFICATION``, launch lifecycle actions,
+  and the EC2/ASG events that report rather than warn (state changes, launch/terminate results).
+- Anything else raises ``UnreadableEvent`` with one line saying what is wrong; the consumer keeps
+  such a message so it ends in the dead-letter queue for a person to read.
+
+Dedup keys (``Notice.event_id``) hash the instance id with what identifies the event (action and
+time; the lifecycle action token), so a redelivered message, or the same lifecycle action arriving
+both through EventBridge and directly, is acted on once, and two instances never share a key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from gpucloud import payload
+from gpucloud.aws_ids import check_hook_name, check_instance_id, check_name, check_token
+from gpucloud.errors import UserError
+from gpucloud.signals import lifecycle_action as lc
+from gpucloud.signals.events import Notice, event_id_for
+from gpucloud.signals.interpret import SPOT_ACTIONS, MalformedPayload, format_rfc3339, parse_rfc3339
+
+SOURCE = "queue"
+SPOT_WARNING_LEAD = 120.0  # seconds: AWS issues the warning two minutes before the action
+
+SPOT_WARNING = "EC2 Spot Instance Interruption Warning"
+REBALANCE = "EC2 Instance Rebalance Recommendation"
+TERMINATE_ACTION = "EC2 Instance-terminate Lifecycle Action"
+LAUNCH_ACTION = "EC2 Instance-launch Lifecycle Action"
+TEST_NOTIFICATION = "autoscaling:TEST_NOTIFICATION"
+
+# detail-type -> the only source that sends it
+_ACTIONABLE = {SPOT_WARNING: "aws.ec2", REBALANCE: "aws.ec2", TERMINATE_ACTION: "aws.autoscaling"}
+_REPORTS = frozenset(
+    {
+        LAUNCH_ACTION,
+        "EC2 Instance State-change Notification",
+        "EC2 Instance Launch Successful",
+        "EC2 Instance Launch Unsuccessful",
+        "EC2 Instance Terminate Successful",
+        "EC2 Instance Terminate Unsuccessful",
+    }
+)
+
+
+class UnreadableEvent(ValueError):
+    """A message body that is not one of the documented event formats; ``str()`` is one line."""
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueRules:
+    lifecycle_timeout: float = 600.0  # the termination hook's HeartbeatTimeout (the stack's drainTimeoutSeconds)
+
+    def __post_init__(self) -> None:
+        if not 30 <= self.lifecycle_timeout <= 7200:
+            raise UserError(
+                f"lifecycle_timeout {self.lifecycle_timeout} is outside 30 to 7200 seconds (the hook heartbeat range)"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class Skipped:
+    """A well-formed message that asks for no action; ``reason`` says which kind it was."""
+
+    reason: str
+
+
+def parse_message(body: str, *, now: float, rules: QueueRules = QueueRules()) -> Notice | Skipped:
+    data = _unwrap_sns(_json_object(body, "message body"))
+    if "detail-type" in data:
+        return _eventbridge(data, now, rules)
+    if data.get("Event") == TEST_NOTIFICATION:
+        return Skipped(f"lifecycle hook test notification for group {data.get('AutoScalingGroupName', '?')}")
+    if "LifecycleTransition" in data:
+        return _direct_lifecycle(data, now, rules)
+    raise UnreadableEvent(
+        "message is neither an EventBridge event (no 'detail-type') nor an Auto Scaling lifecycle "
+        f"notification (no 'LifecycleTransition'): {_preview(data)}"
+    )
+
+
+def instance_of(notice: Notice) -> str:
+    """The instance a notice from this module is about."""
+    return str(notice.payload["instance-id"])
+
+
+# -- envelopes -------------------------------------------------------------------------------
+def _unwrap_sns(data: dict[str, Any]) -> dict[str, Any]:
+    message = data.get("Message")
+    if isinstance(message, str) and "detail-type" not in data and "LifecycleTransition" not in data:
+        return _json_object(message, "SNS Message")
+    return data
+
+
+def _eventbridge(event: dict[str, Any], now: float, rules: QueueRules) -> Notice | Skipped:
+    detail_type = _text(event, "detail-type", "event")
+    if detail_type in _REPORTS:
+        return Skipped(f"{detail_type} (a report, not a warning)")
+    expected_source = _ACTIONABLE.get(detail_type)
+    if expected_source is None:
+        raise UnreadableEvent(
+            f"event detail-type {detail_type!r} is not one of {', '.join(sorted(_ACTIONABLE))} (nor a known report)"
+        )
+    source = _text(event, "source", "event")
+    if source != expected_source:
+        raise UnreadableEvent(f"event {detail_type!r} has source {source!r}; only {expected_source!r} sends it")
+    detail = event.get("detail")
+    if not isinstance(detail, dict):
+        raise UnreadableEvent(f"event {detail_type!r} has no 'detail' object: {_preview(event)}")
+    emitted = _time(event, "time", detail_type)
+    meta = {
+        "detail-type": detail_type,
+        "event-id": event.get("id"),
+        "event-time": format_rfc3339(emitted),
+        "region": event.get("region"),
+    }
+    if detail_type == SPOT_WARNING:
+        return _spot_warning(detail, emitted, now, meta)
+    if detail_type == REBALANCE:
+        return _rebalance(detail, emitted, now, meta)
+    return _lifecycle(detail, emitted, now, rules, meta, what=detail_type)
+
+
+def _direct_lifecycle(data: dict[str, Any], now: float, rules: QueueRules) -> Notice | Skipped:
+    what = "lifecycle notification"
+    emitted = _time(data, "Time", what)
+    meta = {
+        "detail-type": "Auto Scaling lifecycle notification",
+        "event-id": data.get("RequestId"),
+        "event-time": format_rfc3339(emitted),
+    }
+    return _lifecycle(data, emitted, now, rules, meta, what=what)
+
+
+# -- event kinds -----------------------------------------------------------------------------
+def _spot_warning(detail: dict[str, Any], emitted: float, now: float, meta: dict[str, Any]) -> Notice:
+    instance = _instance(detail, "instance-id", SPOT_WARNING)
+    action = _text(detail, "instance-action", SPOT_WARNING)
+    if action not in SPOT_ACTIONS:
+        raise UnreadableEvent(f"{SPOT_WARNING} instance-action {action!r} is not one of {', '.join(SPOT_ACTIONS)}")
+    deadline = emitted if action == "hibernate" else emitted + SPOT_WARNING_LEAD
+    key = {"instance-id": instance, "action": action, "time": meta["event-time"]}
+    return Notice(
+        kind="spot-interruption",
+        source=SOURCE,
+        deadline=deadline,
+        received_at=now,
+        event_id=event_id_for("spot-interruption", key),
+        action=action,
+        payload={**meta, "instance-id": instance, "instance-action": action},
+    )
+
+
+def _rebalance(detail: dict[str, Any], emitted: float, now: float, meta: dict[str, Any]) -> Notice:
+    instance = _instance(detail, "instance-id", REBALANCE)
+    key = {"instance-id": instance, "noticeTime": meta["event-time"]}
+    return Notice(
+        kind="rebalance",
+        source=SOURCE,
+        deadline=None,
+        received_at=now,
+        event_id=event_id_for("rebalance", key),
+        action="rebalance",
+        payload={**meta, "instance-id": instance},
+    )
+
+
+def _lifecycle(
+    detail: dict[str, Any], emitted: float, now: float, rules: QueueRules, meta: dict[str, Any], *, what: str
+) -> Notice | Skipped:
+    transition = _text(detail, lc.TRANSITION, what)
+    if transition == lc.LAUNCHING:
+        return Skipped(f"launch lifecycle action for {detail.get(lc.INSTANCE, '?')} (gpucloud holds only terminations)")
+    if transition != lc.TERMINATING:
+        raise UnreadableEvent(f"{what} LifecycleTransition {transition!r} is not {lc.TERMINATING} or {lc.LAUNCHING}")
+    instance = _instance(detail, lc.INSTANCE, what)
+    try:
+        token = check_token(_text(detail, lc.TOKEN, what))
+        group = check_name(_text(detail, lc.GROUP, what), "AutoScalingGroupName")
+        hook = check_hook_name(_text(detail, lc.HOOK, what))
+    except UserError as err:
+        raise UnreadableEvent(f"{what}: {err}") from None
+    action = lc.LifecycleAction(asg_name=group, hook_name=hook, instance_id=instance, token=token)
+    return Notice(
+        kind="asg-terminate",
+        source=SOURCE,
+        deadline=emitted + rules.lifecycle_timeout,
+        received_at=now,
+        event_id=event_id_for("asg-terminate", {"instance-id": instance, "token": token}),
+        action="Terminated",
+        payload={
+            **meta,
+            "instance-id": instance,
+            **action.to_payload(),
+            "assumed_deadline_seconds": rules.lifecycle_timeout,
+        },
+    )
+
+
+# -- fields ----------------------------------------------------------------------------------
+def _json_object(text: str, what: str) -> dict[str, Any]:
+    return payload.json_object(text, what, UnreadableEvent)
+
+
+def _text(data: dict[str, Any], key: str, what: str) -> str:
+    return payload.required_string(data, key, what, UnreadableEvent)
+
+
+def _instance(data: dict[str, Any], key: str, what: str) -> str:
+    try:
+        return check_instance_id(_text(data, key, what), f"{what} {key}")
+    except UserError as err:
+        raise UnreadableEvent(str(err)) from None
+
+
+def _time(data: dict[str, Any], key: str, what: str) -> float:
+    try:
+        return parse_rfc3339(_text(data, key, what))
+    except MalformedPayload as err:
+        raise UnreadableEvent(f"{what} {key}: {err}") from None
+
+
+_preview = payload.preview

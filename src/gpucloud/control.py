@@ -79,7 +79,7 @@ def read(control_dir: str | os.PathLike[str] | None, name: str) -> dict[str, Any
 
 
 def exists(control_dir: str | os.PathLike[str] | None, name: str) -> bool:
-    return bool(control_dir) and (Path(control_dir) / name).exists()
+    return control_dir is not None and bool(control_dir) and (Path(control_dir) / name).exists()
 
 
 def remove(control_dir: str | os.PathLike[str] | None, name: str) -> None:

@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 import torch.distributed as dist
@@ -41,7 +41,7 @@ warnings.filterwarnings(
 class _ChecksummingStream(io.RawIOBase):
     """A write-only file that keeps a running XXH3-64 and byte count of what passes through."""
 
-    def __init__(self, raw: io.BufferedWriter, on_close) -> None:
+    def __init__(self, raw: IO[bytes], on_close) -> None:
         super().__init__()
         self._raw = raw
         self._hasher = new_hasher()
@@ -112,7 +112,7 @@ class ChecksummingFileSystem(FileSystem):
 class ChecksummingWriter(FileSystemWriter):
     def __init__(self, path: Path, *, thread_count: int) -> None:
         super().__init__(path, single_file_per_rank=True, sync_files=True, thread_count=thread_count, overwrite=True)
-        self.fs = ChecksummingFileSystem()
+        self.fs: ChecksummingFileSystem = ChecksummingFileSystem()
         self.path = self.fs.init_path(path)
 
 

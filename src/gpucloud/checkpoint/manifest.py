@@ -19,7 +19,7 @@ from typing import Literal
 import xxhash
 from pydantic import BaseModel, Field, ValidationError
 
-FORMAT = "gpucloud-checkpoint/1"
+FORMAT: Literal["gpucloud-checkpoint/1"] = "gpucloud-checkpoint/1"
 _READ_CHUNK = 8 * 1024 * 1024
 
 

@@ -27,6 +27,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+_np: Any
 try:  # numpy is optional; its global RNG is captured when it is importable
     import numpy as _np
 except ImportError:  # pragma: no cover - depends on the environment

@@ -93,10 +93,11 @@ def doctor(
     from gpucloud.doctor.collect import collect_live, load_recorded, save_recorded
     from gpucloud.doctor.parsers import ParseError, parse_imds
     from gpucloud.errors import UserError
-    from gpucloud.image.matrix import DEFAULT_MATRIX_PATH, load_matrix
+    from gpucloud.image.matrix import DEFAULT_MATRIX_PATH, VersionMatrix, load_matrix
 
     if instance_type is not None:
         get_instance_type(instance_type)  # an unknown type is a user mistake: fail before collecting
+    matrix: VersionMatrix | None
     if matrix_file is not None:
         matrix = load_matrix(matrix_file)
     else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Literal, cast
 
 from gpucloud.catalog import InstanceType
 from gpucloud.doctor import capture as cap
@@ -474,4 +474,4 @@ def run_checks(node: NodeCapture, want: Expectations) -> list[CheckResult]:
 
 def overall(results: list[CheckResult]) -> Status:
     worst = max((r.status for r in results), key=SEVERITY.__getitem__, default="pass")
-    return "pass" if worst == "skip" else worst
+    return "pass" if worst == "skip" else cast(Status, worst)

@@ -112,7 +112,7 @@ def parse_matrix(text: str, source: str) -> VersionMatrix:
     except ValidationError as err:
         first = err.errors()[0]
         key = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise UserError(f"{source}: {key}: {_describe(first)}") from None
+        raise UserError(f"{source}: {key}: {_describe(dict(first))}") from None
 
 
 def load_matrix(path: Path | str | None = None) -> VersionMatrix:

@@ -118,7 +118,7 @@ def referenced_scripts(document: dict) -> list[str]:
     for phase in document["phases"]:
         for step in phase["steps"]:
             if step["action"] == "ExecuteBash":
-                found += [_SCRIPT_CALL.match(c)["script"] for c in step["inputs"]["commands"]]
+                found += [m["script"] for c in step["inputs"]["commands"] if (m := _SCRIPT_CALL.match(c))]
     return found
 
 

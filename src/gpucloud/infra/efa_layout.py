@@ -75,7 +75,7 @@ def plan_network_interfaces(itype: InstanceType, efa: bool, layout: Layout = "ef
     first = cards[0]
     nics = _card0_interfaces(first, card0_has_efa, layout)
     budget = itype.max_efa_interfaces - sum(n.is_efa for n in nics)
-    extra_type = "efa" if layout == "legacy" else "efa-only"
+    extra_type: InterfaceType = "efa" if layout == "legacy" else "efa-only"
     for card in cards[1 : budget + 1]:
         nics.append(NicPlan(card.index, _secondary_device_index(card), extra_type))
     return nics

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Sequence
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -30,7 +31,7 @@ def node_policy_document(
     agent_package_arn: str | None = None,
 ) -> dict:
     """The node role's inline policy: a pure function of the ARNs it may touch (no wildcards)."""
-    statements = [
+    statements: list[dict[str, Any]] = [
         {
             "Sid": "CheckpointBucketList",
             "Effect": "Allow",

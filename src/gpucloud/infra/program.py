@@ -7,6 +7,7 @@ call ``build_cluster``, so the preview shows exactly what a deployment creates.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import pulumi
@@ -170,7 +171,7 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
                 nics=gp.nics,
                 placement_group=gp.placement_group,
                 # EFA needs one subnet (one AZ); other groups may spread over the given subnets
-                subnet_ids=network.node_subnet_ids.apply(lambda ids, efa=gp.efa: ids[:1] if efa else ids),
+                subnet_ids=network.node_subnet_ids.apply(_subnets_for(gp.efa)),
                 security_group_ids=[security.node_group_id],
                 instance_profile_arn=identity.profile.arn,
                 image_id=image.image_id,
@@ -216,6 +217,11 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
         capacity_block_scale_down={n: g.wind_down.scale_down_at for n, g in groups.items() if g.wind_down is not None},
         ami_parameter_name=pipeline.ami_parameter_name if pipeline is not None else None,
     )
+
+
+def _subnets_for(efa: bool) -> Callable[[list[str]], list[str]]:
+    """EFA needs one subnet (one AZ); other groups may spread over the given subnets."""
+    return lambda ids: ids[:1] if efa else ids
 
 
 def _agent_package_arn(spec: ClusterSpec) -> pulumi.Output[str] | None:

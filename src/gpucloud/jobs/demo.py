@@ -336,6 +336,8 @@ class StepTap(io.TextIOBase):
     def seconds_per_step(self) -> float | None:
         if self.first_step is None or self.last_step is None or self.last_step <= self.first_step:
             return None
+        if self.first_step_at is None or self.last_step_at is None:
+            return None
         return (self.last_step_at - self.first_step_at) / (self.last_step - self.first_step)
 
 

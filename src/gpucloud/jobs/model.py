@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gpucloud.signals.events import STOP_KINDS, Notice
+from gpucloud.signals.events import STOP_KINDS, Notice, NoticeKind
 
 
 class JobState(str, enum.Enum):
@@ -249,9 +249,9 @@ class StopRequest(BaseModel):
         if self.instance_id is not None:
             payload.setdefault("instance-id", self.instance_id)
         return Notice(
-            kind=self.kind,
+            kind=cast(NoticeKind, self.kind),  # written from a Notice, so one of its kinds
             source=self.source,
-            deadline=self.deadline,  # type: ignore[arg-type]
+            deadline=self.deadline,
             received_at=self.received_at,
             event_id=self.event_id,
             action=self.action,

@@ -42,7 +42,7 @@ def describe_event(kind: str, data: dict[str, Any]) -> str | None:
         "ack": f"all ranks stop after step {step}",
         "commit": f"checkpoint of step {step} committed",
         "stop": f"sent {data.get('signal')} to the process group: {data.get('reason')}",
-        "requeue": f"job requeued as attempt {int(attempt) + 1}"
+        "requeue": f"job requeued as attempt {int(attempt or 0) + 1}"
         + (f" ({data['reason']})" if data.get("reason") else ""),
         "finish": "job finished",
         "failed": f"job failed: {data.get('reason')}",

@@ -18,10 +18,17 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import IO
+from typing import Protocol
 
 TAIL_LINES = 20
 _PROC = Path("/proc")
+
+
+class OutputSink(Protocol):
+    """Where the command's output goes: a text file, or anything that writes and flushes text."""
+
+    def write(self, text: str, /) -> int: ...
+    def flush(self) -> None: ...
 
 
 class ProcessGroup:
@@ -31,7 +38,7 @@ class ProcessGroup:
         *,
         env: dict[str, str],
         cwd: str | os.PathLike[str] | None = None,
-        sink: IO[str] | None = None,
+        sink: OutputSink | None = None,
     ) -> None:
         self.argv = list(argv)
         self._sink = sink

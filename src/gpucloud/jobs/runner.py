@@ -21,12 +21,12 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 
 from gpucloud import control, jobenv
 from gpucloud.errors import UserError
 from gpucloud.jobs.model import AttemptEnd, AttemptState, Job, JobState
-from gpucloud.jobs.process_group import CommandNotFound, ProcessGroup
+from gpucloud.jobs.process_group import CommandNotFound, OutputSink, ProcessGroup
 from gpucloud.jobs.supervisor import (
     StopPlan,
     SupervisorConfig,
@@ -113,7 +113,7 @@ def run_attempt(
     notices: NoticeSource,
     config: SupervisorConfig,
     local_checkpoint_dir: str | None = None,
-    sink: IO[str] | None = None,
+    sink: OutputSink | None = None,
     on_event: EventHook | None = None,
     run_root: Path | None = None,
 ) -> AttemptResult:
@@ -348,7 +348,7 @@ def supervise_job(
     notices: NoticeSource,
     config: SupervisorConfig,
     local_checkpoint_dir: str | None = None,
-    sink: IO[str] | None = None,
+    sink: OutputSink | None = None,
     on_event: EventHook | None = None,
     claimed: Job | None = None,
     run_root: Path | None = None,

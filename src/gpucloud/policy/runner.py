@@ -34,10 +34,15 @@ from gpucloud.policy.references import referenced_strings
 class RecordedResourceLike(Protocol):
     """What the runner needs of a recorded resource (``gpucloud.infra.preview.RecordedResource``)."""
 
-    type: str
-    name: str
-    inputs: Mapping[str, Any]
-    custom: bool
+    @property
+    def type(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def inputs(self) -> Mapping[str, Any]: ...
+    @property
+    def custom(self) -> bool: ...
+
     # optional, used when present: ``urn``; ``property_dependencies`` (camelCase property -> URNs it
     # was computed from, as the engine receives them); ``id`` (the id the provider returned)
 
@@ -61,7 +66,7 @@ def _options(parent: str | None) -> PolicyResourceOptions:
         ignore_changes=[],
         delete_before_replace=None,
         aliases=[],
-        custom_timeouts=None,
+        custom_timeouts=None,  # type: ignore[arg-type]  # the engine sends none for a preview
         additional_secret_outputs=[],
         parent=parent,
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 from gpucloud.errors import UserError
 from gpucloud.queue.aws.uri import FORM as AWS_FORM
 from gpucloud.queue.aws.uri import parse_aws_uri, uri_from_env
-from gpucloud.queue.protocol import JobQueue
+from gpucloud.queue.gang import GangQueue
 
 HOME_ENV = "GPUCLOUD_HOME"
 QUEUE_ENV = "GPUCLOUD_QUEUE"
@@ -40,7 +40,7 @@ def run_dir(job_id: str, attempt: int) -> Path:
     return gpucloud_home() / "run" / job_id / f"attempt-{attempt}"
 
 
-def open_queue(uri: str | None = None) -> JobQueue:
+def open_queue(uri: str | None = None) -> GangQueue:
     """The queue named by ``uri`` (default: ``default_queue_uri()``)."""
     uri = uri or default_queue_uri()
     if uri.startswith("sqlite:///"):

@@ -68,7 +68,7 @@ class SignalHub:
     ) -> ImdsPoller:
         """Watch IMDS at ``endpoint`` (None: ``$AWS_EC2_METADATA_SERVICE_ENDPOINT`` or the default)."""
         client = ImdsClient(endpoint, connect_timeout=connect_timeout, read_timeout=read_timeout)
-        poller = ImdsPoller(client, interval=interval, on_notice=self.publish, clock=self._clock, rules=rules)
+        poller = ImdsPoller(client, interval=interval, on_notice=self._publish_quietly, clock=self._clock, rules=rules)
         self._pollers.append(poller)
         if self._started:
             poller.start()
@@ -91,6 +91,9 @@ class SignalHub:
         for signum in STOP_SIGNALS:
             previous = signal.signal(signum, on_signal)
             self._previous_handlers.setdefault(signum, previous)
+
+    def _publish_quietly(self, notice: Notice) -> None:
+        self.publish(notice)  # a poller only hands notices over; whether one was a duplicate is ours
 
     def publish(self, notice: Notice) -> bool:
         """Add a notice from any source; False (and nothing queued) when its event_id was seen."""

@@ -326,8 +326,13 @@ class AwsQueue:
             if offer is None:
                 continue
             item = self._meta(offer.job_id)
-            job = None if item is None else item_to_job(item, self.table)
-            if job is None or job.spec.nodes != 1 or job.worker == gang_worker(job.id, job.attempt):
+            found = None if item is None else item_to_job(item, self.table)
+            if (
+                item is None
+                or found is None
+                or found.spec.nodes != 1
+                or found.worker == gang_worker(found.id, found.attempt)
+            ):
                 self._box.give_back(offer.ref, delay_seconds=WORKER_PASS_DELAY_S)
                 continue
             claimed = self._try_claim(item, worker, lease_seconds, node, (offer.ref.message_id, offer.ref.receipt))
@@ -362,7 +367,9 @@ class AwsQueue:
             self._box.hide(receipt, 0)
             return None
         holder_key, holder = (
-            self._holder(job, item, body.slot) if job is not None and body.attempt == job.attempt else (None, None)
+            self._holder(job, item, body.slot)
+            if job is not None and item is not None and body.attempt == job.attempt
+            else (None, None)
         )
         received = ReceivedMessage(
             message_id, receipt, int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1")), body
@@ -670,7 +677,11 @@ class AwsQueue:
         if end.resumed_step is not None:
             attempt_fields["resumed_step"] = end.resumed_step
         released = {"worker": None, "lease_until": None, "message_id": None, "receipt": None, "updated_at": now}
-        gate = {"condition": "#job_state = :running AND #attempt = :k", "running": JobState.RUNNING.value, "k": number}
+        gate: dict[str, Any] = {
+            "condition": "#job_state = :running AND #attempt = :k",
+            "running": JobState.RUNNING.value,
+            "k": number,
+        }
         items: list[dict[str, Any]] = [
             {
                 "Update": aws_ops.update(

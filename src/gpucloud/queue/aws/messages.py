@@ -81,8 +81,10 @@ def send_entry(message: SlotMessage, *, delay_seconds: int = 0) -> dict:
 def parse_slot_message(body: str) -> SlotMessage:
     try:
         data = json.loads(body)
-    except ValueError as err:
+    except json.JSONDecodeError as err:
         raise MalformedMessage(f"body is not JSON ({err.msg} at character {err.pos})") from err
+    except ValueError as err:  # valid JSON beyond what the parser accepts, e.g. an integer of 5000 digits
+        raise MalformedMessage(f"body is not readable JSON ({err})") from err
     if not isinstance(data, dict):
         raise MalformedMessage(
             f"body is a JSON {type(data).__name__}, expected an object with v, job_id, attempt, slot, slots"
@@ -161,6 +163,7 @@ def decide(
             return Decision(Action.CLAIM, f"slot {message.slot} of attempt {job.attempt} of job {job.id} is free")
         who = f"worker {holder.worker}" if holder is not None else "its holder"
         return Decision(Action.TAKEOVER, f"{who} stopped renewing slot {message.slot} of job {job.id}")
+    assert holder is not None  # a live lease (lease_left >= 0) has a holder
     if holder is not None and holder.message_id in (message_id, None):
         # The holder's own message (or one for a holder that claimed from the table without one:
         # it adopts this one, so its slot has a wake-up again if it dies).

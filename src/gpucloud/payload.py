@@ -1,4 +1,4 @@
-"""Reading untrusted JSON payloads (IMDS answers, queue messages) with one-line errors.
+"""Reading untrusted JSON (IMDS answers, queue messages, events, recorded captures) with one-line errors.
 
 Each caller passes its own exception class, so an IMDS answer fails as ``MalformedPayload`` and a
 queue message as ``UnreadableEvent``, with the same wording: what was read, what was wrong, and a
@@ -17,14 +17,32 @@ def preview(data: Any) -> str:
     return json.dumps(data, sort_keys=True, default=str)[:PREVIEW_CHARS]
 
 
+def parse_json(text: str | bytes, what: str, error: type[Exception]) -> Any:
+    """``text`` parsed as JSON, or ``error`` naming ``what`` and why: never another exception.
+
+    Beyond syntax errors, valid JSON can still break the parser: an integer of more digits than
+    Python converts (ValueError), nesting deeper than the interpreter's stack (RecursionError).
+    """
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise error(f"{what} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise error(f"{what} is not JSON ({err.msg} at char {err.pos}): {text[:PREVIEW_CHARS]!r}") from None
+    except RecursionError:
+        raise error(f"{what} is JSON nested too deeply to read: {text[:PREVIEW_CHARS]!r}") from None
+    except ValueError as err:  # e.g. "Exceeds the limit (4300 digits) for integer string conversion"
+        raise error(f"{what} is JSON that cannot be read ({err}): {text[:PREVIEW_CHARS]!r}") from None
+
+
 def json_object(text: str, what: str, error: type[Exception]) -> dict[str, Any]:
     """``text`` parsed as a JSON object, or ``error`` naming ``what`` and why."""
     if not isinstance(text, str) or not text.strip():
         raise error(f"{what} is empty")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise error(f"{what} is not JSON ({err.msg} at char {err.pos}): {text[:PREVIEW_CHARS]!r}") from None
+    data = parse_json(text, what, error)
     if not isinstance(data, dict):
         raise error(f"{what} is JSON {type(data).__name__}, expected an object: {text[:PREVIEW_CHARS]!r}")
     return data

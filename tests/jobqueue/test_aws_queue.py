@@ -129,22 +129,42 @@ def test_a_holder_without_a_message_adopts_it_and_a_second_copy_is_a_duplicate(q
     assert q.get(job.id).worker == "w1"
 
 
-def test_a_malformed_message_reaches_the_dead_letter_queue_intact_and_loses_no_job(q, plane, sqs, caplog):
-    poison = '{"job": "not a slot message"'
+POISON_BODIES = {
+    "not JSON": ('{"job": "not a slot message"', "body is not JSON"),
+    "a 5000-digit number": (
+        '{"v": 1, "job_id": "j-1", "attempt": ' + "9" * 5000 + ', "slot": 0, "slots": 1}',
+        "cannot be read",
+    ),
+    "nested 100k deep": ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    "a job id DynamoDB refuses": (
+        '{"v": 1, "job_id": "' + "j" * 3000 + '", "attempt": 1, "slot": 0, "slots": 1}',
+        "job_id",
+    ),
+}
+
+
+@pytest.mark.parametrize("poison, problem", POISON_BODIES.values(), ids=POISON_BODIES.keys())
+def test_a_poison_message_goes_to_the_dead_letter_queue_on_its_first_read_and_loses_no_job(
+    q, plane, sqs, caplog, poison, problem
+):
     sqs.send_message(QueueUrl=plane["queue_url"], MessageBody=poison)
-    job = q.submit(SPEC)
     with caplog.at_level(logging.WARNING, logger="gpucloud.queue.aws.backend"):
-        claimed = wait_for(lambda: q.claim("w", lease_seconds=60), what="the real job behind the poison")
-    assert claimed.id == job.id
-    [dead] = wait_for(lambda: _visible(sqs, plane["dlq_url"]), what="the poison message in the DLQ")
-    assert dead["Body"] == poison
-    assert int(dead["Attributes"]["ApproximateReceiveCount"]) >= 5  # the stack's maxReceiveCount
+        assert q.claim("w", lease_seconds=60) is None  # one receive: the poison, and nothing else queued
+    [dead] = sqs.receive_message(
+        QueueUrl=plane["dlq_url"], MaxNumberOfMessages=10, MessageAttributeNames=["All"], VisibilityTimeout=30
+    )["Messages"]
+    assert dead["Body"] == poison  # intact, for a person to read
+    assert problem in dead["MessageAttributes"]["gpucloud.problem"]["StringValue"]
+    assert _counts(sqs, plane["queue_url"]) == (0, 0)  # gone from the job queue at once
     lines = [
         r.getMessage()
         for r in caplog.records
         if r.name == "gpucloud.queue.aws.backend" and r.levelno >= logging.WARNING
     ]
-    assert lines and all("left for the dead-letter queue" in line and "body is not JSON" in line for line in lines)
+    assert len(lines) == 1 and "moved to the dead-letter queue" in lines[0] and problem in lines[0]
+    assert "\n" not in lines[0] and len(lines[0]) < 600
+    job = q.submit(SPEC)
+    assert q.claim("w", lease_seconds=60).id == job.id
 
 
 def test_the_holders_message_seen_early_is_parked_and_handed_to_the_holder(q, plane, sqs):

@@ -191,19 +191,28 @@ class AwsQueue:
         self._writer = uuid.uuid4().hex[:8]
         self._seq = itertools.count()
         self._seq_lock = threading.Lock()
-        self.max_receives = self._read_max_receives()
-        self._box = SlotMessageBox(self._sqs, self.queue_url, self.max_receives)
+        self.max_receives, dead_letter_url = self._read_redrive_policy()
+        self._box = SlotMessageBox(self._sqs, self.queue_url, self.max_receives, dead_letter_url)
         self._next_stray_sweep = 0.0  # monotonic: the table is read for stray slots at most this often
 
     @_aws_call("opening the job queue")
-    def _read_max_receives(self) -> int | None:
-        """The queue's redrive ``maxReceiveCount`` (None: no dead-letter queue). Also proves, at open,
-        that the credentials work and the queue exists."""
+    def _read_redrive_policy(self) -> tuple[int | None, str | None]:
+        """The queue's redrive ``maxReceiveCount`` and its dead-letter queue's URL (None, None: no
+        dead-letter queue). Also proves, at open, that the credentials work and the queue exists.
+        https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-dead-letter-queues.html"""
         attributes = self._sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["RedrivePolicy"])
         policy = attributes.get("Attributes", {}).get("RedrivePolicy")
         if not policy:
-            return None
-        return int(json.loads(policy)["maxReceiveCount"])
+            return None, None
+        redrive = json.loads(policy)
+        # deadLetterTargetArn: arn:aws:sqs:<region>:<account>:<name>
+        arn_parts = str(redrive.get("deadLetterTargetArn", "")).split(":")
+        dead_letter_url = None
+        if len(arn_parts) == 6:
+            dead_letter_url = self._sqs.get_queue_url(QueueName=arn_parts[5], QueueOwnerAWSAccountId=arn_parts[4])[
+                "QueueUrl"
+            ]
+        return int(redrive["maxReceiveCount"]), dead_letter_url
 
     def close(self) -> None:
         self._ddb.close()
@@ -349,22 +358,15 @@ class AwsQueue:
         try:
             body = parse_slot_message(message.get("Body", ""))
         except MalformedMessage as problem:
-            # Retrying a malformed body never helps; every receive brings it closer to the DLQ.
-            log.warning(
-                "job queue message %s is not a gpucloud slot message (%s); left for the dead-letter queue",
-                message_id,
-                problem,
-            )
-            self._box.hide(receipt, 0)
+            where = self._box.dead_letter(message, f"not a gpucloud slot message: {problem}")
+            log.warning("job queue message %s is not a gpucloud slot message (%s); %s", message_id, problem, where)
             return None
         item = self._meta(body.job_id)
         try:
             job = None if item is None else item_to_job(item, self.table)
         except UserError as problem:
-            log.warning(
-                "job queue message %s names an unreadable job (%s); left for the dead-letter queue", message_id, problem
-            )
-            self._box.hide(receipt, 0)
+            where = self._box.dead_letter(message, f"names an unreadable job: {problem}")
+            log.warning("job queue message %s names an unreadable job (%s); %s", message_id, problem, where)
             return None
         holder_key, holder = (
             self._holder(job, item, body.slot)

@@ -24,20 +24,21 @@ receiver reads the job and the holder and then (``decide``):
   never pushes its own message into the dead-letter queue;
 - DELETE a message whose job is gone or ended, that a newer attempt superseded, or that duplicates
   a slot someone already holds;
-- LEAVE a malformed message alone (one log line): after ``maxReceiveCount`` receives SQS moves it
-  to the dead-letter queue, where a person can read it.
+- DEAD-LETTER a malformed message on its first receive (one log line): it is copied to the
+  dead-letter queue, where a person can read it, and deleted here. Retrying it never helps, and
+  walking it there through ``maxReceiveCount`` receives would cost a receive each time.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-import json
 import math
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpucloud.jobs.model import Job, JobState
+from gpucloud.payload import PREVIEW_CHARS, parse_json, preview
 
 BODY_VERSION = 1
 ATTR_JOB_ID = "gpucloud.job-id"
@@ -47,14 +48,21 @@ MAX_DELAY_S = 900  # SQS DelaySeconds maximum
 MAX_VISIBILITY_S = 43_200  # SQS: 12 hours from the receive, in total
 
 
+# A job id as ``checkpoint.layout.validate_job_id`` allows it. Checked here too: the id becomes a
+# DynamoDB key, and one DynamoDB refuses (over 2048 bytes) would fail every receive of the message.
+# (pydantic's regex engine reads ``$`` as the end of the text: a trailing newline does not pass.)
+JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+MAX_NUMBER = 2**53  # attempts and slots are counters; anything larger was not written by gpucloud
+
+
 class SlotMessage(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     v: int = Field(description="body version")
-    job_id: str = Field(min_length=1)
-    attempt: int = Field(ge=1)
-    slot: int = Field(ge=0)
-    slots: int = Field(ge=1)
+    job_id: str = Field(pattern=JOB_ID_PATTERN)
+    attempt: int = Field(ge=1, le=MAX_NUMBER)
+    slot: int = Field(ge=0, le=MAX_NUMBER)
+    slots: int = Field(ge=1, le=MAX_NUMBER)
 
 
 class MalformedMessage(ValueError):
@@ -79,23 +87,25 @@ def send_entry(message: SlotMessage, *, delay_seconds: int = 0) -> dict:
 
 
 def parse_slot_message(body: str) -> SlotMessage:
-    try:
-        data = json.loads(body)
-    except json.JSONDecodeError as err:
-        raise MalformedMessage(f"body is not JSON ({err.msg} at character {err.pos})") from err
-    except ValueError as err:  # valid JSON beyond what the parser accepts, e.g. an integer of 5000 digits
-        raise MalformedMessage(f"body is not readable JSON ({err})") from err
+    """The slot message in ``body``, or ``MalformedMessage`` (one line) — never another exception,
+    whatever the body: a receive must never fail because of one message."""
+    if not isinstance(body, str):
+        raise MalformedMessage(f"body is {type(body).__name__}, expected JSON text")
+    data = parse_json(body, "body", MalformedMessage)
     if not isinstance(data, dict):
         raise MalformedMessage(
             f"body is a JSON {type(data).__name__}, expected an object with v, job_id, attempt, slot, slots"
         )
     if data.get("v") != BODY_VERSION:
-        raise MalformedMessage(f"body version {data.get('v')!r} is not {BODY_VERSION}, the version this gpucloud reads")
+        version = preview(data.get("v"))
+        raise MalformedMessage(f"body version {version} is not {BODY_VERSION}, the version this gpucloud reads")
     try:
         message = SlotMessage.model_validate(data)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"
+        # The location may be a key of the body: any length, any characters. Quote it short, on one line.
+        where = where if where.isidentifier() else repr(where[:PREVIEW_CHARS])
         raise MalformedMessage(f"{where}: {first['msg']}") from err
     if message.slot >= message.slots:
         raise MalformedMessage(f"slot {message.slot} is outside the gang of {message.slots} slot(s)")

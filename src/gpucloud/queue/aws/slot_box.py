@@ -19,6 +19,7 @@ import logging
 from typing import Any
 
 from gpucloud.queue.aws.messages import (
+    MAX_VISIBILITY_S,
     MalformedMessage,
     SlotMessage,
     parse_slot_message,
@@ -42,9 +43,14 @@ class ReceivedMessage:
     body: SlotMessage
 
 
+ATTR_PROBLEM = "gpucloud.problem"  # why a message was dead-lettered, on the DLQ copy
+MAX_ATTRIBUTE_CHARS = 256  # what the problem attribute quotes (the body travels whole)
+
+
 class SlotMessageBox:
-    def __init__(self, sqs: Any, queue_url: str, max_receives: int | None) -> None:
+    def __init__(self, sqs: Any, queue_url: str, max_receives: int | None, dead_letter_url: str | None = None) -> None:
         self._sqs, self.queue_url, self.max_receives = sqs, queue_url, max_receives
+        self.dead_letter_url = dead_letter_url
 
     def send_slots(self, job_id: str, attempt: int, slots: int) -> None:
         """One message per slot of the attempt (``SendMessageBatch`` takes 10 at a time)."""
@@ -98,6 +104,26 @@ class SlotMessageBox:
                 return False
             raise
         return True
+
+    def dead_letter(self, message: dict[str, Any], problem: str) -> str:
+        """Move a poison message to the dead-letter queue now, body intact, with ``problem`` as an
+        attribute; where it went (for the one log line). Retrying a body that cannot be read never
+        helps, and every receive of it would cost a worker a receive. Without a dead-letter queue it
+        is hidden for the longest SQS allows (12 hours) instead: deleting it would lose it, showing
+        it again at once would bring it straight back."""
+        receipt = message["ReceiptHandle"]
+        if self.dead_letter_url is None:
+            self.hide(receipt, MAX_VISIBILITY_S)
+            return "hidden for 12 hours (the queue has no dead-letter queue)"
+        self._sqs.send_message(
+            QueueUrl=self.dead_letter_url,
+            MessageBody=message.get("Body") or "(empty)",  # SQS refuses an empty body; the attribute tells
+            MessageAttributes={
+                ATTR_PROBLEM: {"DataType": "String", "StringValue": problem[:MAX_ATTRIBUTE_CHARS] or "unreadable"}
+            },
+        )
+        self.delete(receipt)
+        return "moved to the dead-letter queue"
 
     def near_limit(self, receive_count: int) -> bool:
         """Would one more receive push the message into the dead-letter queue?"""

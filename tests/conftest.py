@@ -8,11 +8,13 @@ plus fake credentials.
 from __future__ import annotations
 
 import contextlib
-import functools
 import socket
-import threading
+import subprocess
+import sys
+import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -31,52 +33,39 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-# moto 5.2.5 serves requests on concurrent threads, and its TransactWriteItems is not atomic
-# against them: it snapshots whole tables, applies the items one by one, and on a cancellation
-# restores the snapshot, which erases any write another request committed in between (seen here as
-# two racing requeues both "applied"). Real DynamoDB transactions are serializable. One lock
-# around moto's item operations gives the emulator that property; our code is not touched.
-_SERIALIZED = ("put_item", "get_item", "query", "scan", "update_item", "delete_item", "transact_write_items")
-
-
-@contextlib.contextmanager
-def _serialized_dynamodb() -> Iterator[None]:
-    from moto.dynamodb.models import DynamoDBBackend
-
-    lock = threading.RLock()
-    originals = {name: getattr(DynamoDBBackend, name) for name in _SERIALIZED}
-
-    def locked(method):
-        @functools.wraps(method)
-        def call(*args, **kwargs):
-            with lock:
-                return method(*args, **kwargs)
-
-        return call
-
-    for name, method in originals.items():
-        setattr(DynamoDBBackend, name, locked(method))
-    try:
-        yield
-    finally:
-        for name, method in originals.items():
-            setattr(DynamoDBBackend, name, method)
-
-
 @contextlib.contextmanager
 def moto_endpoint() -> Iterator[str]:
-    """A moto server on 127.0.0.1 with serializable DynamoDB transactions; its endpoint URL (the
-    session fixture below, and ``benchmarks/bench_fleet.py --backend aws``)."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
-    with _serialized_dynamodb():
-        server.start()
-        host, port = server.get_host_and_port()
+    """A moto server on 127.0.0.1 in a process of its own (``moto_process.py``: serializable
+    DynamoDB transactions); its endpoint URL (the session fixture below, and the benchmarks)."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("moto_process.py")), str(port)],
+        stdin=subprocess.PIPE,  # closed when we go, however we go: the server then stops too
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_serving(endpoint, server)
+        yield endpoint
+    finally:
+        server.terminate()
         try:
-            yield f"http://{host}:{port}"
-        finally:
-            server.stop()
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def _wait_until_serving(endpoint: str, server: subprocess.Popen, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"the moto server exited with {server.returncode} before serving")
+        try:
+            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2).read()
+            return
+        except OSError:
+            time.sleep(0.05)  # polling a starting server: nothing to wait on but its port
+    raise RuntimeError(f"the moto server did not answer on {endpoint} within {timeout:.0f}s")
 
 
 def reset_account(endpoint: str) -> None:

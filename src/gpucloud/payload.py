@@ -14,7 +14,11 @@ PREVIEW_CHARS = 100  # characters of a bad payload quoted in an error
 
 
 def preview(data: Any) -> str:
-    return json.dumps(data, sort_keys=True, default=str)[:PREVIEW_CHARS]
+    """At most ``PREVIEW_CHARS`` of ``data`` as JSON, for an error message; never raises."""
+    try:
+        return json.dumps(data, sort_keys=True, default=str)[:PREVIEW_CHARS]
+    except (RecursionError, ValueError, TypeError):  # nested too deeply, or keys json cannot sort
+        return f"<a JSON {type(data).__name__} too large or too deep to show>"
 
 
 def parse_json(text: str | bytes, what: str, error: type[Exception]) -> Any:

@@ -120,7 +120,7 @@ def _with(data: dict, value: object, *path: str) -> dict:
         ),
         (s.body(_with(s.spot_warning(), "my.app", "source")), "has source 'my.app'; only 'aws.ec2' sends it"),
         (s.body(_without(s.spot_warning(), "detail")), "has no 'detail' object"),
-        (s.body(_with(s.spot_warning(), "yyyy-mm-ddThh:mm:ssZ", "time")), "is not RFC 3339"),
+        (s.body(_with(s.spot_warning(), "yyyy-mm-ddThh:mm:ssZ", "time")), "is not an RFC 3339 date-time"),
         (
             s.body(_with(s.spot_warning(), "explode", "detail", "instance-action")),
             "instance-action 'explode' is not one of terminate, stop, hibernate",

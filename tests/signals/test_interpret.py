@@ -53,7 +53,7 @@ def test_termination_time_and_instance_action_share_one_dedup_key():
         ("[]", "expected an object"),
         ('{"time": "2026-01-01T00:00:00Z"}', "no string 'action'"),
         ('{"action": "explode", "time": "2026-01-01T00:00:00Z"}', "not one of terminate, stop, hibernate"),
-        ('{"action": "terminate", "time": "tomorrow"}', "not RFC 3339"),
+        ('{"action": "terminate", "time": "tomorrow"}', "not an RFC 3339 date-time"),
         ('{"action": "terminate", "time": 1700000000}', "no string 'time'"),
     ],
 )

@@ -9,7 +9,9 @@
   ``event_id`` is stable, so a hub or job table dedupes the second delivery);
 - skips (hook test notifications, launch actions, reports) are deleted;
 - unreadable bodies are logged as one line and kept: after the queue's maxReceiveCount they move
-  to the dead-letter queue, where a person can read them; nothing is lost, nothing crashes;
+  to the dead-letter queue, where a person can read them; nothing is lost, nothing crashes, and
+  the other messages of the same receive are handled as if it were not there (each message is
+  handled on its own; whatever one raises is that message's failure only);
 - notices about instances outside ``instance_ids`` are made visible again at once for the consumer
   that owns them. Every receive counts toward maxReceiveCount, so on a queue shared by many nodes
   run fleet-level consumers (``instance_ids=None``), or per-node consumers on per-node queues;
@@ -98,7 +100,12 @@ class EventsQueueConsumer:
         result = PollResult()
         for message in response.get("Messages", []):
             result.received += 1
-            self._handle(message, result)
+            try:
+                self._handle(message, result)
+            except Exception as err:  # noqa: BLE001 - one message must never take the rest of the batch with it
+                line = f"message {message.get('MessageId', '?')}: could not be handled ({type(err).__name__}: {_one_line(err)})"
+                log.error("events queue: %s; left to be delivered again", line)
+                result.failed.append(line)
         return result
 
     def run(self, stop: threading.Event) -> None:
@@ -120,8 +127,8 @@ class EventsQueueConsumer:
         ref = f"message {message.get('MessageId', '?')} (receive {message.get('Attributes', {}).get('ApproximateReceiveCount', '?')})"
         try:
             parsed = parse_message(message.get("Body", ""), now=self._clock(), rules=self._rules)
-        except UnreadableEvent as err:
-            line = f"{ref}: {err}"
+        except Exception as err:  # noqa: BLE001 - UnreadableEvent, or anything a hostile body still provokes
+            line = f"{ref}: {err if isinstance(err, UnreadableEvent) else f'{type(err).__name__}: {_one_line(err)}'}"
             log.error("events queue: %s; kept for the dead-letter queue", line)
             result.unreadable.append(line)
             return

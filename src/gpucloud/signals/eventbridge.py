@@ -17,8 +17,13 @@ What arrives on the events queue (reference: spot-signals-and-emulation.md §2):
 - A body wrapped by SNS (``{"Type": "Notification", "Message": "<json>"}``) is unwrapped once.
 - Skipped (to be deleted): the hook's ``autoscaling:TEST_NOTIFICATION``, launch lifecycle actions,
   and the EC2/ASG events that report rather than warn (state changes, launch/terminate results).
-- Anything else raises ``UnreadableEvent`` with one line saying what is wrong; the consumer keeps
-  such a message so it ends in the dead-letter queue for a person to read.
+- Anything else raises ``UnreadableEvent`` with one line saying what is wrong -- whatever the body
+  holds (JSON nested 100 000 deep, a 5000-digit number, a time in the year 10000): ``parse_message``
+  raises nothing else. The consumer keeps such a message so it ends in the dead-letter queue for a
+  person to read.
+- Times are RFC 3339 date-times only (what EventBridge sends, e.g. ``2026-11-24T08:22:00Z``), never
+  in the year 10000 after the offset, and at most ``QueueRules.max_lead`` (an hour) ahead of now:
+  the event ``time`` is when AWS sent it, so a time far ahead is not a real event.
 
 Dedup keys (``Notice.event_id``) hash the instance id with what identifies the event (action and
 time; the lifecycle action token), so a redelivered message, or the same lifecycle action arriving
@@ -35,7 +40,15 @@ from gpucloud.aws_ids import check_hook_name, check_instance_id, check_name, che
 from gpucloud.errors import UserError
 from gpucloud.signals import lifecycle_action as lc
 from gpucloud.signals.events import Notice, event_id_for
-from gpucloud.signals.interpret import SPOT_ACTIONS, MalformedPayload, format_rfc3339, parse_rfc3339
+from gpucloud.signals.interpret import (
+    DEFAULT_MAX_LEAD,
+    SPOT_ACTIONS,
+    InterpretRules,
+    MalformedPayload,
+    check_not_far_ahead,
+    format_rfc3339,
+    parse_rfc3339,
+)
 
 SOURCE = "queue"
 SPOT_WARNING_LEAD = 120.0  # seconds: AWS issues the warning two minutes before the action
@@ -67,12 +80,15 @@ class UnreadableEvent(ValueError):
 @dataclasses.dataclass(frozen=True)
 class QueueRules:
     lifecycle_timeout: float = 600.0  # the termination hook's HeartbeatTimeout (the stack's drainTimeoutSeconds)
+    max_lead: float = DEFAULT_MAX_LEAD  # an event time further ahead than this is not a real event
 
     def __post_init__(self) -> None:
         if not 30 <= self.lifecycle_timeout <= 7200:
             raise UserError(
                 f"lifecycle_timeout {self.lifecycle_timeout} is outside 30 to 7200 seconds (the hook heartbeat range)"
             )
+        if not self.max_lead > 0:
+            raise UserError(f"max_lead {self.max_lead} must be positive seconds")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +99,23 @@ class Skipped:
 
 
 def parse_message(body: str, *, now: float, rules: QueueRules = QueueRules()) -> Notice | Skipped:
+    """The notice in ``body``, or a skip; ``UnreadableEvent`` (one line) and nothing else otherwise."""
+    try:
+        return _parse(body, now, rules)
+    except UnreadableEvent:
+        raise
+    except Exception as err:  # noqa: BLE001 - a body must never break its consumer in another way
+        detail = " ".join(str(err).split())[:200]
+        raise UnreadableEvent(
+            f"message body cannot be interpreted ({type(err).__name__}: {detail}): {_body_preview(body)}"
+        ) from None
+
+
+def _body_preview(body: object) -> str:
+    return repr(body[: payload.PREVIEW_CHARS] if isinstance(body, str) else type(body).__name__)
+
+
+def _parse(body: str, now: float, rules: QueueRules) -> Notice | Skipped:
     data = _unwrap_sns(_json_object(body, "message body"))
     if "detail-type" in data:
         return _eventbridge(data, now, rules)
@@ -124,7 +157,7 @@ def _eventbridge(event: dict[str, Any], now: float, rules: QueueRules) -> Notice
     detail = event.get("detail")
     if not isinstance(detail, dict):
         raise UnreadableEvent(f"event {detail_type!r} has no 'detail' object: {_preview(event)}")
-    emitted = _time(event, "time", detail_type)
+    emitted = _time(event, "time", detail_type, now, rules)
     meta = {
         "detail-type": detail_type,
         "event-id": event.get("id"),
@@ -140,7 +173,7 @@ def _eventbridge(event: dict[str, Any], now: float, rules: QueueRules) -> Notice
 
 def _direct_lifecycle(data: dict[str, Any], now: float, rules: QueueRules) -> Notice | Skipped:
     what = "lifecycle notification"
-    emitted = _time(data, "Time", what)
+    emitted = _time(data, "Time", what, now, rules)
     meta = {
         "detail-type": "Auto Scaling lifecycle notification",
         "event-id": data.get("RequestId"),
@@ -230,9 +263,10 @@ def _instance(data: dict[str, Any], key: str, what: str) -> str:
         raise UnreadableEvent(str(err)) from None
 
 
-def _time(data: dict[str, Any], key: str, what: str) -> float:
+def _time(data: dict[str, Any], key: str, what: str, now: float, rules: QueueRules) -> float:
     try:
-        return parse_rfc3339(_text(data, key, what))
+        when = parse_rfc3339(_text(data, key, what))
+        return check_not_far_ahead(when, now, InterpretRules(max_lead=rules.max_lead), "time")
     except MalformedPayload as err:
         raise UnreadableEvent(f"{what} {key}: {err}") from None
 

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import dataclasses
 import http.client
+import io
 import logging
 import os
+import re
+import socket
 import threading
 import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from gpucloud.errors import UserError
+from gpucloud.signals.ratelimit import RateLimitedLog
 
 log = logging.getLogger("gpucloud.signals")
 
@@ -36,6 +40,11 @@ TOKEN_REFRESH_MARGIN = 15.0
 # After a token PUT timed out (hop limit), retry IMDSv2 only this often; in between use IMDSv1.
 TOKEN_RETRY_AFTER_TIMEOUT = 30.0
 
+# A token goes back in a request header, so it must be visible ASCII with no spaces or line breaks
+# (real tokens are ~56 base64 characters); anything else is a broken answer, never sent back.
+_TOKEN_SHAPE = re.compile(r"[\x21-\x7e]{1,1024}")
+MAX_BODY = 1024 * 1024  # bytes: every interruption item is tiny; a larger answer is refused, not buffered
+
 HOP_LIMIT_HINT = (
     "IMDS token request timed out — is HttpPutResponseHopLimit ≥ 2 for containers? "
     "(set it in the launch template's metadata options, or run with host networking)"
@@ -45,9 +54,13 @@ HOP_LIMIT_HINT = (
 class ImdsUnavailable(Exception):
     """The metadata service could not be reached or did not answer in time (no HTTP status).
 
-    ``reason`` is one of ``refused``, ``connect-timeout``, ``read-timeout``, ``reset``,
-    ``token-timeout``, ``error``.
+    ``reason`` is one of ``refused``, ``connect-timeout``, ``read-timeout`` (no complete answer
+    within the request's total time), ``reset``, ``too-large``, ``token-timeout``, ``error``.
+    ``SERVICE_DOWN`` are the reasons that say nothing at all can be read now; the others concern one
+    request.
     """
+
+    SERVICE_DOWN = frozenset({"refused", "connect-timeout", "token-timeout"})
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
@@ -135,13 +148,14 @@ class ImdsClient:
         *,
         connect_timeout: float = 1.0,
         read_timeout: float = 2.0,
+        total_timeout: float | None = None,
         token_ttl: int = 21600,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not MIN_TOKEN_TTL <= int(token_ttl) <= MAX_TOKEN_TTL:
             raise ValueError(f"token_ttl must be {MIN_TOKEN_TTL}..{MAX_TOKEN_TTL} seconds, got {token_ttl}")
-        if connect_timeout <= 0 or read_timeout <= 0:
-            raise ValueError("connect_timeout and read_timeout must be positive")
+        if connect_timeout <= 0 or read_timeout <= 0 or (total_timeout is not None and total_timeout <= 0):
+            raise ValueError("connect_timeout, read_timeout and total_timeout must be positive")
         self.endpoint = resolve_endpoint(endpoint)
         parts = urlsplit(self.endpoint)
         self._https = parts.scheme == "https"
@@ -149,6 +163,9 @@ class ImdsClient:
         self._port = parts.port or (443 if self._https else 80)
         self.connect_timeout = float(connect_timeout)
         self.read_timeout = float(read_timeout)
+        # One request, connect to last byte, never takes longer than this: a service that drips a
+        # byte just inside each read timeout would otherwise hold a GET (and the poll round) for minutes.
+        self.total_timeout = float(total_timeout) if total_timeout is not None else connect_timeout + read_timeout
         self.token_ttl = int(token_ttl)
         self._clock = clock
         self._lock = threading.Lock()
@@ -158,6 +175,8 @@ class ImdsClient:
         self._v1_reported = False
         self._v1_refused = False  # a tokenless GET answered 401: IMDSv1 is not an option here
         self.tokens_fetched = 0  # how many token PUTs succeeded (observability and tests)
+        self.token_problem: str | None = None  # why the last token PUT gave no token, if it did not
+        self._logs = RateLimitedLog(log)
 
     # -- public -----------------------------------------------------------------------------
     def get(self, path: str) -> ImdsResponse:
@@ -252,23 +271,32 @@ class ImdsClient:
             return None
         if response.status != 200 or not response.text.strip():
             # A transient error (5xx, throttling): this GET goes without a token, the next one retries.
-            log.warning(
-                "IMDS token request to %s answered HTTP %s; retrying on the next request",
-                self.endpoint,
-                response.status,
-            )
+            self._no_token(f"answered HTTP {response.status}{'' if response.status != 200 else ' with no token'}")
+            return None
+        value = response.text.strip()
+        if not _TOKEN_SHAPE.fullmatch(value):
+            # Never sent back: a line break in a header would be a request-splitting hazard, and
+            # http.client refuses it anyway.
+            self._no_token(f"answered a token that is not 1..1024 visible ASCII characters ({value[:20]!r}...)")
             return None
         ttl = float(self.token_ttl)
         if response.ttl_remaining is not None:  # the service may grant less than asked
             ttl = min(ttl, response.ttl_remaining)
         self.tokens_fetched += 1
+        self.token_problem = None
         self._hop_limit_reported = self._v1_reported = False
-        return _Token(value=response.text.strip(), ttl=ttl, expires_at=self._clock() + ttl)
+        self._logs.forget("token")
+        return _Token(value=value, ttl=ttl, expires_at=self._clock() + ttl)
+
+    def _no_token(self, why: str) -> None:
+        self.token_problem = f"IMDS token request to {self.endpoint} {why}"
+        self._logs.warning("token", "%s; retrying on the next request", self.token_problem)
 
     # -- transport --------------------------------------------------------------------------
     def _request(self, method: str, path: str, headers: dict[str, str]) -> _TtlAware:
+        deadline = time.monotonic() + self.total_timeout
         conn_cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        conn = conn_cls(self._host, self._port, timeout=self.connect_timeout)
+        conn = conn_cls(self._host, self._port, timeout=min(self.connect_timeout, self.total_timeout))
         where = f"{method} {self.endpoint}{path}"
         try:
             try:
@@ -282,21 +310,69 @@ class ImdsClient:
             except OSError as err:
                 raise ImdsUnavailable("refused", f"IMDS {where}: cannot connect ({err})") from err
             assert conn.sock is not None
-            conn.sock.settimeout(self.read_timeout)
             try:
+                timed = _DeadlineSocket(conn.sock, deadline, self.read_timeout)
+                timed.arm()
                 conn.request(method, path, headers=headers)
-                raw = conn.getresponse()
-                body = raw.read()
+                raw = http.client.HTTPResponse(timed, method=method)  # type: ignore[arg-type]
+                raw.begin()
+                body = raw.read(MAX_BODY + 1)
             except TimeoutError as err:
-                raise ImdsUnavailable("read-timeout", f"IMDS {where}: no answer within {self.read_timeout:g}s") from err
+                raise ImdsUnavailable(
+                    "read-timeout",
+                    f"IMDS {where}: no complete answer within {min(self.read_timeout, self.total_timeout):g}s "
+                    f"(a read) or {self.total_timeout:g}s (the whole request)",
+                ) from err
             except (http.client.HTTPException, OSError) as err:
                 raise ImdsUnavailable(
-                    "reset", f"IMDS {where}: connection dropped ({err.__class__.__name__}: {err})"
+                    "reset", f"IMDS {where}: connection dropped ({err.__class__.__name__}: {_one_line(err)})"
                 ) from err
+            except ValueError as err:  # a header value http.client will not send
+                raise ImdsUnavailable("error", f"IMDS {where}: request not sent ({_one_line(err)})") from err
         finally:
             conn.close()
+        if len(body) > MAX_BODY:
+            raise ImdsUnavailable("too-large", f"IMDS {where}: answer larger than {MAX_BODY} bytes; not read")
         ttl = _parse_ttl(raw.getheader(TOKEN_TTL_HEADER))
         return _TtlAware(status=raw.status, text=body.decode("utf-8", errors="replace"), path=path, ttl_remaining=ttl)
+
+
+class _DeadlineSocket:
+    """The connected socket as ``http.client`` reads it, with each read's timeout cut to what is
+    left of the request's total time, so no answer, however slowly it drips, outlives ``deadline``."""
+
+    def __init__(self, sock: socket.socket, deadline: float, read_timeout: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+        self._read_timeout = read_timeout
+
+    def arm(self) -> None:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request's total time ran out")
+        self._sock.settimeout(min(self._read_timeout, left))
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        return io.BufferedReader(_DeadlineReader(self))
+
+    def recv_into(self, buffer: memoryview) -> int:
+        self.arm()
+        return self._sock.recv_into(buffer)
+
+
+class _DeadlineReader(io.RawIOBase):
+    def __init__(self, timed: _DeadlineSocket) -> None:
+        self._timed = timed
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        return self._timed.recv_into(buffer)
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())[:200] or type(err).__name__
 
 
 @dataclasses.dataclass(frozen=True)

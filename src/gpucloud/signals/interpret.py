@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
+import re
 from typing import Any
 
 from gpucloud import payload
@@ -56,7 +56,9 @@ EVENT_STATES = ("active", "completed", "canceled")
 
 DEFAULT_STALE_AFTER = 300.0
 DEFAULT_ASG_DEADLINE = 120.0
+DEFAULT_MAX_LEAD = 3600.0  # AWS sends spot times ~120 s ahead; an hour leaves room for clock skew
 
+MAX_EVENT_PROBLEMS = 10  # problem lines reported per scheduled-events answer, however many events are bad
 IMDS_EVENT_TIME_LAYOUT = "%d %b %Y %H:%M:%S GMT"  # Go's "2 Jan 2006 15:04:05 GMT"
 
 
@@ -68,37 +70,83 @@ class MalformedPayload(ValueError):
 class InterpretRules:
     stale_after: float = DEFAULT_STALE_AFTER  # seconds past a spot notice's time before it is stale
     asg_deadline: float = DEFAULT_ASG_DEADLINE  # seconds from seeing lifecycle Terminated to the deadline
+    max_lead: float = DEFAULT_MAX_LEAD  # a spot/rebalance time further ahead than this is not a notice
 
     def __post_init__(self) -> None:
         if self.stale_after <= 0:
             raise ValueError(f"stale_after must be positive seconds, got {self.stale_after}")
         if self.asg_deadline < 0:
             raise ValueError(f"asg_deadline must be >= 0 seconds, got {self.asg_deadline}")
+        if self.max_lead <= 0:
+            raise ValueError(f"max_lead must be positive seconds, got {self.max_lead}")
 
 
 # -- time formats ----------------------------------------------------------------------------
+# RFC 3339 section 5.6 "date-time", the only form AWS documents for the spot, rebalance and
+# EventBridge times (e.g. 2017-09-18T08:22:00Z). Python's ``fromisoformat`` also takes dates without
+# a time (2026-11-25), ISO week dates (2030-W01-1) and the basic format (20261123T203000); none of
+# those is what AWS sends, so they are refused rather than read as a notice.
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})", re.ASCII)
+
+
 def parse_rfc3339(text: str) -> float:
-    """``2017-09-18T08:22:00Z`` (or with an offset / fraction) -> epoch seconds; naive means UTC."""
+    """``2017-09-18T08:22:00Z`` (or with an offset / fraction) -> epoch seconds.
+
+    Only RFC 3339 date-times with ``Z`` or an offset; a time whose UTC date falls outside the years
+    1..9999 (``9999-12-31T23:59:59-23:59``) is refused as well, so every accepted time can be
+    written back (``format_rfc3339``)."""
+    stamp = text.strip() if isinstance(text, str) else ""
+    match = _RFC3339.fullmatch(stamp)
+    if match is None:
+        raise MalformedPayload(f"time {_quote(text)} is not an RFC 3339 date-time (e.g. 2017-09-18T08:22:00Z)")
+    fraction, zone = match.group(1) or "", match.group(2)
     try:
-        value = dt.datetime.fromisoformat(text.strip().replace("z", "Z"))
-    except (ValueError, AttributeError) as err:
-        raise MalformedPayload(f"time {text!r} is not RFC 3339 (e.g. 2017-09-18T08:22:00Z)") from err
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.timezone.utc)
-    return value.timestamp()
+        value = dt.datetime.strptime(stamp[:10] + "T" + stamp[11:19], "%Y-%m-%dT%H:%M:%S")
+        offset = dt.timedelta() if zone in ("Z", "z") else _offset(zone)
+        epoch = value.replace(tzinfo=dt.timezone(offset)).timestamp() + float(fraction or 0)
+        dt.datetime.fromtimestamp(epoch, dt.timezone.utc)  # its UTC date must exist too
+    except (ValueError, OverflowError, OSError) as err:
+        raise MalformedPayload(f"time {_quote(text)} is not a valid date-time ({err})") from None
+    return epoch
+
+
+def _offset(zone: str) -> dt.timedelta:
+    hours, minutes = int(zone[1:3]), int(zone[4:6])
+    if hours > 23 or minutes > 59:
+        raise ValueError(f"offset {zone} is not a valid UTC offset")
+    sign = -1 if zone[0] == "-" else 1
+    return sign * dt.timedelta(hours=hours, minutes=minutes)
+
+
+def _quote(text: object) -> str:
+    return repr(text[:60] if isinstance(text, str) else text)[:80]
 
 
 def format_rfc3339(epoch: float) -> str:
     return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def check_not_far_ahead(when: float, now: float, rules: InterpretRules, what: str) -> float:
+    """``when``, unless it lies more than ``rules.max_lead`` ahead of ``now``.
+
+    AWS sends these times about two minutes ahead (the spot action) or at the moment of sending
+    (rebalance, EventBridge); a time a day or 8000 years ahead is not a documented value, and
+    reading it as a notice would either never come due or stand for a corrupt answer."""
+    if when > now + rules.max_lead:
+        raise MalformedPayload(
+            f"{what} {format_rfc3339(when)} is more than {rules.max_lead:g}s ahead; "
+            "AWS sends it at most minutes ahead, so it is not a notice"
+        )
+    return when
+
+
 def parse_event_time(text: str) -> float:
     """``21 Jan 2019 09:00:43 GMT`` (the scheduled-events layout) -> epoch seconds."""
     try:
         value = dt.datetime.strptime(text.strip(), IMDS_EVENT_TIME_LAYOUT)
-    except (ValueError, AttributeError) as err:
-        raise MalformedPayload(f"event time {text!r} is not in the layout '2 Jan 2006 15:04:05 GMT'") from err
-    return value.replace(tzinfo=dt.timezone.utc).timestamp()
+        return value.replace(tzinfo=dt.timezone.utc).timestamp()
+    except (ValueError, AttributeError, OverflowError) as err:
+        raise MalformedPayload(f"event time {_quote(text)} is not in the layout '2 Jan 2006 15:04:05 GMT'") from err
 
 
 def format_event_time(epoch: float) -> str:
@@ -140,19 +188,21 @@ def instance_action_notice(text: str, now: float, rules: InterpretRules = Interp
     if action not in SPOT_ACTIONS:
         raise MalformedPayload(f"spot/instance-action action {action!r} is not one of {', '.join(SPOT_ACTIONS)}")
     when = parse_rfc3339(_string_field(data, "time", "spot/instance-action"))
+    check_not_far_ahead(when, now, rules, "spot/instance-action time")
     return spot_notice(action, when, now, rules, payload=data)
 
 
 def termination_time_notice(text: str, now: float, rules: InterpretRules = InterpretRules()) -> Notice | None:
     stamp = text.strip()
-    when = parse_rfc3339(stamp)
+    when = check_not_far_ahead(parse_rfc3339(stamp), now, rules, "spot/termination-time")
     return spot_notice("terminate", when, now, rules, payload={"termination-time": stamp})
 
 
 # -- rebalance -------------------------------------------------------------------------------
-def rebalance_notice(text: str, now: float) -> Notice:
+def rebalance_notice(text: str, now: float, rules: InterpretRules = InterpretRules()) -> Notice:
     data = _json_object(text, "events/recommendations/rebalance")
     notice_time = parse_rfc3339(_string_field(data, "noticeTime", "events/recommendations/rebalance"))
+    check_not_far_ahead(notice_time, now, rules, "events/recommendations/rebalance noticeTime")
     return Notice(
         kind="rebalance",
         source="imds",
@@ -186,26 +236,35 @@ def lifecycle_notice(text: str, now: float, rules: InterpretRules = InterpretRul
 
 # -- scheduled events ------------------------------------------------------------------------
 def scheduled_notices(text: str, now: float) -> tuple[list[Notice], list[str]]:
-    """Notices for active stop/reboot/retirement events, and one problem line per bad event."""
-    try:
-        data = json.loads(text) if text.strip() else []
-    except json.JSONDecodeError as err:
-        raise MalformedPayload(
-            f"events/maintenance/scheduled is not JSON ({err.msg} at char {err.pos}): {text[:80]!r}"
-        ) from err
+    """Notices for active stop/reboot/retirement events, and problem lines for bad events.
+
+    Each event is read on its own: a bad one is a problem line and the others still count. At most
+    ``MAX_EVENT_PROBLEMS`` lines come back; the last one then says how many more were bad."""
+    data = payload.parse_json(text, "events/maintenance/scheduled", MalformedPayload) if text.strip() else []
     if not isinstance(data, list):
         raise MalformedPayload(f"events/maintenance/scheduled is JSON {type(data).__name__}, expected an array")
     notices: list[Notice] = []
     problems: list[str] = []
+    bad = 0
     for index, item in enumerate(data):
         try:
             notice = _scheduled_notice(item, now)
-        except MalformedPayload as err:
-            problems.append(f"scheduled event #{index}: {err}")
+        except Exception as err:  # noqa: BLE001 - one bad event must not hide the others
+            bad += 1
+            if len(problems) < MAX_EVENT_PROBLEMS:
+                problems.append(f"scheduled event #{index}: {_one_line(err)}")
             continue
         if notice is not None:
             notices.append(notice)
+    if bad > len(problems):
+        problems.append(f"and {bad - len(problems)} more unreadable scheduled events (of {len(data)})")
     return notices, problems
+
+
+def _one_line(err: Exception) -> str:
+    if isinstance(err, MalformedPayload):
+        return str(err)
+    return f"cannot be read ({type(err).__name__}: {' '.join(str(err).split())[:120]})"
 
 
 def _scheduled_notice(item: Any, now: float) -> Notice | None:

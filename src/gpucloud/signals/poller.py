@@ -3,15 +3,18 @@
 One round reads ``spot/instance-action`` first (the most urgent), ``spot/termination-time`` only
 when the instance-action item is absent or failed (it is the legacy view of the same notice),
 then the rebalance recommendation, the ASG target lifecycle state and the scheduled events. Each
-item is read on its own, so an item answering an error or a malformed body never hides another
-one; when the service does not answer at all (refused, timed out) the round ends at once, so a
-dead or hanging service costs a round one timeout, not one per item. Notices are handed to
-``on_notice`` as soon as their item is read, not at the end of the round.
+item is read and interpreted on its own: an item answering an error, a malformed body, a body
+that breaks the interpreter (any exception), a drip-fed answer (each request has a total time
+limit) or an oversized one costs that item only, and the round goes on to the next. Only when the
+service itself is down (connection refused, connect timeout, the token PUT timing out with IMDSv1
+refused) does the round end at once, so a dead service costs a round one timeout, not one per item.
+Notices are handed to ``on_notice`` as soon as their item is read, not at the end of the round.
 
 Nothing but a well-formed, current payload makes a notice: 404, 5xx, 401 after the retry,
-timeouts, refused connections and malformed bodies are counted and logged (once per change of
-condition, not every second) and the round goes on. A notice is reported once: the poller keeps
-the ``event_id`` of everything it has reported.
+timeouts, refused connections and malformed bodies are counted and logged -- one line per item
+when its problem starts or changes, and at most one a minute per item while it keeps changing
+(``RateLimitedLog``) -- and the round goes on. A notice is reported once: the poller keeps the
+``event_id`` of everything it has reported.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from gpucloud.signals import interpret
 from gpucloud.signals.events import Notice
 from gpucloud.signals.imds import ImdsClient, ImdsUnavailable
 from gpucloud.signals.interpret import InterpretRules, MalformedPayload
+from gpucloud.signals.ratelimit import RateLimitedLog
 
 log = logging.getLogger("gpucloud.signals")
 
@@ -45,7 +49,7 @@ class PollerHealth:
 
 
 class _Unreachable(Exception):
-    """No answer from IMDS (refused, timed out): end this round early."""
+    """The service is down (refused, connect or token timeout): end this round early."""
 
 
 class ImdsPoller:
@@ -66,7 +70,8 @@ class ImdsPoller:
         self.rules = rules
         self._clock = clock
         self._seen: set[str] = set()
-        self._logged: set[str] = set()  # problems already logged, so an outage is one line, not thousands
+        self._logged: dict[str, str] = {}  # item -> its problem already logged, so an outage is one line
+        self._logs = RateLimitedLog(log)  # and a problem that changes every round, one line a minute
         self._stale_logged: set[str] = set()
         self._round_lock = threading.Lock()
         self._stop = threading.Event()
@@ -81,7 +86,7 @@ class ImdsPoller:
 
     def _round(self) -> list[Notice]:
         now = self._clock()
-        problems: list[str] = []
+        problems: dict[str, str] = {}  # item path -> what went wrong with it this round
         fresh: list[Notice] = []
         rules = self.rules
 
@@ -98,9 +103,10 @@ class ImdsPoller:
             if not item(interpret.INSTANCE_ACTION, lambda text: interpret.instance_action_notice(text, now, rules)):
                 # Absent, failed or malformed: the legacy item may still carry the notice.
                 item(interpret.TERMINATION_TIME, lambda text: interpret.termination_time_notice(text, now, rules))
-            item(interpret.REBALANCE, lambda text: interpret.rebalance_notice(text, now))
+            item(interpret.REBALANCE, lambda text: interpret.rebalance_notice(text, now, rules))
             item(interpret.TARGET_LIFECYCLE_STATE, lambda text: interpret.lifecycle_notice(text, now, rules))
             item(interpret.SCHEDULED_EVENTS, lambda text: self._scheduled(text, now, problems))
+
         except _Unreachable:
             pass  # the service did not answer at all: the rest of the round would only wait too
         self.health.rounds += 1
@@ -127,34 +133,44 @@ class ImdsPoller:
                 log.exception("on_notice handler failed for %s", notice.event_id)
         return fresh
 
-    def _read(self, path: str, problems: list[str]) -> str | None:
+    def _read(self, path: str, problems: dict[str, str]) -> str | None:
         """The 200 body; None when the item is absent (404) or answered an error this round."""
         self.health.requests += 1
         try:
             response = self.client.get(path)
         except ImdsUnavailable as err:
-            self._failed(problems, str(err))
-            raise _Unreachable from err
+            if err.reason in ImdsUnavailable.SERVICE_DOWN:
+                self._failed(problems, "service", str(err))
+                raise _Unreachable from err
+            self._failed(problems, path, f"{err}; no notice assumed")  # this item only: read the next
+            return None
         if response.ok:
             return response.text
         if not response.absent:
-            self._failed(problems, f"IMDS {path} answered HTTP {response.status}; no notice assumed")
+            self._failed(problems, path, f"IMDS {path} answered HTTP {response.status}; no notice assumed")
         return None
 
-    def _failed(self, problems: list[str], message: str) -> None:
+    def _failed(self, problems: dict[str, str], key: str, message: str) -> None:
         self.health.failed_requests += 1
         self.health.last_error = message
-        problems.append(message)
+        problems[key] = message
 
     def _interpret(
-        self, path: str, problems: list[str], build: Callable[[], Notice | list[Notice] | None]
+        self, path: str, problems: dict[str, str], build: Callable[[], Notice | list[Notice] | None]
     ) -> list[Notice] | None:
-        """The notices in a 200 body; None when the body is malformed."""
+        """The notices in a 200 body; None when the body is malformed or cannot be interpreted."""
         try:
             result = build()
         except MalformedPayload as err:
             self.health.malformed += 1
-            problems.append(f"IMDS answer malformed: {err}; no notice assumed")
+            problems[path] = f"IMDS answer malformed: {err}; no notice assumed"
+            return None
+        except Exception as err:  # noqa: BLE001 - whatever breaks on one item must not end the round
+            self.health.malformed += 1
+            detail = " ".join(str(err).split())[:200]
+            problems[path] = (
+                f"IMDS {path} answer cannot be interpreted ({type(err).__name__}: {detail}); no notice assumed"
+            )
             return None
         if isinstance(result, list):
             return result
@@ -171,23 +187,30 @@ class ImdsPoller:
             return []
         return [result]
 
-    def _scheduled(self, text: str, now: float, problems: list[str]) -> list[Notice]:
+    def _scheduled(self, text: str, now: float, problems: dict[str, str]) -> list[Notice]:
         notices, bad = interpret.scheduled_notices(text, now)
-        self.health.malformed += len(bad)
-        problems.extend(f"{interpret.SCHEDULED_EVENTS}: {line}" for line in bad)
+        if bad:
+            self.health.malformed += 1
+            problems[interpret.SCHEDULED_EVENTS] = f"{interpret.SCHEDULED_EVENTS}: " + "; ".join(bad)
         return notices
 
-    def _log_problems(self, problems: list[str], now: float) -> None:
+    def _log_problems(self, problems: dict[str, str], now: float) -> None:
+        """One line per item whose problem is new or changed; an item whose message changes every
+        round (a counter, a time in it) still writes at most one line a minute."""
         if not problems:
             if self._logged:
                 log.info("IMDS answers normally again (%s)", self.client.endpoint)
+                for key in self._logged:
+                    self._logs.forget(key)
                 self._logged.clear()
             self.health.last_ok_at = now
             return
-        for message in dict.fromkeys(problems):
-            if message not in self._logged:
-                log.warning("%s", message)
-        self._logged = set(problems)
+        for key, message in problems.items():
+            if self._logged.get(key) != message:
+                self._logs.warning(key, "%s", message)
+        for key in self._logged.keys() - problems.keys():
+            self._logs.forget(key)
+        self._logged = dict(problems)
 
     # -- background thread ---------------------------------------------------------------------
     def start(self) -> None:

@@ -182,3 +182,27 @@ def test_bad_settings_are_refused_with_one_line(kwargs, message):
     with pytest.raises(UserError) as info:
         EventsQueueConsumer(object(), args.pop("queue_url"), on_notice=print, **args)
     assert message in str(info.value)
+
+
+def test_a_poison_message_does_not_take_its_batch_with_it(sqs):
+    """Issue 10 item 4: a body that broke the parser (a time in the year 10000 raised ValueError)
+    made poll_once raise, so the genuine spot warning received in the same batch was never handled
+    and went to the dead-letter queue after maxReceiveCount receives."""
+    queue, dlq = make_queues(sqs, max_receives=5)
+    poison = [
+        s.body(s.spot_warning(time="9999-12-31T23:59:59-23:59")),
+        s.body(s.sns_wrapped(s.direct_lifecycle() | {"Time": "9999-12-31T23:59:59-23:59"})),
+        "[" * 100_000 + "]" * 100_000,
+    ]
+    for body in poison[:2]:
+        sqs.send_message(QueueUrl=queue, MessageBody=body)
+    sqs.send_message(QueueUrl=queue, MessageBody=s.body(s.spot_warning()))
+    sqs.send_message(QueueUrl=queue, MessageBody=poison[2])
+    handler = Recorder()
+    c = EventsQueueConsumer(sqs, queue, on_notice=handler, wait_seconds=1, visibility_timeout=30, max_messages=10)
+    results = poll_until(c, lambda rs: sum(r.received for r in rs) >= 4)
+    assert [n.kind for n in handler.calls] == ["spot-interruption"]
+    assert sum(len(r.handled) for r in results) == 1
+    unreadable = [line for r in results for line in r.unreadable]
+    assert len(unreadable) == 3 and all("\n" not in line for line in unreadable)
+    assert depth(sqs, dlq) == 0  # the warning was deleted once handled; the poison waits for its receives

@@ -13,7 +13,10 @@ import threading
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from fuzzing import fuzz_settings
 from gpucloud.signals import interpret
 from gpucloud.signals.imds import ImdsClient, ImdsUnavailable
 from gpucloud.signals.interpret import InterpretRules, MalformedPayload
@@ -261,3 +264,110 @@ def test_scheduled_problems_are_capped_per_answer():
     bad = [{"Code": "instance-stop", "State": "active", "NotBefore": "x"}] * 200
     notices, problems = interpret.scheduled_notices(json.dumps(bad), time.time())
     assert notices == [] and len(problems) == interpret.MAX_EVENT_PROBLEMS + 1
+
+
+# -- the fuzzer: hostile answers through a real HTTP server ---------------------------------------
+ITEMS = [
+    interpret.INSTANCE_ACTION,
+    interpret.TERMINATION_TIME,
+    interpret.REBALANCE,
+    interpret.TARGET_LIFECYCLE_STATE,
+    interpret.SCHEDULED_EVENTS,
+]
+HOSTILE_TIMES = [
+    YEAR_10000,
+    "0001-01-01T00:00:00+01:00",
+    "9999-12-31T23:59:59Z",
+    "2026-11-25",
+    "2030-W01-1",
+    "20261123T203000",
+]
+RAW = [DEEP, DEEP_OBJECT, BIG_INT, "[" + BIG_INT + "]", "", "Terminated\r\n", "null", "{}", "[]", "1e999999"]
+
+
+def any_time(now: float):
+    return st.one_of(
+        st.sampled_from(HOSTILE_TIMES),
+        st.floats(-1e4, 1e4).map(lambda delta: stamp(now + delta)),
+        st.datetimes().map(lambda moment: moment.isoformat()),
+    )
+
+
+def hostile_answer(now: float):
+    json_value = st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=20) | any_time(now),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3),
+        max_leaves=6,
+    )
+    spot = st.fixed_dictionaries(
+        {"action": st.sampled_from(["terminate", "stop", "hibernate", "explode"]), "time": any_time(now)}
+    )
+    event = st.fixed_dictionaries(
+        {
+            "Code": st.sampled_from(interpret.EVENT_CODES + ("bogus",)),
+            "State": st.sampled_from(interpret.EVENT_STATES),
+            "NotBefore": st.one_of(st.floats(-1e9, 1e9).map(lambda d: imds_time(now + d)), st.text(max_size=20)),
+        }
+    )
+    body = st.one_of(
+        st.sampled_from(RAW),
+        any_time(now),
+        st.sampled_from(interpret.LIFECYCLE_STATES),
+        json_value.map(json.dumps),
+        spot.map(json.dumps),
+        st.fixed_dictionaries({"noticeTime": any_time(now)}).map(json.dumps),
+        st.lists(st.one_of(event, json_value), max_size=4).map(json.dumps),
+        st.binary(max_size=40),
+    )
+    return st.one_of(st.just(None), st.sampled_from([500, 401, 403]), body)
+
+
+HOSTILE_ANSWER = hostile_answer(time.time())  # built once: building the strategy is the slow part
+
+
+def witness_answer(path: str, now: float) -> tuple[str, str]:
+    """A genuine notice on ``path``, and the kind it must make."""
+    if path == interpret.REBALANCE:
+        return json.dumps({"noticeTime": stamp(now)}), "rebalance"
+    if path == interpret.INSTANCE_ACTION:
+        return json.dumps({"action": "terminate", "time": stamp(now + 110)}), "spot-interruption"
+    return "Terminated", "asg-terminate"
+
+
+@fuzz_settings(80)
+@given(data=st.data())
+def test_fuzz_imds_answers_never_hide_a_genuine_notice(server, data):
+    now = time.time()
+    witness = data.draw(
+        st.sampled_from([interpret.TARGET_LIFECYCLE_STATE, interpret.REBALANCE, interpret.INSTANCE_ACTION])
+    )
+    server.answers.clear()
+    for path in ITEMS:
+        if path == witness:
+            continue
+        answer = data.draw(HOSTILE_ANSWER, label=path)
+        if isinstance(answer, int):
+            server.serve(path, b"error", status=answer)
+        elif answer is not None:
+            server.serve(path, answer)
+    body, kind = witness_answer(witness, now)
+    server.serve(witness, body)
+    server.token.body = data.draw(st.one_of(st.just(b"good-token"), st.binary(max_size=30)), label="token")
+    poller, seen = new_poller(server)
+    fresh = poller.poll_once()
+    assert kind in kinds(fresh) and kinds(fresh) == kinds(seen)
+    for notice in fresh:
+        if notice.deadline is not None:
+            assert notice.deadline <= now + 3600 + interpret.DEFAULT_ASG_DEADLINE + 60
+
+
+@pytest.mark.parametrize("token", [b"abc\ndef", b"abc\r\ndef", "t\u00f6k\u20acn".encode()])
+def test_doctor_probe_reports_a_bad_token_instead_of_crashing(server, token):
+    """``gpucloud doctor`` reads IMDS through this client; a token with a line break or a
+    character outside Latin-1 raised ValueError from http.client there (issue 10, item 11)."""
+    from gpucloud.doctor.collect import probe_imds
+
+    server.token.body = token
+    server.serve("/latest/meta-data/instance-type", "p5.48xlarge")
+    result = probe_imds(server.endpoint, timeout_s=2.0)
+    assert result["token_ok"] is False and result["instance_type"] == "p5.48xlarge"

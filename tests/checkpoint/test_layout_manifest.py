@@ -1,3 +1,4 @@
+import json
 import sys
 from pathlib import Path
 
@@ -76,7 +77,6 @@ def test_verify_detects_missing_truncated_and_flipped_files(tmp_path):
 @pytest.mark.parametrize(
     "text, where",
     [
-        (b"not json", "document"),
         (
             b'{"format": "gpucloud-checkpoint/1", "job_id": "j", "step": -1, "world_size": 1, "attempt": 0, "files": []}',
             "step",
@@ -104,3 +104,49 @@ def test_store_listing_imports_without_torch(tmp_path):
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (b"not json", "manifest is not JSON"),
+        (b"[" * 100_000, "manifest is JSON nested too deeply"),
+        (b'{"step": ' + b"9" * 5000 + b"}", "manifest is JSON that cannot be read"),
+        (b"\xff{}", "manifest is not UTF-8"),
+    ],
+)
+def test_unreadable_manifest_json_is_a_manifest_error(text, message):
+    with pytest.raises(ManifestError, match=message):
+        Manifest.parse(text, "somewhere")
+
+
+@pytest.mark.parametrize("name", [".", "..", "manifest.json", "a\x00b"])
+def test_manifest_entries_must_be_plain_data_file_names(name):
+    text = (
+        '{"format": "gpucloud-checkpoint/1", "job_id": "j", "step": 1, "world_size": 1, "attempt": 0, '
+        f'"files": [{{"name": {json.dumps(name)}, "size": 1, "xxh3": "0000000000000000"}}]}}'
+    )
+    with pytest.raises(ManifestError, match="invalid manifest \\(files.0.name"):
+        Manifest.parse(text, "somewhere")
+
+
+def test_a_file_listed_twice_is_invalid():
+    entry = '{"name": "a", "size": 1, "xxh3": "0000000000000000"}'
+    text = (
+        '{"format": "gpucloud-checkpoint/1", "job_id": "j", "step": 1, "world_size": 1, "attempt": 0, '
+        f'"files": [{entry}, {entry}]}}'
+    )
+    with pytest.raises(ManifestError, match="a file is listed twice"):
+        Manifest.parse(text, "somewhere")
+
+
+def test_verify_rejects_files_the_manifest_does_not_list(tmp_path):
+    (tmp_path / "a").write_bytes(b"x")
+    manifest = _manifest_for(tmp_path, ["a"])
+    (tmp_path / "extra").write_bytes(b"y")
+    with pytest.raises(ManifestError, match="'extra' is not listed in the manifest"):
+        verify_directory(tmp_path, manifest, checksums=False)
+    (tmp_path / "extra").unlink()
+    (tmp_path / "sub").mkdir()
+    with pytest.raises(ManifestError, match="'sub' is not listed in the manifest"):
+        verify_directory(tmp_path, manifest)

@@ -64,6 +64,16 @@ def test_corrupt_manifest_falls_back(three_steps, tiny_job, caplog):
     (job_dir / "step-9" / "manifest.json").write_text('{"format": "gpucloud-checkpoint/1", "step": "nine"')
     with caplog.at_level(logging.WARNING, logger="gpucloud.checkpoint"):
         assert _restore(tiny_job, uri) == 6
+    assert "manifest.json checksum" in caplog.text and "does not match LATEST's" in caplog.text
+
+
+def test_corrupt_manifest_under_a_legacy_latest_falls_back(three_steps, tiny_job, caplog):
+    """A LATEST written before it recorded manifest checksums ("step-9" alone) still works."""
+    uri, job_dir = three_steps
+    (job_dir / "LATEST").write_text("step-9\n")
+    (job_dir / "step-9" / "manifest.json").write_text('{"format": "gpucloud-checkpoint/1", "step": "nine"}')
+    with caplog.at_level(logging.WARNING, logger="gpucloud.checkpoint"):
+        assert _restore(tiny_job, uri) == 6
     assert "invalid manifest" in caplog.text
 
 
@@ -86,7 +96,9 @@ def test_garbage_in_latest_is_a_clear_error_and_deletes_nothing(three_steps, tin
     uri, job_dir = three_steps
     (job_dir / "LATEST").write_text(garbage)
     before = sorted(p.name for p in job_dir.iterdir())
-    with pytest.raises(UserError, match=r"LATEST is corrupt \(contains .*\); expected one line 'step-<n>'") as info:
+    with pytest.raises(
+        UserError, match=r"LATEST is corrupt \(contains .*\); expected .step-<n>. on its first line"
+    ) as info:
         _restore(tiny_job, uri)
     assert "\n" not in str(info.value)
     assert sorted(p.name for p in job_dir.iterdir()) == before

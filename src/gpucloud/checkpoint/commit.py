@@ -13,17 +13,23 @@ Order, per save (every rank runs this after its DCP writes returned):
 
 A crash anywhere before step 3 leaves LATEST naming the previous checkpoint and a staging
 directory (a dot-name) that retention removes later.
+
+The fence: rank 0 checks before anything is uploaded that no newer attempt holds the job, and the
+commit itself (rename or manifest put, then LATEST) runs under the fence (``store.commit_durable``:
+a lock on a file system, a conditional put on S3). A fenced-out attempt changes nothing, and every
+rank raises ``FencedError`` (rank 0 tells the others, so none waits at a barrier forever).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from gpucloud.checkpoint.manifest import FileEntry, Manifest
-from gpucloud.checkpoint.store import CheckpointStore
+from gpucloud.checkpoint.store import CheckpointStore, FencedError
 from gpucloud.checkpoint.tiers import LocalTier, S3Tier
 
 
@@ -47,6 +53,9 @@ class SaveContext:
     step: int
     token: str  # the same on every rank: names the staging directory of this save
     attempt: int
+    # GPUCLOUD_ATTEMPT when the job runs under spot-train: the commit is fenced by it. None
+    # outside spot-train (nothing to fence against).
+    attempt_token: int | None = None
 
     @property
     def staging(self) -> Path:
@@ -71,8 +80,13 @@ def build_manifest(ctx: SaveContext, per_rank: list[list[FileEntry]], world_size
 
 def commit(ctx: SaveContext, my_files: list[FileEntry], group: Group) -> Manifest:
     """Run the protocol above on every rank; return the committed manifest."""
-    per_rank = group.all_gather_object(my_files)
-    manifest = build_manifest(ctx, per_rank, group.world_size)  # type: ignore[arg-type]
+    fenced = _fence_check(ctx) if group.rank == 0 else None
+    gathered: list[Any] = group.all_gather_object((my_files, fenced))
+    if gathered[0][1] is not None:
+        raise FencedError(gathered[0][1])
+    per_rank: list[list[FileEntry]] = [files for files, _ in gathered]
+    manifest = build_manifest(ctx, per_rank, group.world_size)
+    manifest_bytes = manifest.to_json().encode()
     store = ctx.store
     names = [e.name for e in my_files]
     durable = store.durable
@@ -80,10 +94,12 @@ def commit(ctx: SaveContext, my_files: list[FileEntry], group: Group) -> Manifes
     if store.writes_direct_to_durable:
         assert isinstance(durable, LocalTier)
         group.barrier()
+        failure = None
         if group.rank == 0:
-            durable.commit_staging(store.job_id, ctx.step, ctx.staging, manifest)
-            durable.write_latest(store.job_id, ctx.step)
-        group.barrier()
+            failure = _commit_durable(
+                ctx, manifest_bytes, lambda: durable.commit_staging(store.job_id, ctx.step, ctx.staging, manifest_bytes)
+            )
+        _raise_if_rank0_failed(group.all_gather_object(failure)[0])
         return manifest
 
     durable_staging = None
@@ -93,18 +109,47 @@ def commit(ctx: SaveContext, my_files: list[FileEntry], group: Group) -> Manifes
         durable_staging = durable.staging_path(store.job_id, ctx.step, ctx.token)
         durable.import_files(ctx.staging, names, durable_staging)
     group.barrier()
+    failure = None
     if group.rank == 0:
+        publish: Callable[[], object]
         if isinstance(durable, S3Tier):
-            durable.commit(store.job_id, ctx.step, manifest)
+            publish = lambda: durable.put_manifest(store.job_id, ctx.step, manifest_bytes)  # noqa: E731
         else:
             assert durable_staging is not None
-            durable.commit_staging(store.job_id, ctx.step, durable_staging, manifest)
-        durable.write_latest(store.job_id, ctx.step)
-    group.barrier()
+            staging = durable_staging
+            publish = lambda: durable.commit_staging(store.job_id, ctx.step, staging, manifest_bytes)  # noqa: E731
+        failure = _commit_durable(ctx, manifest_bytes, publish)
+    _raise_if_rank0_failed(group.all_gather_object(failure)[0])
     if group.is_node_leader and store.local is not None:
-        store.local.commit_staging(store.job_id, ctx.step, ctx.staging, manifest)
-        store.local.write_latest(store.job_id, ctx.step)
+        store.local.commit_staging(store.job_id, ctx.step, ctx.staging, manifest_bytes)
+        store.commit_local_latest(ctx.step, manifest_bytes, ctx.attempt_token)
     return manifest
+
+
+def _fence_check(ctx: SaveContext) -> str | None:
+    try:
+        ctx.store.check_fence(ctx.attempt_token, ctx.step)
+    except FencedError as exc:
+        return str(exc)
+    return None
+
+
+def _commit_durable(ctx: SaveContext, manifest_bytes: bytes, publish: Callable[[], object]) -> tuple[bool, str] | None:
+    """Rank 0's durable commit; None when done, else (fenced?, message) for every rank to raise."""
+    try:
+        ctx.store.commit_durable(ctx.step, manifest_bytes, ctx.attempt_token, publish)
+    except FencedError as exc:
+        return True, str(exc)
+    except Exception as exc:  # noqa: BLE001 - the other ranks must learn of it, or they hang
+        return False, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    return None
+
+
+def _raise_if_rank0_failed(failure: Any) -> None:
+    if failure is None:
+        return
+    fenced, message = failure
+    raise FencedError(message) if fenced else RuntimeError(f"commit on rank 0 failed: {message}")
 
 
 def discard(ctx: SaveContext) -> None:

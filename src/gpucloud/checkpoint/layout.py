@@ -21,7 +21,8 @@ STEP_PREFIX = "step-"
 # crash leaves nothing that looks committed.
 TMP_PREFIX = ".tmp-"
 
-_STEP_RE = re.compile(r"^step-(0|[1-9][0-9]*)$")
+# At most 18 digits: every step fits in an int64, and a 5000-digit "step" never reaches int().
+_STEP_RE = re.compile(r"\Astep-(0|[1-9][0-9]{0,17})\Z")
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 

@@ -36,7 +36,7 @@ from gpucloud.checkpoint import dcp_io, state
 from gpucloud.checkpoint.manifest import Manifest, ManifestError, verify_directory
 from gpucloud.checkpoint.policy import SaveHistory, SavePolicy, should_save
 from gpucloud.checkpoint.ranks import Ranks
-from gpucloud.checkpoint.store import CheckpointStore
+from gpucloud.checkpoint.store import CheckpointStore, FencedError
 from gpucloud.checkpoint.tiers import S3Tier
 from gpucloud.errors import UserError
 
@@ -47,6 +47,10 @@ _PROGRESS_EVERY_S = 1.0
 
 class CheckpointSaveError(RuntimeError):
     """A save could not be written or committed; LATEST still names the previous checkpoint."""
+
+
+class CheckpointFencedError(CheckpointSaveError):
+    """A newer attempt of this job holds it: this one must stop (it can never commit again)."""
 
 
 class _PendingSave:
@@ -112,7 +116,10 @@ class TrainingSession:
         self.keep_last = keep_last
         self.writer_threads = writer_threads
         self.control_dir = control_dir or os.environ.get(jobenv.CONTROL_DIR) or None
-        self.attempt = _attempt_from_env()
+        # The attempt token (GPUCLOUD_ATTEMPT, set by spot-train) fences commits; without it the
+        # session is not fenced and records attempt 0 in manifests.
+        self.attempt_token = _attempt_from_env()
+        self.attempt = self.attempt_token or 0
         self.store = CheckpointStore(
             checkpoint_uri, job_id, local_dir=local_dir or os.environ.get(jobenv.LOCAL_CHECKPOINT_DIR) or None
         )
@@ -138,6 +145,8 @@ class TrainingSession:
         decision: dict[str, Any] = {}
         if self.ranks.rank == 0:
             try:
+                if self.attempt_token is not None:
+                    self.store.claim(self.attempt_token)  # from now on, older attempts cannot commit
                 resolved = self.store.resolve()
                 decision = (
                     {"step": None}
@@ -145,25 +154,28 @@ class TrainingSession:
                     else {
                         "step": resolved.step,
                         "tier": resolved.tier,
-                        "manifest": resolved.manifest.to_json(),
+                        "manifest": resolved.manifest_bytes,
                     }
                 )
             except Exception as exc:  # noqa: BLE001 - every rank must learn of it, or they hang
                 failure = exc
                 decision = {
                     "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
-                    "user_error": isinstance(exc, UserError),
+                    "kind": "user" if isinstance(exc, UserError) else "fenced" if isinstance(exc, FencedError) else "",
                 }
         decision = self.ranks.broadcast_object(decision)
         if "error" in decision:
             if failure is not None:
                 raise failure
-            raise (UserError if decision["user_error"] else RuntimeError)(decision["error"])
+            kind = {"user": UserError, "fenced": FencedError}.get(decision["kind"], RuntimeError)
+            raise kind(decision["error"])
         source_tier = None
         step = 0
         if decision["step"] is not None:
             manifest = Manifest.parse(decision["manifest"], "broadcast manifest")
-            directory = resolved.directory if resolved is not None else self._directory_for(manifest)
+            directory = (
+                resolved.directory if resolved is not None else self._directory_for(manifest, decision["manifest"])
+            )
             if isinstance(self.store.durable, S3Tier) and self.ranks.distributed:
                 self.ranks.barrier()  # downloads by each node's first rank are complete
             step = self._load(directory)
@@ -178,7 +190,7 @@ class TrainingSession:
             )
         return step
 
-    def _directory_for(self, manifest: Manifest) -> Path:
+    def _directory_for(self, manifest: Manifest, manifest_bytes: bytes) -> Path:
         """Where this (non-zero) rank reads the chosen step: a complete local copy, else durable."""
         step = manifest.step
         if self.store.local is not None:
@@ -193,9 +205,9 @@ class TrainingSession:
             local = self.store.local.step_path(self.store.job_id, step)
             if self.ranks.is_node_leader:
                 staging = self.store.local.staging_path(self.store.job_id, step, f"download-r{self.ranks.rank}")
-                self.store.durable.download_step(self.store.job_id, step, manifest, staging)
+                self.store.durable.download_step(self.store.job_id, step, manifest, manifest_bytes, staging)
                 verify_directory(staging, manifest, checksums=True)
-                self.store.local.commit_staging(self.store.job_id, step, staging, manifest)
+                self.store.local.commit_staging(self.store.job_id, step, staging, manifest_bytes)
             return local
         return self.store.durable.step_path(self.store.job_id, step)
 
@@ -276,7 +288,7 @@ class TrainingSession:
         if not deferred:
             self._staging_cache.synchronize()
             pending.staged.set()
-        ctx = commit_protocol.SaveContext(self.store, step, f"a{self.attempt}", self.attempt)
+        ctx = commit_protocol.SaveContext(self.store, step, f"a{self.attempt}", self.attempt, self.attempt_token)
         pending.future = self._executor.submit(self._persist, ctx, staged, deferred, pending)
         pending.stall = time.monotonic() - started
         self._pending = pending
@@ -340,6 +352,9 @@ class TrainingSession:
                 state_dict, ctx.staging, process_group=self.ranks.checkpoint_group, thread_count=self.writer_threads
             )
             manifest = commit_protocol.commit(ctx, files, self.ranks)
+        except FencedError as exc:
+            commit_protocol.discard(ctx)
+            raise CheckpointFencedError(f"checkpoint of step {ctx.step} not committed: {exc}") from None
         except (CheckpointException, Exception) as exc:
             # DCP's CheckpointException is a BaseException carrying every rank's traceback as
             # text. Clean up, keep LATEST as it was, and report the root cause in one line.
@@ -364,6 +379,10 @@ class TrainingSession:
         self._pending = None
         try:
             pending.future.result()
+        except CheckpointFencedError as exc:
+            # Training on would only burn the GPUs of a job that another attempt now runs.
+            log.error("%s; stopping this attempt", exc)
+            raise
         except BaseException as exc:
             log.error(
                 "checkpoint of step %d failed, the previous checkpoint stays current: %s",
@@ -400,7 +419,7 @@ class TrainingSession:
             return None
         started = time.monotonic()
         live = state.capture(self.model, self.optimizer, self.extra, rank=self.ranks.rank, step=step)
-        ctx = commit_protocol.SaveContext(self.store, step, f"a{self.attempt}", self.attempt)
+        ctx = commit_protocol.SaveContext(self.store, step, f"a{self.attempt}", self.attempt, self.attempt_token)
         manifest = self._write_and_commit(ctx, live)
         elapsed = time.monotonic() - started
         self.last_committed = step
@@ -442,8 +461,12 @@ class TrainingSession:
         self._executor.shutdown(wait=True)
 
 
-def _attempt_from_env() -> int:
-    raw = os.environ.get(jobenv.ATTEMPT, "0").strip() or "0"
+def _attempt_from_env() -> int | None:
+    if jobenv.ATTEMPT not in os.environ:
+        return None
+    raw = os.environ[jobenv.ATTEMPT].strip() or "0"
+    if not raw.isascii() or not raw.lstrip("-").isdigit() or len(raw) > 18:
+        raise UserError(f"{jobenv.ATTEMPT}={raw[:40]!r} is not a whole number")
     try:
         value = int(raw)
     except ValueError:

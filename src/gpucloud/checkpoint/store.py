@@ -10,10 +10,21 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
+from gpucloud.checkpoint import latest as latest_format
 from gpucloud.checkpoint import layout
-from gpucloud.checkpoint.manifest import Manifest, ManifestError, read_manifest, verify_directory
+from gpucloud.checkpoint.latest import LatestRecord
+from gpucloud.checkpoint.manifest import (
+    Manifest,
+    ManifestError,
+    check_dcp_references,
+    manifest_digest,
+    os_reason,
+    read_manifest_bytes,
+    verify_directory,
+)
 from gpucloud.checkpoint.retention import steps_to_delete
 from gpucloud.checkpoint.tiers import LocalTier, S3Tier, open_tier
 from gpucloud.errors import UserError
@@ -25,20 +36,41 @@ class LatestError(UserError):
     """LATEST exists but does not name a step."""
 
 
-def parse_latest(text: str, where: str) -> int:
-    step = layout.parse_step_dir(text.strip())
-    if step is None:
-        shown = text.strip()[:40]
-        raise LatestError(
-            f"{where}/LATEST is corrupt (contains {shown!r}); expected one line 'step-<n>'. "
-            "Write the step to resume from into it, or delete it to start from scratch"
-        )
-    return step
+class FencedError(RuntimeError):
+    """A newer attempt holds the job: this attempt may not commit (or start) any more."""
+
+
+def parse_latest_record(raw: bytes, where: str) -> LatestRecord:
+    try:
+        return latest_format.parse(raw, where)
+    except latest_format.LatestCorrupt as exc:
+        raise LatestError(str(exc)) from None
+
+
+def parse_latest(text: str | bytes, where: str) -> int | None:
+    raw = text.encode("utf-8", errors="surrogateescape") if isinstance(text, str) else text
+    return parse_latest_record(raw, where).step
+
+
+def read_latest_record(tier: LocalTier | S3Tier, job_id: str) -> LatestRecord | None:
+    raw = tier.read_latest(job_id)
+    return None if raw is None else parse_latest_record(raw, tier.describe(job_id))
 
 
 def read_latest(tier: LocalTier | S3Tier, job_id: str) -> int | None:
-    text = tier.read_latest(job_id)
-    return None if text is None else parse_latest(text, tier.describe(job_id))
+    record = read_latest_record(tier, job_id)
+    return None if record is None else record.step
+
+
+def check_fence(record: LatestRecord | None, attempt: int | None, job_id: str, where: str, action: str) -> None:
+    """Refuse ``action`` when LATEST says a newer attempt than ``attempt`` holds the job (an
+    attempt without a token, i.e. outside spot-train, is never fenced)."""
+    if attempt is None or record is None or record.attempt is None or record.attempt <= attempt:
+        return
+    raise FencedError(
+        f"attempt {attempt} of job {job_id} no longer holds it: attempt {record.attempt} took it over "
+        f"({where}/LATEST); refusing to {action}"
+    )
 
 
 def resume_candidates(latest: int | None, committed: list[int]) -> list[int]:
@@ -59,6 +91,7 @@ class Resolved:
     tier: str  # "local" or "durable"
     directory: Path  # where DCP reads it (a local copy for S3)
     manifest: Manifest
+    manifest_bytes: bytes  # exactly as committed (what LATEST's checksum covers)
 
 
 class CheckpointStore:
@@ -93,8 +126,12 @@ class CheckpointStore:
         return base if step is None else f"{base}/{layout.step_dir(step)}"
 
     # -- what is committed --------------------------------------------------------------------
+    def latest_record(self) -> LatestRecord | None:
+        return read_latest_record(self.durable, self.job_id)
+
     def latest_durable(self) -> int | None:
-        return read_latest(self.durable, self.job_id)
+        record = self.latest_record()
+        return None if record is None else record.step
 
     def committed_durable(self) -> list[int]:
         return self.durable.committed_steps(self.job_id)
@@ -102,16 +139,19 @@ class CheckpointStore:
     def resolve(self, *, verify_checksums: bool = True) -> Resolved | None:
         """The newest committed checkpoint that verifies, from the local tier when it has a
         valid copy, else from the durable tier; None when the job has no checkpoint."""
-        latest = self.latest_durable()
-        candidates = resume_candidates(latest, self.committed_durable())
-        if latest is not None and latest not in self.committed_durable():
+        record = self.latest_record()
+        latest = None if record is None else record.step
+        committed = self.committed_durable()
+        candidates = resume_candidates(latest, committed)
+        if latest is not None and latest not in committed:
             log.warning(
                 "%s names %s, which has no manifest; falling back to the previous committed step",
                 f"{self.durable_description()}/LATEST",
                 layout.step_dir(latest),
             )
         for step in candidates:
-            resolved = self._resolve_step(step, verify_checksums)
+            expected = None if record is None else record.manifest_digest(step)
+            resolved = self._resolve_step(step, expected, verify_checksums)
             if resolved is not None:
                 return resolved
         if candidates:
@@ -121,33 +161,116 @@ class CheckpointStore:
             )
         return None
 
-    def _resolve_step(self, step: int, verify_checksums: bool) -> Resolved | None:
+    def _resolve_step(self, step: int, expected_digest: str | None, verify_checksums: bool) -> Resolved | None:
         if self.local is not None:
             directory = self.local.step_path(self.job_id, step)
-            if directory.exists():
+            if _is_dir(directory):
                 try:
-                    manifest = read_manifest(directory)
-                    verify_directory(directory, manifest, checksums=verify_checksums)
-                    return Resolved(step, "local", directory, manifest)
+                    manifest, raw = self._verify_copy(directory, step, expected_digest, verify_checksums)
+                    return Resolved(step, "local", directory, manifest, raw)
                 except ManifestError as exc:
                     log.warning("local copy not usable, reading the durable tier: %s", exc)
         try:
-            manifest = self.durable.read_manifest(self.job_id, step)
             if isinstance(self.durable, S3Tier):
-                assert self.local is not None
-                directory = self.local.staging_path(self.job_id, step, "download")
-                self.durable.download_step(self.job_id, step, manifest, directory)
-                verify_directory(directory, manifest, checksums=verify_checksums)
-                # Keep the verified download as the local copy: the next attempt on this node
-                # (or the other ranks of this node) read it from there.
-                directory = self.local.commit_staging(self.job_id, step, directory, manifest)
+                directory, manifest, raw = self._download_verified(step, expected_digest, verify_checksums)
             else:
                 directory = self.durable.step_path(self.job_id, step)
-                verify_directory(directory, manifest, checksums=verify_checksums)
-            return Resolved(step, "durable", directory, manifest)
+                manifest, raw = self._verify_copy(directory, step, expected_digest, verify_checksums)
+            return Resolved(step, "durable", directory, manifest, raw)
         except ManifestError as exc:
             log.warning("skipping %s: %s", layout.step_dir(step), exc)
             return None
+
+    def _verify_copy(
+        self, directory: Path, step: int, expected_digest: str | None, verify_checksums: bool
+    ) -> tuple[Manifest, bytes]:
+        """A step directory is valid only if its manifest is the one LATEST recorded (when it
+        recorded one), names this job and step, lists every file in the directory, every listed
+        file verifies, and every file DCP's metadata references is listed."""
+        raw = read_manifest_bytes(directory)
+        manifest = self._trusted_manifest(raw, str(directory), step, expected_digest)
+        verify_directory(directory, manifest, checksums=verify_checksums)
+        if verify_checksums:
+            check_dcp_references(directory, manifest)
+        return manifest, raw
+
+    def _trusted_manifest(self, raw: bytes, where: str, step: int, expected_digest: str | None) -> Manifest:
+        if expected_digest is not None and (actual := manifest_digest(raw)) != expected_digest:
+            raise ManifestError(f"{where}: manifest.json checksum {actual} does not match LATEST's {expected_digest}")
+        manifest = Manifest.parse(raw, where)
+        if manifest.step != step or manifest.job_id != self.job_id:
+            raise ManifestError(
+                f"{where}: manifest is for job {manifest.job_id!r} step {manifest.step}, "
+                f"not job {self.job_id!r} {layout.step_dir(step)}"
+            )
+        return manifest
+
+    def _download_verified(
+        self, step: int, expected_digest: str | None, verify_checksums: bool
+    ) -> tuple[Path, Manifest, bytes]:
+        assert isinstance(self.durable, S3Tier) and self.local is not None
+        where = self.durable_description(step)
+        raw = self.durable.read_manifest_bytes(self.job_id, step)
+        manifest = self._trusted_manifest(raw, where, step, expected_digest)
+        listed = {f.name for f in manifest.files}
+        for name in sorted(self.durable.step_object_names(self.job_id, step)):
+            if name != layout.MANIFEST and name not in listed:
+                raise ManifestError(f"{where}: {name!r} is not listed in the manifest")
+        staging = self.local.staging_path(self.job_id, step, "download")
+        shutil.rmtree(staging, ignore_errors=True)  # a killed download's leftovers are not listed
+        self.durable.download_step(self.job_id, step, manifest, raw, staging)
+        verify_directory(staging, manifest, checksums=verify_checksums)
+        check_dcp_references(staging, manifest)
+        # Keep the verified download as the local copy: the next attempt on this node (or the
+        # other ranks of this node) read it from there.
+        return self.local.commit_staging(self.job_id, step, staging, raw), manifest, raw
+
+    # -- the commit fence -----------------------------------------------------------------------
+    def claim(self, attempt: int) -> None:
+        """Record in the durable LATEST that ``attempt`` now holds the job, so that an older
+        attempt still running can no longer commit. FencedError when a newer one holds it."""
+        where = self.durable_description()
+
+        def change(raw: bytes | None) -> str | None:
+            record = None if raw is None else parse_latest_record(raw, where)
+            check_fence(record, attempt, self.job_id, where, "start")
+            if record is not None and record.attempt == attempt:
+                return None
+            return (record or LatestRecord(step=None)).claimed(attempt).render()
+
+        self.durable.update_latest(self.job_id, change)
+
+    def check_fence(self, attempt: int | None, step: int) -> None:
+        """FencedError if a newer attempt holds the job (a cheap early check before uploading)."""
+        if attempt is not None:
+            check_fence(
+                self.latest_record(), attempt, self.job_id, self.durable_description(), f"save {layout.step_dir(step)}"
+            )
+
+    def commit_durable(
+        self, step: int, manifest_bytes: bytes, attempt: int | None, publish: Callable[[], object]
+    ) -> None:
+        """Under the fence: ``publish`` the step (rename / manifest put), then point LATEST at it.
+        A newer attempt holding the job leaves both undone (FencedError)."""
+        where = self.durable_description()
+        digest = manifest_digest(manifest_bytes)
+
+        def change(raw: bytes | None) -> str:
+            record = None if raw is None else parse_latest_record(raw, where)
+            check_fence(record, attempt, self.job_id, where, f"commit {layout.step_dir(step)}")
+            return (record or LatestRecord(step=None)).committed(step, digest, attempt).render()
+
+        self.durable.update_latest(self.job_id, change, before_write=publish)
+
+    def commit_local_latest(self, step: int, manifest_bytes: bytes, attempt: int | None) -> None:
+        """Point the node-local LATEST (a cache, never fenced) at ``step``."""
+        assert self.local is not None
+        try:
+            record = read_latest_record(self.local, self.job_id)
+        except UserError:
+            record = None
+        record = (record or LatestRecord(step=None)).committed(step, manifest_digest(manifest_bytes), attempt)
+        self.local.write_latest(self.job_id, record.render())
 
     # -- retention ----------------------------------------------------------------------------
     def apply_retention(self, keep_last: int, *, durable: bool = True, local: bool = True) -> list[int]:
@@ -162,13 +285,24 @@ class CheckpointStore:
             if isinstance(self.durable, LocalTier):
                 _remove_all(self.durable.stale_staging(self.job_id))
         if local and self.local is not None:
-            local_latest = read_latest(self.local, self.job_id)
+            try:
+                local_latest = read_latest(self.local, self.job_id)
+            except UserError:  # a damaged cache protects nothing; the durable LATEST still does
+                local_latest = None
             for step in steps_to_delete(
                 self.local.committed_steps(self.job_id), keep_last, protected=(latest, local_latest)
             ):
                 self.local.delete_step(self.job_id, step)
             _remove_all(self.local.stale_staging(self.job_id))
         return doomed
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError as exc:  # e.g. permission denied on the tier's directory
+        log.warning("%s: %s", path, os_reason(exc))
+        return False
 
 
 def _remove_all(paths: list[Path]) -> None:

@@ -10,28 +10,54 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
+import logging
 import os
 import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 
-from gpucloud.checkpoint import layout
-from gpucloud.checkpoint.manifest import Manifest, ManifestError, fsync_dir, write_text_atomic
+from gpucloud.checkpoint import latest, layout
+from gpucloud.checkpoint.manifest import (
+    MAX_MANIFEST_BYTES,
+    Manifest,
+    ManifestError,
+    check_size,
+    fsync_dir,
+    os_reason,
+    read_manifest_bytes,
+    write_bytes_atomic,
+)
 from gpucloud.errors import UserError
 
+log = logging.getLogger(__name__)
+
 _COPY_CHUNK = 16 * 1024 * 1024
+_LOCK_NAME = ".latest.lock"
+# How often a conditional LATEST write is retried when another writer got in between (each retry
+# re-reads LATEST and re-checks the fence, so a newer attempt still wins).
+_CAS_TRIES = 5
+
+# change(current LATEST bytes or None) -> the new LATEST text, or None to leave it as it is. It
+# raises to refuse (the fence); it runs again with fresh bytes when a conditional write lost a race.
+LatestChange = Callable[[bytes | None], str | None]
 
 
 class Tier(Protocol):
     """What the store needs from a place that holds committed checkpoints."""
 
     def describe(self, job_id: str) -> str: ...
-    def read_latest(self, job_id: str) -> str | None: ...
-    def write_latest(self, job_id: str, step: int) -> None: ...
+    def read_latest(self, job_id: str) -> bytes | None: ...
+    def update_latest(
+        self, job_id: str, change: LatestChange, before_write: Callable[[], object] | None = None
+    ) -> bool: ...
     def committed_steps(self, job_id: str) -> list[int]: ...
-    def read_manifest(self, job_id: str, step: int) -> Manifest: ...
+    def read_manifest_bytes(self, job_id: str, step: int) -> bytes: ...
     def delete_step(self, job_id: str, step: int) -> None: ...
 
 
@@ -51,30 +77,84 @@ class LocalTier:
     def describe(self, job_id: str) -> str:
         return str(self.job_dir(job_id))
 
-    def read_latest(self, job_id: str) -> str | None:
+    def read_latest(self, job_id: str) -> bytes | None:
+        """LATEST's bytes (bounded), None when there is none; UserError when it cannot be read:
+        without LATEST nobody can tell which step is committed, and that is for a person to fix."""
+        path = self.job_dir(job_id) / layout.LATEST
         try:
-            return (self.job_dir(job_id) / layout.LATEST).read_text()
+            with open(path, "rb") as fh:
+                return fh.read(latest.MAX_BYTES + 1)
         except FileNotFoundError:
             return None
+        except IsADirectoryError:
+            raise UserError(f"{path} is a directory; it must be a file naming the committed step") from None
+        except NotADirectoryError:
+            raise self._job_dir_not_a_directory(job_id) from None
+        except OSError as exc:
+            raise UserError(f"cannot read {path}: {os_reason(exc)}") from None
 
-    def write_latest(self, job_id: str, step: int) -> None:
-        write_text_atomic(self.job_dir(job_id) / layout.LATEST, layout.step_dir(step) + "\n")
+    def _job_dir_not_a_directory(self, job_id: str) -> UserError:
+        return UserError(
+            f"{self.job_dir(job_id)} is a file; the checkpoints of job {job_id} must be a directory "
+            "(move the file away or use another checkpoint URI)"
+        )
+
+    def write_latest(self, job_id: str, text: str) -> None:
+        """Replace LATEST unconditionally (the node-local cache; the durable tier uses update_latest)."""
+        write_bytes_atomic(self.job_dir(job_id) / layout.LATEST, text.encode())
+
+    def update_latest(
+        self, job_id: str, change: LatestChange, before_write: Callable[[], object] | None = None
+    ) -> bool:
+        """Read LATEST, decide, run ``before_write`` (the step's rename), replace LATEST: all under
+        an exclusive lock on the job directory, so an attempt fenced out between the read and the
+        write cannot happen. Returns whether LATEST was replaced."""
+        with self._locked(job_id):
+            text = change(self.read_latest(job_id))
+            if text is None:
+                return False
+            if before_write is not None:
+                before_write()
+            self.write_latest(job_id, text)
+            return True
+
+    @contextlib.contextmanager
+    def _locked(self, job_id: str) -> Iterator[None]:
+        job_dir = self.job_dir(job_id)
+        try:
+            job_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(job_dir / _LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        except (FileExistsError, NotADirectoryError):
+            raise self._job_dir_not_a_directory(job_id) from None
+        except OSError as exc:
+            raise UserError(f"cannot write in {job_dir}: {os_reason(exc)}") from None
+        try:
+            try:
+                # flock works across hosts on FSx for Lustre mounted with "flock" and on NFSv4.
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                    raise
+                log.warning("%s: file locks unsupported (%s); the commit fence is not atomic here", job_dir, exc)
+            yield
+        finally:
+            os.close(fd)
 
     def committed_steps(self, job_id: str) -> list[int]:
         try:
             names = os.listdir(self.job_dir(job_id))
         except FileNotFoundError:
             return []
+        except NotADirectoryError:
+            raise self._job_dir_not_a_directory(job_id) from None
+        except OSError as exc:
+            raise UserError(f"cannot list {self.job_dir(job_id)}: {os_reason(exc)}") from None
         steps = (layout.parse_step_dir(n) for n in names)
         return sorted(s for s in steps if s is not None)
 
-    def read_manifest(self, job_id: str, step: int) -> Manifest:
+    def read_manifest_bytes(self, job_id: str, step: int) -> bytes:
         directory = self.step_path(job_id, step)
-        try:
-            text = (directory / layout.MANIFEST).read_bytes()
-        except FileNotFoundError:
-            raise ManifestError(f"{directory}: manifest.json is missing") from None
-        return Manifest.parse(text, str(directory))
+        return check_size(read_manifest_bytes(directory), str(directory))
 
     def import_files(self, src_dir: Path, names: list[str], staging: Path) -> None:
         """Copy ``names`` from ``src_dir`` into ``staging`` and make them durable (fsync)."""
@@ -83,9 +163,9 @@ class LocalTier:
             _copy_durably(src_dir / name, staging / name)
         fsync_dir(staging)
 
-    def commit_staging(self, job_id: str, step: int, staging: Path, manifest: Manifest) -> Path:
+    def commit_staging(self, job_id: str, step: int, staging: Path, manifest_bytes: bytes) -> Path:
         """Write the manifest into ``staging`` and rename it to ``step-<n>`` (the commit)."""
-        write_text_atomic(staging / layout.MANIFEST, manifest.to_json())
+        write_bytes_atomic(staging / layout.MANIFEST, manifest_bytes)
         final = self.step_path(job_id, step)
         if final.exists():
             # The same step saved again (e.g. a rebalance save followed by an emergency save of
@@ -164,25 +244,56 @@ class S3Tier:
     def describe(self, job_id: str) -> str:
         return f"s3://{self.location.bucket}/{self._key(job_id)}"
 
-    def read_latest(self, job_id: str) -> str | None:
+    def read_latest(self, job_id: str) -> bytes | None:
+        return self._read_latest_versioned(job_id)[0]
+
+    def _read_latest_versioned(self, job_id: str) -> tuple[bytes | None, str | None]:
+        """LATEST's bytes (bounded) and ETag; (None, None) when there is none."""
         key = self._key(job_id, layout.LATEST)
         try:
             obj = self.client.get_object(Bucket=self.location.bucket, Key=key)
         except self.client.exceptions.NoSuchKey:
-            return None
+            return None, None
         except ClientError as exc:
             raise _access_error(exc, f"s3://{self.location.bucket}/{key}") from None
         except (NoCredentialsError, EndpointConnectionError) as exc:
             raise UserError(f"cannot read s3://{self.location.bucket}/{key}: {exc}") from None
-        return obj["Body"].read().decode("utf-8", errors="replace")
+        return obj["Body"].read(latest.MAX_BYTES + 1), obj.get("ETag")
 
-    def write_latest(self, job_id: str, step: int) -> None:
-        # A single PUT is atomic on S3: readers see the old or the new body, never a mix.
-        self.client.put_object(
-            Bucket=self.location.bucket,
-            Key=self._key(job_id, layout.LATEST),
-            Body=(layout.step_dir(step) + "\n").encode(),
-            ContentType="text/plain",
+    def update_latest(
+        self, job_id: str, change: LatestChange, before_write: Callable[[], object] | None = None
+    ) -> bool:
+        """Read LATEST with its ETag, decide, run ``before_write`` (the manifest put), then put
+        LATEST only if it is still the object that was read: If-Match on its ETag, or
+        If-None-Match: * when there was none (S3 conditional writes,
+        https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html). When another
+        writer got in between, S3 answers 412 (or 409 for a concurrent conditional write) and the
+        decision is taken again on the new LATEST, so a newer attempt's claim always wins."""
+        key = self._key(job_id, layout.LATEST)
+        for _ in range(_CAS_TRIES):
+            raw, etag = self._read_latest_versioned(job_id)
+            text = change(raw)
+            if text is None:
+                return False
+            if before_write is not None:
+                before_write()
+                before_write = None
+            condition = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
+            try:
+                # A single PUT is atomic on S3: readers see the old or the new body, never a mix.
+                self.client.put_object(
+                    Bucket=self.location.bucket, Key=key, Body=text.encode(), ContentType="text/plain", **condition
+                )
+                return True
+            except ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code", "")
+                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+                if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
+                    continue
+                raise _access_error(exc, f"s3://{self.location.bucket}/{key}") from None
+        raise UserError(
+            f"s3://{self.location.bucket}/{key} kept changing during {_CAS_TRIES} conditional writes; "
+            "is another writer running for this job?"
         )
 
     def committed_steps(self, job_id: str) -> list[int]:
@@ -200,13 +311,27 @@ class S3Tier:
                         steps.add(step)
         return sorted(steps)
 
-    def read_manifest(self, job_id: str, step: int) -> Manifest:
+    def read_manifest_bytes(self, job_id: str, step: int) -> bytes:
         key = self._key(job_id, layout.step_dir(step), layout.MANIFEST)
         try:
             obj = self.client.get_object(Bucket=self.location.bucket, Key=key)
         except self.client.exceptions.NoSuchKey:
             raise ManifestError(f"s3://{self.location.bucket}/{key} is missing") from None
-        return Manifest.parse(obj["Body"].read(), f"s3://{self.location.bucket}/{key}")
+        except ClientError as exc:
+            raise ManifestError(str(_access_error(exc, f"s3://{self.location.bucket}/{key}"))) from None
+        return check_size(obj["Body"].read(MAX_MANIFEST_BYTES + 1), f"s3://{self.location.bucket}/{key}")
+
+    def step_object_names(self, job_id: str, step: int) -> list[str]:
+        """The names of every object under the step's prefix, relative to it."""
+        prefix = self._key(job_id, layout.step_dir(step)) + "/"
+        names: list[str] = []
+        paginator = self.client.get_paginator("list_objects_v2")
+        try:
+            for page in paginator.paginate(Bucket=self.location.bucket, Prefix=prefix):
+                names.extend(obj["Key"][len(prefix) :] for obj in page.get("Contents", []))
+        except ClientError as exc:
+            raise ManifestError(str(_access_error(exc, f"s3://{self.location.bucket}/{prefix}"))) from None
+        return names
 
     def upload_files(self, src_dir: Path, names: list[str], job_id: str, step: int) -> None:
         """Upload files concurrently (one transfer manager, shared part concurrency)."""
@@ -222,16 +347,16 @@ class S3Tier:
             for future in futures:
                 future.result()
 
-    def commit(self, job_id: str, step: int, manifest: Manifest) -> None:
+    def put_manifest(self, job_id: str, step: int, manifest_bytes: bytes) -> None:
         self.client.put_object(
             Bucket=self.location.bucket,
             Key=self._key(job_id, layout.step_dir(step), layout.MANIFEST),
-            Body=manifest.to_json().encode(),
+            Body=manifest_bytes,
             ContentType="application/json",
         )
 
-    def download_step(self, job_id: str, step: int, manifest: Manifest, dst: Path) -> None:
-        """Download the files ``manifest`` lists (and the manifest) into ``dst``."""
+    def download_step(self, job_id: str, step: int, manifest: Manifest, manifest_bytes: bytes, dst: Path) -> None:
+        """Download the files ``manifest`` lists (and the manifest's exact bytes) into ``dst``."""
         from boto3.s3.transfer import create_transfer_manager
 
         dst.mkdir(parents=True, exist_ok=True)
@@ -249,7 +374,7 @@ class S3Tier:
                     raise ManifestError(
                         f"{self.describe(job_id)}/{layout.step_dir(step)}: download failed: {exc}"
                     ) from None
-        write_text_atomic(dst / layout.MANIFEST, manifest.to_json())
+        write_bytes_atomic(dst / layout.MANIFEST, manifest_bytes)
 
     def delete_step(self, job_id: str, step: int) -> None:
         prefix = self._key(job_id, layout.step_dir(step)) + "/"

@@ -1,0 +1,122 @@
+"""The commit fence (issue 10, item 2): an attempt that no longer holds the job can never replace
+LATEST, on a file system and on S3. A newer attempt claims the job in LATEST when it restores;
+an older one still running is refused at its next commit and stops."""
+
+from __future__ import annotations
+
+import threading
+
+import boto3
+import pytest
+
+from gpucloud.checkpoint import latest
+from gpucloud.checkpoint.session import CheckpointFencedError
+from gpucloud.checkpoint.store import CheckpointStore, FencedError
+
+S3_URI = "s3://ckpt-bucket/runs"
+
+
+def _latest_bytes(uri: str, tmp_path) -> bytes:
+    if uri.startswith("s3://"):
+        return boto3.client("s3").get_object(Bucket="ckpt-bucket", Key="runs/job/LATEST")["Body"].read()
+    return (tmp_path / "ck" / "job" / "LATEST").read_bytes()
+
+
+@pytest.fixture(params=["fs", "s3"])
+def uri(request, tmp_path):
+    if request.param == "s3":
+        request.getfixturevalue("moto_s3")
+        return S3_URI
+    return str(tmp_path / "ck")
+
+
+def _attempt(monkeypatch, tiny_job, uri, tmp_path, attempt: int, **kw):
+    monkeypatch.setenv("GPUCLOUD_ATTEMPT", str(attempt))
+    return tiny_job(uri, local_dir=str(tmp_path / f"nvme-{attempt}"), **kw)
+
+
+def test_a_fenced_out_attempt_cannot_replace_latest(uri, tmp_path, monkeypatch, tiny_job):
+    old = _attempt(monkeypatch, tiny_job, uri, tmp_path, 1, every_steps=2)
+    assert old.session.restore() == 0
+    for step in range(4):
+        old.train_step()
+        old.session.step_done(step + 1)
+    old.session.wait()
+    assert latest.parse(_latest_bytes(uri, tmp_path), "x").step == 4
+
+    new = _attempt(monkeypatch, tiny_job, uri, tmp_path, 2)
+    assert new.session.restore() == 4  # the lease passed on: attempt 2 holds the job now
+    held = _latest_bytes(uri, tmp_path)
+    assert latest.parse(held, "x").attempt == 2
+
+    old.train_step()
+    with pytest.raises(CheckpointFencedError, match="attempt 1 of job job no longer holds it: attempt 2 took it over"):
+        old.session.save_now(5)
+    assert _latest_bytes(uri, tmp_path) == held, "LATEST unchanged"
+    assert CheckpointStore(uri, "job", local_dir=str(tmp_path / "probe")).committed_durable() == [2, 4]
+
+
+def test_an_async_save_that_is_fenced_out_stops_the_attempt(tmp_path, monkeypatch, tiny_job):
+    uri = str(tmp_path / "ck")
+    old = _attempt(monkeypatch, tiny_job, uri, tmp_path, 1, every_steps=1)
+    old.session.restore()
+    _attempt(monkeypatch, tiny_job, uri, tmp_path, 2).session.restore()
+    old.train_step()
+    old.session.step_done(1)  # starts an asynchronous save that will be refused
+    with pytest.raises(CheckpointFencedError, match="not committed: attempt 1 of job job no longer holds it"):
+        old.session.wait()
+    assert latest.parse(_latest_bytes(uri, tmp_path), "x") == latest.LatestRecord(step=None, attempt=2)
+
+
+def test_an_older_attempt_cannot_start_after_a_newer_one(uri, tmp_path, monkeypatch, tiny_job):
+    _attempt(monkeypatch, tiny_job, uri, tmp_path, 3).session.restore()
+    with pytest.raises(FencedError, match="attempt 2 of job job no longer holds it: attempt 3 took it over"):
+        _attempt(monkeypatch, tiny_job, uri, tmp_path, 2).session.restore()
+
+
+def test_a_session_outside_spot_train_is_not_fenced_and_keeps_the_holder(tmp_path, monkeypatch, tiny_job):
+    uri = str(tmp_path / "ck")
+    _attempt(monkeypatch, tiny_job, uri, tmp_path, 4).session.restore()
+    monkeypatch.delenv("GPUCLOUD_ATTEMPT")
+    tiny_job(uri, every_steps=2).run(2)
+    record = latest.parse(_latest_bytes(uri, tmp_path), "x")
+    assert (record.step, record.attempt) == (2, 4)
+
+
+def test_a_legacy_latest_is_read_and_migrated_by_the_claim(tmp_path, monkeypatch, tiny_job):
+    uri = str(tmp_path / "ck")
+    tiny_job(uri, every_steps=3).run(3)
+    (tmp_path / "ck" / "job" / "LATEST").write_text("step-3\n")  # as written before the fence
+    job = _attempt(monkeypatch, tiny_job, uri, tmp_path, 7)
+    assert job.session.restore() == 3
+    assert latest.parse(_latest_bytes(uri, tmp_path), "x") == latest.LatestRecord(step=3, attempt=7)
+
+
+def test_s3_commit_loses_the_race_to_a_claim_made_between_its_read_and_its_write(moto_s3, tmp_path):
+    """The conditional put: a newer attempt claims the job after the commit read LATEST (while
+    the manifest goes up); the commit's put fails its If-Match, re-reads, and is refused."""
+    old = CheckpointStore(S3_URI, "job", local_dir=str(tmp_path / "a"))
+    new = CheckpointStore(S3_URI, "job", local_dir=str(tmp_path / "b"))
+    old.claim(1)
+    with pytest.raises(FencedError, match="refusing to commit step-8"):
+        old.commit_durable(8, b"{}", 1, publish=lambda: new.claim(2))
+    assert latest.parse(_latest_bytes(S3_URI, tmp_path), "x") == latest.LatestRecord(step=None, attempt=2)
+
+
+def test_fs_commit_and_claim_are_serialised_by_the_lock(tmp_path):
+    """On a file system the commit holds the job's lock from reading LATEST to replacing it: a
+    claim arriving meanwhile waits, then sees the commit (never the other way round)."""
+    uri = str(tmp_path / "ck")
+    old, new = CheckpointStore(uri, "job"), CheckpointStore(uri, "job")
+    old.claim(1)
+    claimer = threading.Thread(target=new.claim, args=(2,))
+
+    def publish() -> None:
+        claimer.start()
+        claimer.join(timeout=0.5)
+        assert claimer.is_alive(), "the claim got past the lock held by the commit"
+
+    old.commit_durable(8, b"{}", 1, publish=publish)
+    claimer.join()
+    record = latest.parse(_latest_bytes(uri, tmp_path), "x")
+    assert (record.step, record.attempt) == (8, 2)

@@ -27,6 +27,6 @@ def resolve_image(ami: Ami, parent: pulumi.Resource | None = None) -> ResolvedIm
     else:
         # insecure_value: the AMI id is not a secret; `value` would mask it in every diff
         image_id = aws.ssm.get_parameter_output(name=ami.ssm_parameter, opts=opts).insecure_value
-    image = aws.ec2.get_ami_output(filters=[aws.ec2.GetAmiFilterArgs(name="image-id", values=[image_id])], opts=opts)  # type: ignore[list-item]  # the _output invoke resolves Outputs in its args
+    image = aws.ec2.get_ami_output(filters=[aws.ec2.GetAmiFilterArgs(name="image-id", values=[image_id])], opts=opts)
     # The root device differs by OS (/dev/sda1 on Ubuntu, /dev/xvda on Amazon Linux): ask the AMI.
     return ResolvedImage(image_id=image_id, root_device_name=image.root_device_name)

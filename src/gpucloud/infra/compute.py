@@ -130,7 +130,7 @@ class NodeGroup(pulumi.ComponentResource):
         )
         version = self.launch_template.latest_version.apply(str)
         spot = g.capacity.type == "spot"
-        self.asg = aws.autoscaling.Group(  # type: ignore[misc]  # pulumi's Input unions exceed mypy's limit
+        self.asg = aws.autoscaling.Group(
             f"{name}-asg",
             min_size=g.min_nodes,
             max_size=g.max_nodes,
@@ -155,7 +155,7 @@ class NodeGroup(pulumi.ComponentResource):
             wait_for_capacity_timeout="0",
             tags=[aws.autoscaling.GroupTagArgs(key=k, value=v, propagate_at_launch=True) for k, v in tags.items()],
             # the backlog alarm reads GroupDesiredCapacity, published only while collection is on
-            enabled_metrics=list(GROUP_METRICS) if g.scaling.enabled else None,  # type: ignore[arg-type]  # Metric is a str enum
+            enabled_metrics=list(GROUP_METRICS) if g.scaling.enabled else None,
             metrics_granularity="1Minute" if g.scaling.enabled else None,
             # with scaling, desired capacity is the policy's and the agents' to set, not the stack's
             opts=pulumi.ResourceOptions.merge(

@@ -25,7 +25,9 @@ def output_option(default: str = "table"):
 
 
 def print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, sort_keys=False, default=str)
+    """Strict JSON (RFC 8259): a NaN or infinity is a bug upstream, never printed as bare ``NaN``."""
+    text = json.dumps(data, indent=2, sort_keys=False, default=str, allow_nan=False)
+    sys.stdout.write(text)
     sys.stdout.write("\n")
 
 

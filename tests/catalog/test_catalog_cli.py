@@ -153,3 +153,39 @@ def test_help_teaches_the_commands():
     for flag in ("--region", "--types", "--output-file", "--no-spot", "--dry-run", "--output"):
         assert flag in proc.stdout
     assert "pricing:GetProducts" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "JSON nested too deeply"),
+        ('{"as_of": ' + "1" * 5000 + "}", "JSON that cannot be read"),
+        (b'{"as_of": "\xff"}', "not UTF-8"),
+    ],
+    ids=["deep", "5000-digits", "bad-utf8"],
+)
+def test_show_refuses_hostile_json_in_one_line(capsys, tmp_path, text, expected):
+    # issue 10: RecursionError / ValueError tracebacks from `catalog show`
+    bad = tmp_path / "catalog.json"
+    bad.write_bytes(text if isinstance(text, bytes) else text.encode())
+    code, out, err = run_cli(capsys, "catalog", "show", "--catalog-file", str(bad))
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert (
+        err.count("\n") == 1
+        and err.startswith(f"gpucloud: error: {bad}: not a readable JSON catalog")
+        and expected in err
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("on_demand_usd_per_hour", "NaN"), ("spot_usd_per_hour", "-1.5"), ("memory_gib", "Infinity"), ("gpus", "true")],
+)
+def test_show_refuses_impossible_numbers(capsys, tmp_path, field, value):
+    catalog = json.loads(load_catalog().model_dump_json())
+    catalog["instance_types"]["g6.xlarge"][field] = "VALUE"
+    bad = tmp_path / "catalog.json"
+    bad.write_text(json.dumps(catalog).replace('"VALUE"', value))
+    code, out, err = run_cli(capsys, "catalog", "show", "--catalog-file", str(bad), "-o", "json")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and f"invalid catalog at instance_types.g6.xlarge.{field} = " in err

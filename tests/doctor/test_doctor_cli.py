@@ -166,3 +166,66 @@ def test_imds_probe_reports_a_missing_token():
     # nothing listening: the probe says so instead of hanging or raising
     result = probe_imds(emulator.endpoint)
     assert result["token_ok"] is False and "connection refused" in result["error"]
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "observed"),
+    [
+        (
+            "lsblk.json",
+            '{"blockdevices": ' + "[" * 100_000 + "]" * 100_000 + "}",
+            "lsblk output is JSON nested too deeply",
+        ),
+        ("lsblk.json", '{"blockdevices": [{"name": ' + "1" * 5000 + "}]}", "lsblk output is JSON that cannot be read"),
+        ("lsblk.json", '{"blockdevices": "nvme0n1"}', "not JSON with a 'blockdevices' list"),
+        ("lsblk.json", '{"blockdevices": ["nvme0n1"]}', "a device that is not an object"),
+        (
+            "lsblk.json",
+            '{"blockdevices": [' + '{"name": "a", "children": [' * 30 + "]}" * 30 + "]}",
+            "nest more than 16",
+        ),
+        ("imds.json", "[" * 100_000 + "]" * 100_000, "imds.json is JSON nested too deeply"),
+        (
+            "imds.json",
+            '{"token_ok": true, "instance_type": ' + "9" * 5000 + "}",
+            "imds.json is JSON that cannot be read",
+        ),
+        ("imds.json", '{"token_ok": "yes"}', "imds.json is not {'token_ok': bool"),
+        ("cuda-version.json", "[" * 100_000 + "]" * 100_000, "has no cuda.version: it is JSON nested too deeply"),
+        ("cuda-version.json", '{"cuda": {"version": ' + "9" * 5000 + "}}", "has no cuda.version: it is JSON that"),
+    ],
+    ids=[
+        "lsblk-deep",
+        "lsblk-5000-digits",
+        "lsblk-string",
+        "lsblk-item-string",
+        "lsblk-children-deep",
+        "imds-deep",
+        "imds-5000-digits",
+        "imds-shape",
+        "cuda-deep",
+        "cuda-5000-digits",
+    ],
+)
+def test_hostile_recorded_output_fails_its_check_not_the_command(capsys, tmp_path, file, text, observed):
+    # issue 10: each was a RecursionError / ValueError / AttributeError traceback from `doctor --recorded`
+    recorded = tmp_path / "capture"
+    shutil.copytree(FIXTURES / "p4d-healthy", recorded)
+    (recorded / file).write_text(text)
+    code, out, err = run(
+        capsys,
+        "doctor",
+        "--recorded",
+        str(recorded),
+        "--instance-type",
+        "p4d.24xlarge",
+        "--matrix",
+        str(MATRIX),
+        "-o",
+        "json",
+    )
+    assert "Traceback" not in err
+    report = json.loads(out)
+    assert code == 1 and report["overall"] == "fail"
+    failed = [c for c in report["checks"] if c["status"] == "fail"]
+    assert failed and all(observed in c["observed"] for c in failed), failed  # only the checks that read it

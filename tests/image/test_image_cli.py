@@ -67,3 +67,37 @@ def test_render_writes_the_documents(capsys, tmp_path):
     written = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert written[-1] == "versions.env" and len(written) == 8
     assert yaml.safe_load((tmp_path / "out" / "gpucloud-40-efa.yaml").read_text())["schemaVersion"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("schema_version: 1\nversions: " + "[" * 2000 + "]" * 2000 + "\n", "nested more than 64 levels deep"),
+        ("".join(" " * i + f"k{i}:\n" for i in range(1500)) + " " * 1500 + "v\n", "nested more than 64 levels deep"),
+        ("schema_version: 1\nschema_version: 2\n", "duplicate key 'schema_version'"),
+        ("schema_version: " + "1" * 5000 + "\n", "cannot read the value"),
+        (
+            "a: &a [x]\n"
+            + "".join(
+                f"b{i}: &b{i} [" + ",".join([f"*{'a' if i == 0 else f'b{i - 1}'}"] * 9) + "]\n" for i in range(8)
+            ),
+            "expands to more than",
+        ),
+    ],
+    ids=["deep-flow", "deep-block", "duplicate-key", "huge-integer", "alias-bomb"],
+)
+def test_hostile_matrix_is_a_one_line_error(capsys, tmp_path, text, expected):
+    # issue 10: deep YAML gave a RecursionError traceback from `image check`
+    bad = tmp_path / "versions.yaml"
+    bad.write_text(text)
+    code, out, err = run(capsys, "image", "check", str(bad))
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert err.count("\n") == 1 and expected in err and "at line" in err
+
+
+def test_deep_component_document_is_a_one_line_error(capsys, tmp_path):
+    images = tmp_path / "images"
+    shutil.copytree(REPO / "images", images)
+    (images / "components" / "30-cuda.yaml").write_text("phases: " + "[" * 3000 + "]" * 3000 + "\n")
+    code, _, err = run(capsys, "image", "check", str(SHIPPED_MATRIX), "--images-dir", str(images))
+    assert code == 2 and err.count("\n") == 1 and "30-cuda.yaml: not valid component document YAML" in err

@@ -35,7 +35,7 @@ def test_directory_instead_of_file(tmp_path):
 
 
 def test_invalid_yaml_names_the_line():
-    assert _error("versions:\n  cuda: '13.0'\n bad\n").startswith("m.yaml: not valid YAML at line 3:")
+    assert _error("versions:\n  cuda: '13.0'\n bad\n").startswith("m.yaml: not valid YAML at line 3, column 2:")
 
 
 def test_not_a_mapping():

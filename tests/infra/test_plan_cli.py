@@ -122,3 +122,32 @@ def test_help_imports_neither_pulumi_nor_boto3() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "HEAVY []" in proc.stdout
     assert "--stack-file PATH" in proc.stdout and "gpucloud plan --stack dev" in proc.stdout
+
+
+def _strict_json(text: str) -> object:
+    """json.loads that refuses the NaN / Infinity Python's json writes by default (not RFC 8259)."""
+
+    def refuse(constant: str) -> object:
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_plan_json_is_strict_json(tmp_path: Path, capsys) -> None:
+    # issue 10: a catalog spot price of NaN printed a bare NaN in `plan -o json`; now the catalog is refused
+    catalog = json.loads((REPO / "src/gpucloud/catalog/instance_types.json").read_text())
+    catalog["instance_types"]["g6.xlarge"]["spot_usd_per_hour"] = "NAN"
+    file = tmp_path / "catalog.json"
+    file.write_text(json.dumps(catalog).replace('"NAN"', "NaN"))
+    assert run_main(["plan", "--stack", "dev", "--catalog-file", str(file), "--output", "json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "spot_usd_per_hour" in err
+    assert run_main(["plan", "--stack", "dev", "--output", "json"]) == 0
+    _strict_json(capsys.readouterr().out)
+
+
+def test_json_output_never_writes_nan() -> None:
+    from gpucloud.output import print_json
+
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        print_json({"cost": float("nan")})

@@ -477,6 +477,151 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
     "unknown-namespace": (None, _set("gpucould:costCeiling", 1), "gpucould:costCeiling", "unknown namespace"),
     "region-in-our-namespace": (None, _set("gpucloud:region", "us-east-1"), "gpucloud:region", "aws:region"),
     "secret-value": (None, _set("gpucloud:tags", {"secure": "AAAB"}), "gpucloud:tags", "secrets are not used"),
+    # issue 10: found by hostile stack files (each was accepted or crashed `plan` with a traceback)
+    "node-count-limit": (
+        "node_count_limit",
+        _set("gpucloud:nodeGroups.0.maxNodes", 10**400),  # with the cost ceiling: OverflowError before
+        "gpucloud:nodeGroups[0].maxNodes = 1000",
+        "allowed: at most 5000 nodes",
+    ),
+    "ssh-union-whole-internet": (
+        "ssh_union_not_whole_internet",
+        _set("gpucloud:access", {"sshKeyName": "me", "sshCidrs": ["0.0.0.0/1", "128.0.0.0/1"]}),
+        "gpucloud:access.sshCidrs = ['0.0.0.0/1', '128.0.0.0/1']",
+        "together these ranges are the whole internet",
+    ),
+    "ssh-netmask-form": (
+        "ssh_access",
+        _set("gpucloud:access", {"sshKeyName": "me", "sshCidrs": ["0.0.0.0/0.0.0.0"]}),
+        "gpucloud:access.sshCidrs[0] = '0.0.0.0/0.0.0.0'",
+        "not a valid CIDR with a prefix length",
+    ),
+    "cidr-netmask-form": (
+        "vpc_cidr_valid",
+        _set("gpucloud:network.vpcCidr", "10.0.0.0/255.255.0.0"),
+        "gpucloud:network.vpcCidr = '10.0.0.0/255.255.0.0'",
+        "a prefix length",
+    ),
+    "tag-value-long": (
+        "tag_values",
+        _set("gpucloud:tags.team", "x" * 1000),
+        "gpucloud:tags.team = 'xxxx",
+        "tag values are at most 256 characters",
+    ),
+    "tag-value-crlf": (
+        "printable_text",
+        _set("gpucloud:tags.team", "research\r\nowner: me"),
+        "gpucloud:tags.team = 'research\\r\\nowner: me'",
+        "no line breaks or other control characters",
+    ),
+    "tag-key-reserved-any-case": (
+        "tag_keys",
+        _set("gpucloud:tags", {"AWS:team": "x"}),
+        "gpucloud:tags.AWS:team",
+        "may not start with",
+    ),
+    "group-name-trailing-newline": (
+        "group_names",
+        _set("gpucloud:nodeGroups.0.name", "dev\n"),
+        "gpucloud:nodeGroups[0].name = 'dev\\n'",
+        "lower-case letters",
+    ),
+    "region-trailing-newline": (
+        "region_format",
+        _both(_set("aws:region", "us-east-1\n"), _drop("gpucloud:availabilityZone")),
+        "aws:region = 'us-east-1\\n'",
+        "not an AWS region",
+    ),
+    "reservation-id-trailing-newline": (
+        "reservation_id_present",
+        _set(f"{G1}.capacity", {"type": "capacity-block", "reservationId": CR + "\n"}),
+        "gpucloud:nodeGroups[1].capacity.reservationId = 'cr-0123456789abcdef0\\n'",
+        "17 hex digits",
+    ),
+    "block-lead-huge": (
+        "capacity_block_lead",
+        _set(f"{G1}.capacity", _block(end=FUTURE, blockEndLeadMinutes=10**20)),  # OverflowError before
+        "gpucloud:nodeGroups[1].capacity.blockEndLeadMinutes = 100000000000000000000",
+        "allowed: 40 to 1440 minutes",
+    ),
+    "drain-timeout-huge-with-block": (
+        "node_group_sizes",
+        _both(_set(f"{G1}.capacity", _block(end=FUTURE)), _set(f"{G1}.drainTimeoutSeconds", 10**20)),
+        "gpucloud:nodeGroups[1].drainTimeoutSeconds = 100000000000000000000",
+        "allowed: 30 to 7200 seconds",
+    ),
+    "block-end-year-10000-in-utc": (
+        "capacity_block_end",
+        _set(f"{G1}.capacity", _block(end="9999-12-31T23:59:59-23:59")),
+        "gpucloud:nodeGroups[1].capacity.blockEnd = '9999-12-31T23:59:59-23:59'",
+        "past the year 9999 in UTC",
+    ),
+    "max-nodes-boolean": (
+        None,
+        _set("gpucloud:nodeGroups.0.maxNodes", True),
+        "gpucloud:nodeGroups[0].maxNodes = True",
+        "expected a number, got true",
+    ),
+    "expiry-days-boolean": (
+        None,
+        _set("gpucloud:storage.checkpointBucket", {"expiryDays": True}),
+        "gpucloud:storage.checkpointBucket.expiryDays = True",
+        "expected a number, got true",
+    ),
+    "cost-ceiling-nan": (
+        None,
+        _set("gpucloud:costCeilingUsdPerHour", float("nan")),
+        "gpucloud:costCeilingUsdPerHour = nan",
+        "finite number",
+    ),
+    "cost-ceiling-infinite": (
+        None,
+        _set("gpucloud:costCeilingUsdPerHour", float("inf")),
+        "gpucloud:costCeilingUsdPerHour = inf",
+        "finite number",
+    ),
+    "spot-max-price-nan": (
+        None,
+        _set("gpucloud:nodeGroups.0.capacity.spotMaxPrice", float("nan")),
+        "gpucloud:nodeGroups[0].capacity.spotMaxPrice = nan",
+        "finite number",
+    ),
+    "empty-namespace": (
+        None,
+        _set(":storage", {"nvmeScratch": False}),
+        ": :storage: ",
+        "empty namespace; write gpucloud:storage",
+    ),
+    "ours-in-aws-namespace": (
+        None,
+        _set("aws:storage", {"nvmeScratch": False}),
+        "aws:storage",
+        "a gpucloud setting in the aws: namespace is ignored; write gpucloud:storage",
+    ),
+    "json-text-nested-too-deeply": (
+        None,
+        _set("gpucloud:network", "[" * 100_000 + "]" * 100_000),  # RecursionError before
+        "gpucloud:network",
+        "JSON nested too deeply",
+    ),
+    "json-text-huge-integer": (
+        None,
+        _set("gpucloud:jobPlane", '{"maxReceiveCount": ' + "7" * 5000 + "}"),  # ValueError before
+        "gpucloud:jobPlane",
+        "JSON that cannot be read",
+    ),
+    "json-text-duplicate-key": (
+        None,
+        _set("gpucloud:network", '{"vpcCidr": "10.1.0.0/16", "vpcCidr": "10.2.0.0/16"}'),
+        "gpucloud:network",
+        "duplicate key 'vpcCidr' in the JSON value",
+    ),
+    "unknown-key-with-line-break": (
+        None,
+        _set("gpucloud:nodeGroups.0.bad\nkey", 1),
+        "gpucloud:nodeGroups[0].bad\\nkey",
+        "unknown key",
+    ),
 }
 del CASES["placement-unsupported"]
 

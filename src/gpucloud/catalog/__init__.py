@@ -10,22 +10,30 @@ names mirror DescribeInstanceTypes (``NetworkInfo.NetworkCards``, ``EfaInfo.Maxi
 from __future__ import annotations
 
 import datetime
-import json
 from functools import lru_cache
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpucloud.errors import UserError
+from gpucloud.payload import parse_json
 
 BUNDLED_CATALOG = Path(__file__).parent / "instance_types.json"
+MAX_QUOTED_CHARS = 80
+
+# A catalog file is user input (`--catalog-file`): a NaN price compares false with every ceiling
+# and a negative one lowers the estimate, so both would get a stack past its cost ceiling.
+Count = Annotated[int, Field(ge=0, strict=True)]  # strict: `true` is not 1 GPU
+Price = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Amount = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 class NetworkCard(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    index: int
-    max_interfaces: int
+    index: Count
+    max_interfaces: Count
 
 
 class InstanceType(BaseModel):
@@ -33,18 +41,18 @@ class InstanceType(BaseModel):
 
     name: str
     family: str
-    gpus: int
+    gpus: Count
     gpu_model: str
-    gpu_memory_mib: int  # per GPU, as GpuInfo.Gpus[].MemoryInfo.SizeInMiB reports it
-    vcpus: int
-    memory_gib: float
-    nvme_disks: int
-    nvme_gib: int  # instance store total (InstanceStorageInfo.TotalSizeInGB); 0 when none
+    gpu_memory_mib: Count  # per GPU, as GpuInfo.Gpus[].MemoryInfo.SizeInMiB reports it
+    vcpus: Count
+    memory_gib: Amount
+    nvme_disks: Count
+    nvme_gib: Count  # instance store total (InstanceStorageInfo.TotalSizeInGB); 0 when none
     network_cards: list[NetworkCard]
     efa_supported: bool
-    max_efa_interfaces: int
-    on_demand_usd_per_hour: float | None
-    spot_usd_per_hour: float | None  # an estimate: spot prices move every few minutes
+    max_efa_interfaces: Count
+    on_demand_usd_per_hour: Price | None
+    spot_usd_per_hour: Price | None  # an estimate: spot prices move every few minutes
     placement_strategies: list[str]
     usage_classes: list[str]  # "on-demand", "spot", "capacity-block"
 
@@ -77,17 +85,35 @@ def _bundled_catalog() -> Catalog:
 
 def _read_catalog(path: Path) -> Catalog:
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        data = path.read_bytes()
     except FileNotFoundError:
         raise UserError(f"{path}: catalog file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+    except OSError as err:
+        raise UserError(f"{path}: not a readable JSON catalog ({err.strerror or err.__class__.__name__})") from None
+    try:
+        raw = parse_json(data, "the file", _Unreadable)  # deep nesting, huge integers, bad UTF-8: one line
+    except _Unreadable as err:
         raise UserError(f"{path}: not a readable JSON catalog ({err})") from None
     try:
         return Catalog.model_validate(raw)
     except ValidationError as err:
         first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise UserError(f"{path}: invalid catalog at {where}: {first['msg']}") from None
+        where = _short(".".join(str(p) for p in first["loc"]) or "(top level)")
+        value = f" = {_short(repr(first['input']))}" if first["type"] != "missing" and _scalar(first["input"]) else ""
+        raise UserError(f"{path}: invalid catalog at {where}{value}: {first['msg']}") from None
+
+
+class _Unreadable(Exception):
+    pass
+
+
+def _scalar(value: object) -> bool:
+    return isinstance(value, str | float | bool) or (isinstance(value, int) and value.bit_length() < 200)
+
+
+def _short(text: str) -> str:
+    text = text.encode("unicode_escape").decode("ascii") if not text.isprintable() else text
+    return text if len(text) <= MAX_QUOTED_CHARS else text[: MAX_QUOTED_CHARS - 3] + "..."
 
 
 def save_catalog(catalog: Catalog, path: Path) -> None:

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import re
 from dataclasses import dataclass
+from typing import Any
+
+from gpucloud.payload import parse_json
+
+MAX_BLOCK_DEPTH = 16  # disk > partition > RAID > LVM > crypt is 5; deeper is not lsblk output
 
 
 class ParseError(ValueError):
@@ -62,10 +66,14 @@ def parse_smi_banner(text: str) -> tuple[str, str]:
 def parse_cuda_version_json(text: str) -> str:
     """The toolkit release from ``/usr/local/cuda/version.json`` (``{"cuda": {"version": ...}}``)."""
     try:
-        version = json.loads(text)["cuda"]["version"]
-    except (json.JSONDecodeError, KeyError, TypeError):
-        raise ParseError("/usr/local/cuda/version.json has no cuda.version") from None
-    return str(version)
+        data = parse_json(text, "it", ParseError)  # deep nesting, huge integers: ParseError too
+    except ParseError as err:
+        raise ParseError(f"/usr/local/cuda/version.json has no cuda.version: {err}") from None
+    version = data.get("cuda") if isinstance(data, dict) else None
+    version = version.get("version") if isinstance(version, dict) else None
+    if not isinstance(version, str) or not version.strip():
+        raise ParseError("/usr/local/cuda/version.json has no cuda.version string")
+    return version.strip()
 
 
 def parse_efa_installed(text: str) -> str:
@@ -142,17 +150,34 @@ class BlockDevice:
 
 def parse_lsblk(text: str) -> list[BlockDevice]:
     """``lsblk --json -o NAME,TYPE,SIZE,MODEL,MOUNTPOINT``."""
-    try:
-        raw = json.loads(text)["blockdevices"]
-    except (json.JSONDecodeError, KeyError, TypeError):
-        raise ParseError("lsblk output is not JSON with a 'blockdevices' list") from None
-    return [_block(d) for d in raw]
+    data = parse_json(text, "lsblk output", ParseError)  # deep nesting, huge integers: ParseError
+    raw = data.get("blockdevices") if isinstance(data, dict) else None
+    if not isinstance(raw, list):
+        raise ParseError("lsblk output is not JSON with a 'blockdevices' list")
+    return [_block(d, 1) for d in raw]
 
 
-def _block(raw: dict) -> BlockDevice:
-    children = tuple(_block(c) for c in raw.get("children", []) or [])
-    model = (raw.get("model") or "").strip()
-    return BlockDevice(str(raw.get("name")), str(raw.get("type")), model, raw.get("mountpoint"), children)
+def _block(raw: Any, depth: int) -> BlockDevice:
+    if not isinstance(raw, dict):
+        raise ParseError(f"lsblk lists a device that is not an object: {type(raw).__name__}")
+    if depth > MAX_BLOCK_DEPTH:
+        raise ParseError(f"lsblk devices nest more than {MAX_BLOCK_DEPTH} levels deep")
+    children = raw.get("children") or []
+    if not isinstance(children, list):
+        raise ParseError(f"lsblk 'children' of {_text(raw.get('name'))} is not a list")
+    model, mountpoint = raw.get("model"), raw.get("mountpoint")
+    return BlockDevice(
+        _text(raw.get("name")),
+        _text(raw.get("type")),
+        model.strip() if isinstance(model, str) else "",
+        mountpoint if isinstance(mountpoint, str) else None,
+        tuple(_block(c, depth + 1) for c in children),
+    )
+
+
+def _text(value: Any) -> str:
+    """A name or type as text; lsblk prints strings, and a 5000-digit number has no str()."""
+    return value if isinstance(value, str) else type(value).__name__
 
 
 def parse_environ(text: str) -> dict[str, str]:
@@ -173,8 +198,11 @@ class ImdsProbe:
 
 
 def parse_imds(text: str) -> ImdsProbe:
-    try:
-        raw = json.loads(text)
-        return ImdsProbe(bool(raw["token_ok"]), raw.get("instance_type"), raw.get("error"))
-    except (json.JSONDecodeError, KeyError, TypeError):
-        raise ParseError("imds.json is not {'token_ok': bool, 'instance_type': str, 'error': str|null}") from None
+    raw = parse_json(text, "imds.json", ParseError)  # deep nesting, huge integers: ParseError
+    shape = "imds.json is not {'token_ok': bool, 'instance_type': str|null, 'error': str|null}"
+    if not isinstance(raw, dict) or not isinstance(raw.get("token_ok"), bool):
+        raise ParseError(shape)
+    instance_type, error = raw.get("instance_type"), raw.get("error")
+    if not all(v is None or isinstance(v, str) for v in (instance_type, error)):
+        raise ParseError(shape)
+    return ImdsProbe(raw["token_ok"], instance_type, error)

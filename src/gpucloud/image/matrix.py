@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gpucloud.errors import UserError
 from gpucloud.image.versions import Version, VersionError
+from gpucloud.spec.safe_yaml import load_yaml
 
 DEFAULT_MATRIX_PATH = Path("images") / "versions.yaml"
 
@@ -99,12 +99,7 @@ class VersionMatrix(BaseModel):
 
 def parse_matrix(text: str, source: str) -> VersionMatrix:
     """Parse matrix YAML; ``source`` names the file in error messages."""
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise UserError(f"{source}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
+    raw = load_yaml(text, source)  # aliases, depth, duplicate keys, odd bytes: one line with the position
     if not isinstance(raw, dict):
         raise UserError(f"{source}: expected a mapping with schema_version, base_os, targets and versions")
     try:

@@ -19,6 +19,7 @@ import yaml
 
 from gpucloud.errors import UserError
 from gpucloud.image.matrix import VersionMatrix
+from gpucloud.spec.safe_yaml import load_yaml
 
 ON_INSTANCE_DIR = "/opt/gpucloud/image"
 MAX_DOCUMENT_CHARS = 16000  # CreateComponent "data" limit (larger documents must come from S3)
@@ -85,9 +86,9 @@ def load_layer_component(path: Path, scripts_dir: Path) -> dict:
     """Read one layer document and check it has the Image Builder shape and runs scripts that exist."""
     try:
         text = path.read_text(encoding="utf-8")
-        document = yaml.safe_load(text)
-    except (OSError, yaml.YAMLError) as err:
+    except (OSError, UnicodeDecodeError) as err:
         raise UserError(f"{path}: cannot read the component document: {err.__class__.__name__}") from None
+    document = load_yaml(text, str(path), "component document YAML")
     problem = component_shape_problem(document, {s.name for s in scripts_dir.glob("*.sh")})
     if problem:
         raise UserError(f"{path}: {problem}")

@@ -16,19 +16,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from gpucloud.catalog import Catalog, load_catalog
 from gpucloud.errors import UserError
+from gpucloud.payload import parse_json
 from gpucloud.spec import rules
 from gpucloud.spec.model import ClusterSpec
-from gpucloud.spec.problems import Problem, key_path
+from gpucloud.spec.problems import MAX_PROBLEMS, Problem, key_path, short_repr
+from gpucloud.spec.safe_yaml import load_yaml
 
 PROJECT = "gpucloud"
 STACKS_DIR = Path(__file__).resolve().parents[3] / "stacks"  # the repository's shipped stacks
 STACK_FILE_KEYS = {"config", "secretsprovider", "encryptedkey", "encryptionsalt", "environment"}
 OTHER_NAMESPACES = {"aws", "pulumi"}  # provider / engine settings we pass through untouched
+YAML_KINDS = {list: "a list", str: "text", int: "a number", float: "a number", bool: "true/false"}
 
 
 def stack_file_for(name: str, stacks_dir: Path | None = None) -> Path:
@@ -62,19 +64,17 @@ def load_stack_file(path: Path | str, catalog: Catalog | None = None) -> Cluster
         raise UserError(f"{source}: stack file not found") from None
     except (OSError, UnicodeDecodeError) as err:
         raise UserError(f"{source}: cannot read the stack file ({err.__class__.__name__}: {err})") from None
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or "invalid YAML"
-        raise UserError(f"{source}: not valid YAML{where}: {problem}") from None
+    document = load_yaml(text, source)  # aliases, depth, duplicate keys and odd bytes: one line
+    if document is None:
+        raise UserError(f"{source}: the stack file is empty; expected a mapping with a 'config:' section")
     if not isinstance(document, dict):
-        raise UserError(f"{source}: expected a mapping with a 'config:' section, got {type(document).__name__}")
+        raise UserError(
+            f"{source}: expected a mapping with a 'config:' section, got {_yaml_kind(document)} at the top level"
+        )
     unknown = sorted(set(map(str, document)) - STACK_FILE_KEYS)
     if unknown:
         raise UserError(
-            f"{source}: unknown top-level key {unknown[0]!r}; allowed: {', '.join(sorted(STACK_FILE_KEYS))}"
+            f"{source}: unknown top-level key {short_repr(unknown[0])}; allowed: {', '.join(sorted(STACK_FILE_KEYS))}"
         )
     config = document.get("config")
     if not isinstance(config, dict):
@@ -104,37 +104,76 @@ def spec_from_config(config: Mapping[str, Any], source: str, catalog: Catalog | 
 def _split_namespaces(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
     fields: dict[str, Any] = {}
     problems: list[Problem] = []
+    ours = _spec_keys()
     for raw_key, value in config.items():
         key = str(raw_key)
-        namespace, _, name = key.rpartition(":")
+        namespace, colon, name = key.rpartition(":")
         if isinstance(value, dict) and set(value) == {"secure"}:
             problems.append(Problem(key, "secrets are not used by gpucloud stacks; give a plain value"))
             continue
         if key == "aws:region":
-            fields["region"] = _decode(value)
+            fields["region"] = _decode(key, value, problems)
+        elif colon and not namespace:
+            problems.append(Problem(key, f"empty namespace; write {PROJECT}:{name}"))
         elif namespace in ("", PROJECT):
             if name == "region":
                 problems.append(Problem(key, "unknown key; the region is set with aws:region"))
             else:
-                fields[name] = _decode(value)
+                fields[name] = _decode(key, value, problems)
         elif namespace not in OTHER_NAMESPACES:
-            problems.append(Problem(key, f"unknown namespace {namespace!r}; allowed: gpucloud:, aws:, pulumi:"))
+            problems.append(
+                Problem(key, f"unknown namespace {short_repr(namespace)}; allowed: gpucloud:, aws:, pulumi:")
+            )
+        elif name in ours:  # the provider or engine would silently ignore it: the setting is lost
+            problems.append(
+                Problem(key, f"a gpucloud setting in the {namespace}: namespace is ignored; write {PROJECT}:{name}")
+            )
     if "region" not in fields and not problems:
         problems.append(Problem("aws:region", "required: the AWS region, e.g. us-east-1"))
     return fields, problems
 
 
-def _decode(value: Any) -> Any:
-    if isinstance(value, str) and value[:1] in ("{", "["):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError:
-            return value
-    return value
+def _spec_keys() -> set[str]:
+    return {f.alias or n for n, f in ClusterSpec.model_fields.items()} - {"region"}
+
+
+def _yaml_kind(value: Any) -> str:
+    return YAML_KINDS.get(type(value), type(value).__name__)
+
+
+class _UnreadableJson(Exception):
+    pass
+
+
+def _decode(key: str, value: Any, problems: list[Problem]) -> Any:
+    """Structured config the engine hands over as JSON text, decoded (the only place text is decoded).
+
+    Every key whose value may start with '{' or '[' holds a mapping or a list, so text that looks
+    like JSON but does not read as JSON (syntax, deep nesting, huge integers) is reported here.
+    """
+    if not (isinstance(value, str) and value[:1] in ("{", "[")):
+        return value
+    try:
+        parse_json(value, "the JSON text", _UnreadableJson)  # deep nesting and huge integers fail here
+        return json.loads(value, object_pairs_hook=_no_duplicate_keys)  # read before: cannot fail otherwise
+    except _UnreadableJson as err:
+        problems.append(Problem(key, str(err)))
+        return None
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    repeated = next((k for k in keys if keys.count(k) > 1), None)
+    if repeated is not None:
+        raise _UnreadableJson(f"duplicate key {short_repr(repeated)} in the JSON value; each key may appear once")
+    return dict(pairs)
 
 
 def _fail(source: str, problems: list[Problem]) -> typing.NoReturn:
-    raise UserError("\n".join(p.render(source) for p in problems))
+    shown = [p.render(source) for p in problems[:MAX_PROBLEMS]]
+    if len(problems) > MAX_PROBLEMS:
+        shown.append(f"{source}: ... and {len(problems) - MAX_PROBLEMS} more problems")
+    raise UserError("\n".join(shown))
 
 
 def _problem_from_pydantic(error: Mapping[str, Any]) -> Problem:

@@ -11,9 +11,9 @@ in ``rules.py``, one small validator per rule.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 CapacityType = Literal["spot", "on-demand", "capacity-block", "capacity-reservation"]
@@ -27,9 +27,27 @@ DEFAULT_DLAMI_FLAVOUR = "base-oss-nvidia-driver-gpu-ubuntu-22.04"
 RESERVED_CAPACITY: frozenset[str] = frozenset({"capacity-block", "capacity-reservation"})
 
 
+def _not_a_boolean(value: object) -> object:
+    # Lax mode would read `maxNodes: true` as 1. Text stays allowed: the Pulumi engine hands
+    # top-level config to the program as strings ("5").
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got {str(value).lower()}")
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_not_a_boolean)]
+Float = Annotated[float, BeforeValidator(_not_a_boolean)]
+
+
 class SpecModel(BaseModel):
+    # allow_inf_nan=False: `.nan` compares false with everything, so a NaN ceiling never applies
     model_config = ConfigDict(
-        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True, strict=False
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        frozen=True,
+        strict=False,
+        allow_inf_nan=False,
     )
 
 
@@ -39,13 +57,13 @@ class Capacity(SpecModel):
     type: CapacityType = "on-demand"
     reservation_id: str | None = None  # cr-... for capacity-block / capacity-reservation
     spot_allocation_strategy: SpotAllocationStrategy = "price-capacity-optimized"
-    on_demand_base: int = 0  # spot groups: this many nodes are on-demand, the rest spot
-    spot_max_price: float | None = None  # USD/h; unset = capped at the on-demand price (AWS default)
+    on_demand_base: Int = 0  # spot groups: this many nodes are on-demand, the rest spot
+    spot_max_price: Float | None = None  # USD/h; unset = capped at the on-demand price (AWS default)
     # capacity-block only: when the block ends (ISO 8601 with a zone, e.g. 2026-12-01T11:30:00Z) ...
     block_end: dt.datetime | None = None
     # ... and how long before it the group scales to 0; None: 30 min (AWS reclaims the nodes from
     # then on) plus the drain timeout plus a margin, so checkpoints finish before AWS stops the nodes
-    block_end_lead_minutes: int | None = None
+    block_end_lead_minutes: Int | None = None
 
     @field_validator("block_end", mode="before")
     @classmethod
@@ -82,23 +100,23 @@ class Scaling(SpecModel):
     """How a node group follows the queue: out on the backlog metric, in by idle agents."""
 
     enabled: bool = True  # false: the group keeps the size you set (no alarm, agents never scale in)
-    idle_minutes: int = 10  # an agent idle this long terminates its node and lowers desired by one
+    idle_minutes: Int = 10  # an agent idle this long terminates its node and lowers desired by one
     # Step scaling's warmup: repeated alarms within it do not add the same nodes twice while the
     # desired-capacity metric catches up with the last scale-out.
-    instance_warmup_seconds: int = 180
+    instance_warmup_seconds: Int = 180
 
 
 class NodeGroup(SpecModel):
     name: str
     instance_type: str
-    min_nodes: int = 0
-    desired_nodes: int | None = None  # defaults to minNodes
-    max_nodes: int = 1
+    min_nodes: Int = 0
+    desired_nodes: Int | None = None  # defaults to minNodes
+    max_nodes: Int = 1
     capacity: Capacity = Capacity()
     efa: Efa = Efa()
     placement_group: bool | None = None  # None: a cluster placement group whenever EFA is on
-    root_volume_gib: int = Field(default=200, alias="rootVolumeGiB")
-    drain_timeout_seconds: int = 600  # termination lifecycle hook heartbeat: time to checkpoint
+    root_volume_gib: Int = Field(default=200, alias="rootVolumeGiB")
+    drain_timeout_seconds: Int = 600  # termination lifecycle hook heartbeat: time to checkpoint
     scaling: Scaling = Scaling()
 
     @property
@@ -107,17 +125,17 @@ class NodeGroup(SpecModel):
 
 
 class Fsx(SpecModel):
-    size_gib: int = Field(default=1200, alias="sizeGiB")
-    throughput_per_tib: int = Field(default=250, alias="throughputPerTiB")
+    size_gib: Int = Field(default=1200, alias="sizeGiB")
+    throughput_per_tib: Int = Field(default=250, alias="throughputPerTiB")
     mount_path: str = "/fsx"
     link_path: str = "/checkpoints"  # where the checkpoint bucket appears inside the file system
     s3_prefix: str = "checkpoints/"  # which part of the bucket is linked
 
 
 class CheckpointBucket(SpecModel):
-    noncurrent_expiry_days: int = 7  # overwritten/deleted checkpoint objects are kept this long
-    expiry_days: int | None = None  # delete checkpoints older than this (None: keep)
-    abort_multipart_days: int = 1
+    noncurrent_expiry_days: Int = 7  # overwritten/deleted checkpoint objects are kept this long
+    expiry_days: Int | None = None  # delete checkpoints older than this (None: keep)
+    abort_multipart_days: Int = 1
 
 
 class Storage(SpecModel):
@@ -148,7 +166,7 @@ class ImageBuild(SpecModel):
     schedule: str | None = None  # "cron(...)" / "rate(...)"; None: build on demand
     ami_parameter: str | None = None  # default /gpucloud/<stack>/ami-id
     matrix_file: str | None = None  # default images/versions.yaml
-    root_volume_gib: int = Field(default=100, alias="rootVolumeGiB")
+    root_volume_gib: Int = Field(default=100, alias="rootVolumeGiB")
 
 
 class S3Object(BaseModel):
@@ -205,8 +223,8 @@ class Access(SpecModel):
 
 
 class JobPlane(SpecModel):
-    max_receive_count: int = 5  # deliveries before a job message goes to the dead-letter queue
-    visibility_timeout_seconds: int = 900
+    max_receive_count: Int = 5  # deliveries before a job message goes to the dead-letter queue
+    visibility_timeout_seconds: Int = 900
 
 
 class ClusterSpec(SpecModel):
@@ -222,7 +240,7 @@ class ClusterSpec(SpecModel):
     access: Access = Access()
     job_plane: JobPlane = JobPlane()
     tags: dict[str, str] = {}
-    cost_ceiling_usd_per_hour: float | None = None
+    cost_ceiling_usd_per_hour: Float | None = None
 
     def name_for(self, stack_name: str) -> str:
         return self.cluster_name or stack_name

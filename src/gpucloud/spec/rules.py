@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import re
+import unicodedata
 from collections.abc import Callable, Iterator
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -25,22 +26,28 @@ from gpucloud.spec.problems import Problem, key_path
 Rule = Callable[[ClusterSpec, Catalog], Iterator[Problem]]
 
 FSX_THROUGHPUTS = (125, 250, 500, 1000)  # PERSISTENT_2 SSD, MB/s per TiB
-NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
-RESERVATION_RE = re.compile(r"^cr-[0-9a-f]{17}$")
-AMI_ID_RE = re.compile(r"^ami-([0-9a-f]{8}|[0-9a-f]{17})$")
-FLAVOUR_RE = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
-REGION_RE = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
-VPC_ID_RE = re.compile(r"^vpc-[0-9a-f]{8,17}$")
-SUBNET_ID_RE = re.compile(r"^subnet-[0-9a-f]{8,17}$")
-SSM_PARAMETER_RE = re.compile(r"^/[A-Za-z0-9_.\-/]+$")
-SCHEDULE_RE = re.compile(r"^(cron|rate)\(.+\)$")
-BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+NAME_RE = re.compile(r"[a-z][a-z0-9-]{0,19}")
+RESERVATION_RE = re.compile(r"cr-[0-9a-f]{17}")
+AMI_ID_RE = re.compile(r"ami-([0-9a-f]{8}|[0-9a-f]{17})")
+FLAVOUR_RE = re.compile(r"[a-z0-9][a-z0-9.-]*")
+REGION_RE = re.compile(r"[a-z]{2}(-gov)?-[a-z]+-\d")
+VPC_ID_RE = re.compile(r"vpc-[0-9a-f]{8,17}")
+SUBNET_ID_RE = re.compile(r"subnet-[0-9a-f]{8,17}")
+SSM_PARAMETER_RE = re.compile(r"/[A-Za-z0-9_.\-/]+")
+SCHEDULE_RE = re.compile(r"(cron|rate)\(.+\)")
+BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
 AGENT_PROJECT = "gpucloud"
 AGENT_PACKAGE_EXAMPLES = (
     "'s3://my-artifacts/wheels/gpucloud-0.1.0-py3-none-any.whl', 'gpucloud==0.1.0' "
     "or 'gpucloud @ https://example.com/gpucloud-0.1.0-py3-none-any.whl'"
 )
-TAG_KEY_RESERVED = ("aws:", "gpucloud:")
+TAG_KEY_RESERVED = ("aws:", "gpucloud:")  # compared case-insensitively: AWS reserves aws: in any case
+TAG_VALUE_MAX_CHARS = 256  # https://docs.aws.amazon.com/tag-editor/latest/userguide/tagging.html
+MAX_GROUP_NODES = 5000  # far above any GPU quota; keeps cost and capacity arithmetic in range
+DRAIN_TIMEOUT_RANGE = (30, 7200)  # lifecycle hook heartbeat, seconds
+LEAD_MINUTES_MAX = 1440
+IPV4_PREFIX_RE = re.compile(r"\d{1,3}(\.\d{1,3}){3}/\d{1,2}")  # 10.0.0.0/16, not 10.0.0.0/255.255.0.0
+CIDR_PREFIX_RE = re.compile(r"[0-9A-Fa-f.:]+/\d{1,3}")  # IPv4 or IPv6 with a prefix length
 
 
 def _groups(spec: ClusterSpec, catalog: Catalog) -> Iterator[tuple[int, NodeGroup, InstanceType]]:
@@ -51,7 +58,7 @@ def _groups(spec: ClusterSpec, catalog: Catalog) -> Iterator[tuple[int, NodeGrou
 
 
 def region_format(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    if not REGION_RE.match(spec.region):
+    if not REGION_RE.fullmatch(spec.region):
         yield Problem(key_path("region"), "not an AWS region name; expected e.g. 'us-east-1'", spec.region)
 
 
@@ -73,7 +80,7 @@ def at_least_one_group(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]
 def group_names(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     seen: set[str] = set()
     for i, group in enumerate(spec.node_groups):
-        if not NAME_RE.match(group.name):
+        if not NAME_RE.fullmatch(group.name):
             yield Problem(
                 key_path("nodeGroups", i, "name"),
                 "allowed: 1-20 characters, lower-case letters, digits and '-', starting with a letter",
@@ -120,6 +127,19 @@ def node_counts(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
                     f"node counts must satisfy minNodes <= desiredNodes <= maxNodes, "
                     f"got {g.min_nodes} <= {g.desired} <= {g.max_nodes}",
                 )
+
+
+def node_count_limit(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    for i, g in enumerate(spec.node_groups):
+        for key, value in (("minNodes", g.min_nodes), ("desiredNodes", g.desired), ("maxNodes", g.max_nodes)):
+            if value > MAX_GROUP_NODES:
+                yield Problem(key_path("nodeGroups", i, key), f"allowed: at most {MAX_GROUP_NODES} nodes", value)
+                break
+
+
+def _counts_in_range(group: NodeGroup) -> bool:
+    counts = (group.min_nodes, group.desired, group.max_nodes, group.capacity.on_demand_base)
+    return all(0 <= n <= MAX_GROUP_NODES for n in counts)
 
 
 def efa_supported(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
@@ -185,7 +205,7 @@ def reservation_id_present(spec: ClusterSpec, catalog: Catalog) -> Iterator[Prob
                 key_path("nodeGroups", i, "capacity", "reservationId"),
                 f"required when capacity.type is '{cap.type}': the reservation id, e.g. cr-0123456789abcdef0",
             )
-        elif cap.reservation_id is not None and not RESERVATION_RE.match(cap.reservation_id):
+        elif cap.reservation_id is not None and not RESERVATION_RE.fullmatch(cap.reservation_id):
             yield Problem(
                 key_path("nodeGroups", i, "capacity", "reservationId"),
                 "not a capacity reservation id; expected 'cr-' and 17 hex digits",
@@ -236,12 +256,17 @@ def node_group_sizes(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
                 "allowed: 30 to 16384 GiB (the DLAMI needs at least 30)",
                 group.root_volume_gib,
             )
-        if not 30 <= group.drain_timeout_seconds <= 7200:
+        if not _drain_in_range(group):
             yield Problem(
                 key_path("nodeGroups", i, "drainTimeoutSeconds"),
                 "allowed: 30 to 7200 seconds (the lifecycle hook heartbeat range)",
                 group.drain_timeout_seconds,
             )
+
+
+def _drain_in_range(group: NodeGroup) -> bool:
+    low, high = DRAIN_TIMEOUT_RANGE
+    return low <= group.drain_timeout_seconds <= high
 
 
 def scaling_idle_minutes(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
@@ -289,7 +314,9 @@ def capacity_block_end(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]
                 "remove the group or give the end of a current block",
                 shown,
             )
-        else:
+        elif end.utcoffset() is not None and _utc_year(end) > dt.MAXYEAR:
+            yield Problem(key, "is past the year 9999 in UTC; give the end of a current block", shown)
+        elif _drain_in_range(group) and _lead_in_range(group):  # else their own rules report them
             lead = group.capacity.block_end_lead_minutes or default_lead_minutes(group.drain_timeout_seconds)
             scale_down = wind_down_time(end, lead)
             if scale_down <= now:
@@ -302,22 +329,37 @@ def capacity_block_end(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]
                 )
 
 
+def _utc_year(moment: dt.datetime) -> int:
+    """The UTC year of ``moment`` without converting it (9999-12-31T23:59-23:59 is year 10000 in UTC)."""
+    offset = moment.utcoffset() or dt.timedelta(0)
+    naive = moment.replace(tzinfo=None)
+    if offset < dt.timedelta(0) and naive > dt.datetime.max + offset:
+        return dt.MAXYEAR + 1
+    return (naive - offset).year if naive - dt.datetime.min >= offset else dt.MINYEAR
+
+
+def _lead_in_range(group: NodeGroup) -> bool:
+    lead = group.capacity.block_end_lead_minutes
+    return lead is None or 0 < lead <= LEAD_MINUTES_MAX
+
+
 def capacity_block_lead(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     for i, group in enumerate(spec.node_groups):
         lead = group.capacity.block_end_lead_minutes
         if lead is None:
             continue
         key = key_path("nodeGroups", i, "capacity", "blockEndLeadMinutes")
-        least = minimum_lead_minutes(group.drain_timeout_seconds)
+        drain = group.drain_timeout_seconds if _drain_in_range(group) else DRAIN_TIMEOUT_RANGE[0]
+        least = minimum_lead_minutes(drain)
         if group.capacity.block_end is None:
             yield Problem(
                 key, "only used with capacity.blockEnd (the block's end time); add it or remove this key", lead
             )
-        elif not least <= lead <= 1440:
+        elif not least <= lead <= LEAD_MINUTES_MAX:
             yield Problem(
                 key,
                 f"allowed: {least} to 1440 minutes: AWS reclaims the nodes 30 min before the end "
-                f"and draining may take drainTimeoutSeconds ({group.drain_timeout_seconds} s) more",
+                f"and draining may take drainTimeoutSeconds ({drain} s) more",
                 lead,
             )
 
@@ -382,14 +424,14 @@ def network_choice(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
             "give either vpcCidr (create a VPC) or vpcId + subnetIds (use an existing one), not both",
             net.vpc_cidr,
         )
-    if net.vpc_id is not None and not VPC_ID_RE.match(net.vpc_id):
+    if net.vpc_id is not None and not VPC_ID_RE.fullmatch(net.vpc_id):
         yield Problem(key_path("network", "vpcId"), "not a VPC id; expected 'vpc-' and hex digits", net.vpc_id)
     if net.vpc_id is not None and not net.subnet_ids:
         yield Problem(key_path("network", "subnetIds"), "required with vpcId: the private subnet(s) for the nodes")
     if net.vpc_id is None and net.subnet_ids:
         yield Problem(key_path("network", "vpcId"), "required with subnetIds: the VPC the subnets belong to")
     for j, subnet in enumerate(net.subnet_ids):
-        if not SUBNET_ID_RE.match(subnet):
+        if not SUBNET_ID_RE.fullmatch(subnet):
             yield Problem(
                 key_path("network", "subnetIds", j), "not a subnet id; expected 'subnet-' and hex digits", subnet
             )
@@ -400,11 +442,13 @@ def vpc_cidr_valid(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     if cidr is None:
         return
     try:
+        if not IPV4_PREFIX_RE.fullmatch(cidr):  # ipaddress also reads a netmask: 10.0.0.0/255.255.0.0
+            raise ValueError(cidr)
         net = ipaddress.IPv4Network(cidr, strict=True)
     except ValueError:
         yield Problem(
             key_path("network", "vpcCidr"),
-            "not a valid IPv4 network; expected e.g. 10.0.0.0/16 (host bits zero)",
+            "not a valid IPv4 network; expected e.g. 10.0.0.0/16 (a prefix length, host bits zero)",
             cidr,
         )
         return
@@ -416,10 +460,11 @@ def vpc_cidr_valid(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
 def ssh_access(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     acc = spec.access
     for j, cidr in enumerate(acc.ssh_cidrs):
-        try:
-            net = ipaddress.ip_network(cidr, strict=True)
-        except ValueError:
-            yield Problem(key_path("access", "sshCidrs", j), "not a valid CIDR, e.g. 10.1.0.0/16", cidr)
+        net = _prefix_network(cidr)
+        if net is None:
+            yield Problem(
+                key_path("access", "sshCidrs", j), "not a valid CIDR with a prefix length, e.g. 10.1.0.0/16", cidr
+            )
             continue
         if net.prefixlen == 0:
             yield Problem(
@@ -437,6 +482,31 @@ def ssh_access(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
         )
 
 
+def _prefix_network(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    if not CIDR_PREFIX_RE.fullmatch(cidr):  # ipaddress also reads netmasks: 0.0.0.0/0.0.0.0 is /0
+        return None
+    try:
+        return ipaddress.ip_network(cidr, strict=True)
+    except ValueError:
+        return None
+
+
+def ssh_union_not_whole_internet(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    """0.0.0.0/1 plus 128.0.0.0/1 is 0.0.0.0/0 again: judge what the ranges cover together."""
+    nets = [n for n in map(_prefix_network, spec.access.ssh_cidrs) if n is not None and n.prefixlen > 0]
+    v4 = [n for n in nets if isinstance(n, ipaddress.IPv4Network)]
+    v6 = [n for n in nets if isinstance(n, ipaddress.IPv6Network)]
+    merged: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = [*ipaddress.collapse_addresses(v4)]
+    merged += ipaddress.collapse_addresses(v6)
+    if len(nets) > 1 and any(n.prefixlen == 0 for n in merged):
+        yield Problem(
+            key_path("access", "sshCidrs"),
+            "together these ranges are the whole internet, and SSH from it is not allowed; "
+            "give your VPN or bastion range",
+            [str(n) for n in nets],
+        )
+
+
 def ami_choice(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     ami = spec.ami
     chosen = [key for key in ("id", "flavour", "parameter") if getattr(ami, key) is not None]
@@ -446,15 +516,15 @@ def ami_choice(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
             f"give one of ami.id, ami.flavour or ami.parameter, not {' and '.join('ami.' + k for k in chosen)}",
             getattr(ami, chosen[0]),
         )
-    if ami.parameter is not None and not SSM_PARAMETER_RE.match(ami.parameter):
+    if ami.parameter is not None and not SSM_PARAMETER_RE.fullmatch(ami.parameter):
         yield Problem(
             key_path("ami", "parameter"),
             "an SSM parameter name starting with '/', e.g. '/gpucloud/image/ami-id'",
             ami.parameter,
         )
-    if ami.id is not None and not AMI_ID_RE.match(ami.id):
+    if ami.id is not None and not AMI_ID_RE.fullmatch(ami.id):
         yield Problem(key_path("ami", "id"), "not an AMI id; expected 'ami-' and 8 or 17 hex digits", ami.id)
-    if ami.flavour is not None and not FLAVOUR_RE.match(ami.flavour):
+    if ami.flavour is not None and not FLAVOUR_RE.fullmatch(ami.flavour):
         yield Problem(
             key_path("ami", "flavour"),
             "a DLAMI flavour as in its SSM parameter, e.g. 'base-oss-nvidia-driver-gpu-ubuntu-22.04'",
@@ -484,11 +554,11 @@ def image_pipeline_settings(spec: ClusterSpec, catalog: Catalog) -> Iterator[Pro
                 f"the image is validated on its build instance, which needs NVIDIA GPUs; one of {', '.join(gpu_types)}",
                 build_type,
             )
-    if image.schedule is not None and not SCHEDULE_RE.match(image.schedule):
+    if image.schedule is not None and not SCHEDULE_RE.fullmatch(image.schedule):
         yield Problem(
             key_path("image", "schedule"), "an Image Builder schedule: 'cron(...)' or 'rate(...)'", image.schedule
         )
-    if image.ami_parameter is not None and not SSM_PARAMETER_RE.match(image.ami_parameter):
+    if image.ami_parameter is not None and not SSM_PARAMETER_RE.fullmatch(image.ami_parameter):
         yield Problem(
             key_path("image", "amiParameter"),
             "an SSM parameter name starting with '/', e.g. '/gpucloud/image/ami-id'",
@@ -525,7 +595,7 @@ def agent_package(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     if wheel is not None:
         yield from _s3_wheel_problems(key, package, wheel.bucket, wheel.key)
         return
-    if re.match(r"^[a-z][a-z0-9+.-]*://", package):
+    if re.match(r"[a-z][a-z0-9+.-]*://", package):
         yield Problem(
             key,
             f"a URL alone is not a pip requirement; write 'gpucloud @ {package}' "
@@ -552,7 +622,7 @@ def agent_package(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
 
 
 def _s3_wheel_problems(key: str, package: str, bucket: str, object_key: str) -> Iterator[Problem]:
-    if not BUCKET_RE.match(bucket) or not object_key or object_key.endswith("/"):
+    if not BUCKET_RE.fullmatch(bucket) or not object_key or object_key.endswith("/"):
         yield Problem(
             key,
             "an s3:// wheel URI names a bucket and one .whl object, e.g. "
@@ -586,13 +656,41 @@ def _s3_wheel_problems(key: str, package: str, bucket: str, object_key: str) -> 
 
 def tag_keys(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     for key in spec.tags:
-        if key.startswith(TAG_KEY_RESERVED) or not 1 <= len(key) <= 128:
+        if key.lower().startswith(TAG_KEY_RESERVED) or not 1 <= len(key) <= 128:
             yield Problem(
                 key_path("tags", key),
                 "tag keys are 1-128 characters and may not start with 'aws:' or 'gpucloud:' "
                 "(gpucloud sets gpucloud:stack and gpucloud:cluster itself)",
                 key,
             )
+
+
+def tag_values(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    for key, value in spec.tags.items():
+        if len(value) > TAG_VALUE_MAX_CHARS:
+            yield Problem(key_path("tags", key), f"tag values are at most {TAG_VALUE_MAX_CHARS} characters", value)
+
+
+def printable_text(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    """No setting holds a line break or other control character: each ends up in a name, a tag,
+    a script or a log line, where 'dev\\n' is not 'dev' (an ASG named 'dev\\n-asg')."""
+    for path, text in _strings(spec.model_dump(by_alias=True, exclude_none=True), ()):
+        if not text.isprintable() and any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in text):
+            yield Problem(key_path(*path), "no line breaks or other control characters allowed", text)
+
+
+def _strings(data: object, path: tuple[str | int, ...]) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    """Every string in the dumped spec (keys of ``tags`` included) with its key path."""
+    if isinstance(data, str):
+        yield path, data
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            if path == ("tags",):
+                yield (*path, key), key
+            yield from _strings(value, (*path, key))
+    elif isinstance(data, list):
+        for index, item in enumerate(data):
+            yield from _strings(item, (*path, index))
 
 
 def job_plane_limits(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
@@ -614,7 +712,10 @@ def cost_ceiling(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     if ceiling <= 0:
         yield Problem(key_path("costCeilingUsdPerHour"), "must be a positive USD/hour amount", ceiling)
         return
-    sizings = [sizing_for(g, t) for _, g, t in _groups(spec, catalog)]
+    groups = list(_groups(spec, catalog))
+    if not all(_counts_in_range(g) for _, g, _ in groups):
+        return  # node_counts / node_count_limit report the counts; the cost of 10**400 nodes is no figure
+    sizings = [sizing_for(g, t) for _, g, t in groups]
     unknown = [s.instance_type.name for s in sizings if s.instance_type.on_demand_usd_per_hour is None]
     if unknown:
         yield Problem(
@@ -654,6 +755,7 @@ RULES: tuple[Rule, ...] = (
     group_names,
     known_instance_type,
     node_counts,
+    node_count_limit,
     efa_supported,
     efa_single_subnet,
     cluster_placement_supported,
@@ -674,15 +776,26 @@ RULES: tuple[Rule, ...] = (
     network_choice,
     vpc_cidr_valid,
     ssh_access,
+    ssh_union_not_whole_internet,
     ami_choice,
     image_pipeline_settings,
     agent_package,
     tag_keys,
+    tag_values,
+    printable_text,
     job_plane_limits,
     cost_ceiling,
 )
 
 
+# Catch-all rules: a key another rule already reported is not reported twice ('dev\\n' breaks the name rule).
+SUPPLEMENTARY: frozenset[Rule] = frozenset({printable_text})
+
+
 def check(spec: ClusterSpec, catalog: Catalog) -> list[Problem]:
     """Every problem every rule finds, in rule order."""
-    return [problem for rule in RULES for problem in rule(spec, catalog)]
+    found: list[Problem] = []
+    for rule in RULES:
+        reported = {p.key for p in found}
+        found += [p for p in rule(spec, catalog) if rule not in SUPPLEMENTARY or p.key not in reported]
+    return found

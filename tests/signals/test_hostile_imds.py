@@ -371,3 +371,20 @@ def test_doctor_probe_reports_a_bad_token_instead_of_crashing(server, token):
     server.serve("/latest/meta-data/instance-type", "p5.48xlarge")
     result = probe_imds(server.endpoint, timeout_s=2.0)
     assert result["token_ok"] is False and result["instance_type"] == "p5.48xlarge"
+
+
+def test_a_hung_service_costs_a_round_one_timeout_after_the_first(server):
+    """Per-item timeouts let a round go on past one hanging item; when every item hangs, the next
+    rounds end at their first timeout instead of paying one per item, until anything answers."""
+    for path in ITEMS:
+        server.serve(path, b"x" * 50, drip_seconds=0.2)
+    client = ImdsClient(server.endpoint, connect_timeout=1.0, read_timeout=1.0, total_timeout=0.3)
+    poller = ImdsPoller(client, on_notice=lambda n: None)
+    poller.poll_once()
+    first = poller.health.requests
+    assert first >= 4  # every item was tried: one hanging item must not hide the others
+    poller.poll_once()
+    assert poller.health.requests == first + 1
+    server.answers.clear()
+    server.serve(interpret.TARGET_LIFECYCLE_STATE, "Terminated")
+    assert kinds(poller.poll_once()) == ["asg-terminate"]  # the service answers again: a full round

@@ -7,7 +7,8 @@ item is read and interpreted on its own: an item answering an error, a malformed
 that breaks the interpreter (any exception), a drip-fed answer (each request has a total time
 limit) or an oversized one costs that item only, and the round goes on to the next. Only when the
 service itself is down (connection refused, connect timeout, the token PUT timing out with IMDSv1
-refused) does the round end at once, so a dead service costs a round one timeout, not one per item.
+refused, or no request of the previous round answered) does the round end at once, so a dead or
+hung service costs a round one timeout, not one per item.
 Notices are handed to ``on_notice`` as soon as their item is read, not at the end of the round.
 
 Nothing but a well-formed, current payload makes a notice: 404, 5xx, 401 after the retry,
@@ -73,6 +74,11 @@ class ImdsPoller:
         self._logged: dict[str, str] = {}  # item -> its problem already logged, so an outage is one line
         self._logs = RateLimitedLog(log)  # and a problem that changes every round, one line a minute
         self._stale_logged: set[str] = set()
+        # Every request of the last round timed out (the whole service hangs, not one item): this
+        # round then ends at its first timeout, so a hung service costs a round one timeout, not
+        # one per item; any answer ends that mode at once.
+        self._service_hung = False
+        self._answered = self._timed_out = False
         self._round_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -87,6 +93,7 @@ class ImdsPoller:
     def _round(self) -> list[Notice]:
         now = self._clock()
         problems: dict[str, str] = {}  # item path -> what went wrong with it this round
+        self._answered = self._timed_out = False
         fresh: list[Notice] = []
         rules = self.rules
 
@@ -109,6 +116,7 @@ class ImdsPoller:
 
         except _Unreachable:
             pass  # the service did not answer at all: the rest of the round would only wait too
+        self._service_hung = self._timed_out and not self._answered
         self.health.rounds += 1
         self._log_problems(problems, now)
         return fresh
@@ -143,7 +151,11 @@ class ImdsPoller:
                 self._failed(problems, "service", str(err))
                 raise _Unreachable from err
             self._failed(problems, path, f"{err}; no notice assumed")  # this item only: read the next
+            self._timed_out = True
+            if self._service_hung and not self._answered:
+                raise _Unreachable from err
             return None
+        self._answered = True
         if response.ok:
             return response.text
         if not response.absent:

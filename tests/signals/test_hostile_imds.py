@@ -388,3 +388,9 @@ def test_a_hung_service_costs_a_round_one_timeout_after_the_first(server):
     server.answers.clear()
     server.serve(interpret.TARGET_LIFECYCLE_STATE, "Terminated")
     assert kinds(poller.poll_once()) == ["asg-terminate"]  # the service answers again: a full round
+
+
+def test_max_lead_must_be_a_positive_number():
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="max_lead"):
+            InterpretRules(max_lead=bad)

@@ -50,3 +50,11 @@ def test_many_distinct_keys_share_one_budget(caplog):
 def test_interval_must_be_positive():
     with pytest.raises(ValueError, match="interval"):
         RateLimitedLog(logging.getLogger("x"), interval=0)
+
+
+def test_the_line_names_the_caller_not_the_limiter(caplog):
+    logs = RateLimitedLog(logging.getLogger("gpucloud.signals.test"), clock=FakeClock(0.0))
+    with caplog.at_level(logging.WARNING, logger="gpucloud.signals.test"):
+        logs.warning("a", "x")
+        logs.log(logging.ERROR, "b", "y")
+    assert [r.filename for r in caplog.records] == ["test_ratelimit.py", "test_ratelimit.py"]

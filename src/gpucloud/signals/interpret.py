@@ -77,7 +77,7 @@ class InterpretRules:
             raise ValueError(f"stale_after must be positive seconds, got {self.stale_after}")
         if self.asg_deadline < 0:
             raise ValueError(f"asg_deadline must be >= 0 seconds, got {self.asg_deadline}")
-        if self.max_lead <= 0:
+        if not self.max_lead > 0:  # NaN too: it would never refuse anything
             raise ValueError(f"max_lead must be positive seconds, got {self.max_lead}")
 
 

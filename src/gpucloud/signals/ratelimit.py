@@ -33,6 +33,12 @@ class RateLimitedLog:
     def log(self, level: int, key: str, message: str, *args: object) -> bool:
         """Write ``message % args`` unless a line with ``key`` went out less than ``interval`` ago;
         True if it was written."""
+        return self._emit(level, key, message, args, stacklevel=3)
+
+    def warning(self, key: str, message: str, *args: object) -> bool:
+        return self._emit(logging.WARNING, key, message, args, stacklevel=3)
+
+    def _emit(self, level: int, key: str, message: str, args: tuple[object, ...], stacklevel: int) -> bool:
         with self._lock:
             if key not in self._last and len(self._last) >= MAX_KEYS:
                 key = "(other)"  # keep the table small whatever the keys are
@@ -45,11 +51,8 @@ class RateLimitedLog:
             self._last[key] = now
         if held:
             message += f" (and {held} more like this in the last {self.interval:g}s)"
-        self._log.log(level, message, *args)
+        self._log.log(level, message, *args, stacklevel=stacklevel)  # the record names our caller
         return True
-
-    def warning(self, key: str, message: str, *args: object) -> bool:
-        return self.log(logging.WARNING, key, message, *args)
 
     def forget(self, key: str) -> None:
         """The condition behind ``key`` ended: its next occurrence is written at once."""

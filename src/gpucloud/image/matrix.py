@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpucloud.errors import UserError
 from gpucloud.image.versions import Version, VersionError
+from gpucloud.spec.problems import one_line, short_repr
 from gpucloud.spec.safe_yaml import load_yaml
 
 DEFAULT_MATRIX_PATH = Path("images") / "versions.yaml"
@@ -107,7 +108,7 @@ def parse_matrix(text: str, source: str) -> VersionMatrix:
     except ValidationError as err:
         first = err.errors()[0]
         key = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise UserError(f"{source}: {key}: {_describe(dict(first))}") from None
+        raise UserError(one_line(f"{source}: {key[:80]}: {_describe(dict(first))}")) from None
 
 
 def load_matrix(path: Path | str | None = None) -> VersionMatrix:
@@ -130,6 +131,6 @@ def _describe(error: dict) -> str:
         allowed = ", ".join(VERSION_KEYS)
         return f"unknown key (version keys allowed: {allowed})" if "versions" in error["loc"] else "unknown key"
     if kind == "literal_error":
-        return f"{error['input']!r} is not allowed; {error['msg'].replace('Input should be', 'expected')}"
+        return f"{short_repr(error['input'])} is not allowed; {error['msg'].replace('Input should be', 'expected')}"
     message = error["msg"]
     return message.removeprefix("Value error, ")

@@ -173,7 +173,10 @@ def alias_and_nesting(draw: st.DrawFn) -> str:
     key = draw(st.sampled_from([f"gpucloud:{k}" for k in SPEC_KEYS]))
     fanout, depth = draw(st.integers(1, 12)), draw(st.integers(1, 10))
     head = 'config:\n  aws:region: us-east-1\n  gpucloud:x0: &l0 ["lol"]\n'
-    if draw(st.booleans()):
+    shape = draw(st.sampled_from(["aliases", "nesting", "self-reference"]))
+    if shape == "self-reference":
+        return head + f"  {key}: &me [1, {{a: " + "[" * depth + "*me" + "]" * depth + "}]\n"
+    if shape == "aliases":
         levels = "".join(
             f"  gpucloud:x{i}: &l{i} [" + ",".join([f"*l{i - 1}"] * fanout) + "]\n" for i in range(1, depth)
         )

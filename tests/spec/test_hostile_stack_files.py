@@ -70,6 +70,13 @@ def test_alias_bomb_is_refused_before_it_expands(tmp_path: Path, field: str) -> 
     assert peak < 20 * 2**20  # the expansion would be gigabytes
 
 
+@pytest.mark.parametrize("value", ["&a [*a]", "&a {b: *a}", "&a [x, [y, *a]]"])
+def test_an_alias_inside_its_own_value_is_refused(tmp_path: Path, capsys, value: str) -> None:
+    # PyYAML builds a cycle from these; measuring the expansion must not walk it forever
+    line = plan_error(write(tmp_path, REGION + f"  gpucloud:network: {value}\n"), capsys)
+    assert "at line 3, column 21: an alias refers to the value it is part of" in line
+
+
 def test_aliases_that_stay_small_are_fine(tmp_path: Path) -> None:
     text = base_text(**{"  gpucloud:tags:\n    team: research\n": "  gpucloud:tags: &t\n    team: research\n"})
     assert load_stack_file(write(tmp_path, text)).tags == {"team": "research"}

@@ -109,12 +109,13 @@ def load_yaml(text: str, source: str, what: str = "YAML") -> Any:
 
 
 def _check_expansion(root: Node) -> None:
-    """Refuse a node graph whose size with every alias expanded exceeds ``MAX_EXPANDED_NODES``.
+    """Refuse a node graph whose size with every alias expanded exceeds ``MAX_EXPANDED_NODES``,
+    or that contains itself (``&a [*a]``: PyYAML registers an anchor before its children).
 
     Counted bottom-up with one entry per distinct node, so a bomb is measured without expanding it.
-    Composing never leaves a cycle (an alias may only point at a node already complete).
     """
     sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()  # entered, children not yet counted
     stack: list[tuple[Node, bool]] = [(root, False)]
     while stack:
         node, children_done = stack.pop()
@@ -122,9 +123,15 @@ def _check_expansion(root: Node) -> None:
             continue
         children = _children(node)
         if not children_done:
+            open_nodes.add(id(node))
             stack.append((node, True))
-            stack.extend((child, False) for child in children if id(child) not in sizes)
+            for child in children:
+                if id(child) in open_nodes:
+                    raise _Refused("an alias refers to the value it is part of", child.start_mark)
+                if id(child) not in sizes:
+                    stack.append((child, False))
             continue
+        open_nodes.discard(id(node))
         size = 1 + sum(sizes[id(child)] for child in children)
         if size > MAX_EXPANDED_NODES:
             raise _Refused(

@@ -592,6 +592,12 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         ": :storage: ",
         "empty namespace; write gpucloud:storage",
     ),
+    "same-key-with-and-without-namespace": (
+        None,
+        _set("costCeilingUsdPerHour", 100_000),  # the base sets gpucloud:costCeilingUsdPerHour: 100
+        "costCeilingUsdPerHour",
+        "'costCeilingUsdPerHour' is given twice (with and without 'gpucloud:'); keep one",
+    ),
     "ours-in-aws-namespace": (
         None,
         _set("aws:storage", {"nvmeScratch": False}),

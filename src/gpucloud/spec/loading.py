@@ -118,6 +118,8 @@ def _split_namespaces(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[P
         elif namespace in ("", PROJECT):
             if name == "region":
                 problems.append(Problem(key, "unknown key; the region is set with aws:region"))
+            elif name in fields:  # 'costCeilingUsdPerHour' and 'gpucloud:costCeilingUsdPerHour': no last-one-wins
+                problems.append(Problem(key, f"{name!r} is given twice (with and without '{PROJECT}:'); keep one"))
             else:
                 fields[name] = _decode(key, value, problems)
         elif namespace not in OTHER_NAMESPACES:

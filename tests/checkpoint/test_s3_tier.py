@@ -84,3 +84,19 @@ def test_bad_s3_tuning_is_a_user_error(env, message):
 def test_missing_bucket_is_a_clear_error(moto_s3):
     with pytest.raises(UserError, match="cannot read s3://no-such-bucket/job/LATEST: the bucket does not exist"):
         latest_committed("s3://no-such-bucket", "job")
+
+
+def test_an_object_the_manifest_does_not_list_makes_the_step_invalid(moto_s3, tmp_path, tiny_job):
+    """S3 has no directory to list, but the step's prefix does: every object under it must be
+    listed in the manifest (here the manifest leaves a shard out and LATEST records no checksum)."""
+    import json
+
+    tiny_job(URI, local_dir=str(tmp_path / "a"), every_steps=2).run(4)
+    s3 = boto3.client("s3")
+    key = "runs/job/step-4/manifest.json"
+    manifest = json.loads(s3.get_object(Bucket="ckpt-bucket", Key=key)["Body"].read())
+    left_out = manifest["files"].pop()["name"]
+    s3.put_object(Bucket="ckpt-bucket", Key=key, Body=json.dumps(manifest).encode())
+    s3.put_object(Bucket="ckpt-bucket", Key="runs/job/LATEST", Body=b"step-4\n")
+    resolved = CheckpointStore(URI, "job", local_dir=str(tmp_path / "fresh")).resolve()
+    assert resolved.step == 2, f"step-4 with {left_out} unlisted was accepted"

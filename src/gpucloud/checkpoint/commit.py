@@ -131,6 +131,8 @@ def _fence_check(ctx: SaveContext) -> str | None:
         ctx.store.check_fence(ctx.attempt_token, ctx.step)
     except FencedError as exc:
         return str(exc)
+    except Exception:  # noqa: BLE001 - e.g. LATEST unreadable: the commit below meets it again and
+        return None  # reports it to every rank; raising here alone would leave the others waiting
     return None
 
 

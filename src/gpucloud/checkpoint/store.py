@@ -170,6 +170,8 @@ class CheckpointStore:
                     return Resolved(step, "local", directory, manifest, raw)
                 except ManifestError as exc:
                     log.warning("local copy not usable, reading the durable tier: %s", exc)
+                except OSError as exc:  # verified, but keeping it failed (e.g. the local disk is full)
+                    log.warning("local copy not usable, reading the durable tier: %s: %s", directory, os_reason(exc))
         try:
             if isinstance(self.durable, S3Tier):
                 directory, manifest, raw = self._download_verified(step, expected_digest, verify_checksums)
@@ -179,6 +181,9 @@ class CheckpointStore:
             return Resolved(step, "durable", directory, manifest, raw)
         except ManifestError as exc:
             log.warning("skipping %s: %s", layout.step_dir(step), exc)
+            return None
+        except OSError as exc:  # e.g. the local tier cannot hold the verified S3 download
+            log.warning("skipping %s: %s: %s", layout.step_dir(step), getattr(exc, "filename", ""), os_reason(exc))
             return None
 
     def _verify_copy(

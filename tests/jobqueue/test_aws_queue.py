@@ -326,3 +326,20 @@ def test_a_worker_runs_a_job_from_the_aws_queue_to_the_end(plane, capsys):
     assert kinds[0] == "submitted" and "claimed" in kinds and kinds[-1] == "finish"
     sqs = boto3.client("sqs")
     assert _counts(sqs, plane["queue_url"]) == (0, 0)  # the job's message went with it
+
+
+@pytest.mark.parametrize(
+    "damage", [{"spec": {"S": '{"command": ['}}, {"lease_until": {"S": "soon"}}], ids=["bad spec JSON", "text lease"]
+)
+def test_an_unreadable_job_item_is_skipped_with_one_line_and_the_next_job_is_claimed(q, plane, caplog, damage):
+    bad, good = q.submit(SPEC, job_id="bad"), q.submit(SPEC, job_id="good")
+    item = boto3.client("dynamodb").get_item(TableName=plane["table"], Key=key(bad.id, "meta"))["Item"]
+    boto3.client("dynamodb").put_item(TableName=plane["table"], Item={**item, **damage})
+    with caplog.at_level(logging.WARNING, logger="gpucloud.queue.aws.backend"):
+        assert [j.id for j in q.list_jobs()] == [good.id]
+        assert [j.id for j in q.list_jobs()] == [good.id]
+        claimed = wait_for(lambda: q.claim("w", lease_seconds=60), what="the readable job")
+    assert claimed.id == good.id
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert lines and all("'bad'" in line and "\n" not in line for line in lines)
+    assert len([line for line in lines if "skipped" in line]) == 1  # listed twice, told once

@@ -138,7 +138,7 @@ def agent(
     )
     endpoint = None if no_imds else resolve_endpoint(imds_endpoint)
     identity = discover(endpoint, address=address)
-    queue = open_queue(queue_uri)
+    queue = open_queue(queue_uri, supervising=True)
     hooks = hooks_for(identity.instance_id) if endpoint is not None else OfflineHooks()
     hub = start_signal_hub(
         imds_endpoint=endpoint, use_imds=endpoint is not None, poll_interval=poll_interval, grace=grace

@@ -81,12 +81,12 @@ def submit(
     job_id, name, queue_uri, checkpoint_uri, workdir, env_pairs, nodes, gpus_per_node, max_attempts, output, command
 ) -> None:
     """Queue COMMAND as a training job; `gpucloud worker` runs it under the spot supervisor."""
-    from gpucloud.jobs.model import JobSpec
+    from gpucloud.jobs.model import spec_from_flags
     from gpucloud.queue.locations import default_checkpoint_uri, open_queue
 
     if not command:
         raise UserError("missing command after --; e.g. gpucloud submit -- torchrun --nproc-per-node 2 train.py")
-    spec = JobSpec(
+    spec = spec_from_flags(
         command=list(command),
         name=name,
         checkpoint_uri=checkpoint_uri or default_checkpoint_uri(),

@@ -156,7 +156,7 @@ def spot_train(
     A command that ignores the training API still gets SIGTERM (then SIGKILL) before the deadline.
     Crashes are retried here from the last committed checkpoint until --max-attempts attempts crashed.
     """
-    from gpucloud.jobs.model import JobSpec
+    from gpucloud.jobs.model import spec_from_flags
     from gpucloud.jobs.node import start_signal_hub
     from gpucloud.jobs.runner import supervise_job
     from gpucloud.queue.locations import default_checkpoint_uri, open_queue
@@ -164,7 +164,7 @@ def spot_train(
 
     config = supervisor_config(ack_timeout=ack_timeout, stop_margin=stop_margin, kill_after=kill_after, grace=grace)
     endpoint = None if no_imds else resolve_endpoint(imds_endpoint)  # validate before recording anything
-    queue = open_queue(queue_uri)
+    queue = open_queue(queue_uri, supervising=True)
     if job_id is not None:
         job = queue.get(job_id)
         given = {
@@ -187,7 +187,7 @@ def spot_train(
             raise UserError(
                 "missing command after --; e.g. gpucloud spot-train -- torchrun --nproc-per-node 2 train.py"
             )
-        spec = JobSpec(
+        spec = spec_from_flags(
             command=list(command),
             name=name,
             checkpoint_uri=checkpoint_uri or default_checkpoint_uri(),

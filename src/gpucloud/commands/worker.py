@@ -58,7 +58,7 @@ def worker(
 
     config = supervisor_config(ack_timeout=ack_timeout, stop_margin=stop_margin, kill_after=kill_after, grace=grace)
     endpoint = None if no_imds else resolve_endpoint(imds_endpoint)
-    queue = open_queue(queue_uri)
+    queue = open_queue(queue_uri, supervising=True)
     me = default_worker_id()
     limit = 1 if once else max_jobs
     ran: list[dict] = []

@@ -12,8 +12,9 @@ import dataclasses
 import enum
 from typing import Any, cast
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gpucloud.errors import UserError
 from gpucloud.signals.events import STOP_KINDS, Notice, NoticeKind
 
 
@@ -82,6 +83,16 @@ class JobSpec(BaseModel):
         if not value[0].strip():
             raise ValueError("the command's program name is empty")
         return value
+
+
+def spec_from_flags(**fields: Any) -> JobSpec:
+    """A ``JobSpec`` from command-line values, or a one-line ``UserError`` naming the bad one."""
+    try:
+        return JobSpec(**fields)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "job"
+        raise UserError(f"cannot queue this job: {where}: {first['msg'].removeprefix('Value error, ')}") from None
 
 
 class Job(BaseModel):

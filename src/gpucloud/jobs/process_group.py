@@ -7,21 +7,32 @@ when torchrun dies first; we therefore also remember every descendant we have se
 ``/proc``, refreshed on each poll) and signal their groups too. The command's stdout and stderr
 both go to ``sink`` (our stderr by default: our own stdout is reserved for ``--output json``),
 and the last lines are kept for the failure reason.
+
+On Linux the command runs under the guard (``guard.py``), the group's leader: it exits with the
+command's status, and takes the whole tree (ranks in other sessions included) down with it when
+this process dies, even of SIGKILL. ``PR_SET_PDEATHSIG`` follows the *thread* that started the
+guard, so that thread must outlive the group (the runner's does: it waits for the group).
 """
 
 from __future__ import annotations
 
 import collections
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import threading
-from pathlib import Path
 from typing import Protocol
 
+from gpucloud.jobs import guard
+from gpucloud.jobs.proc import PROC as _PROC
+from gpucloud.jobs.proc import descendants as _descendants
+from gpucloud.jobs.proc import pids_in_group as _pids_in_group
+from gpucloud.jobs.proc import same_process as _same_process
+from gpucloud.jobs.proc import state as _state
+
 TAIL_LINES = 20
-_PROC = Path("/proc")
 
 
 class OutputSink(Protocol):
@@ -43,9 +54,10 @@ class ProcessGroup:
         self.argv = list(argv)
         self._sink = sink
         self._tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        _check_startable(self.argv[0], cwd, env)
         try:
             self._proc = subprocess.Popen(
-                self.argv,
+                _guarded(self.argv),
                 env=env,
                 cwd=cwd,
                 stdin=subprocess.DEVNULL,
@@ -56,10 +68,8 @@ class ProcessGroup:
                 errors="replace",
                 bufsize=1,
             )
-        except FileNotFoundError as err:
-            raise CommandNotFound(f"command not found: {self.argv[0]!r} ({err.strerror})") from err
-        except PermissionError as err:
-            raise CommandNotFound(f"command not executable: {self.argv[0]!r} ({err.strerror})") from err
+        except (FileNotFoundError, NotADirectoryError, PermissionError) as err:
+            raise CommandNotFound(_why_not_started(self.argv[0], cwd, err)) from err
         self.pid = self._proc.pid
         self.pgid = self.pid  # start_new_session: the leader's pid is the group id
         self._seen: dict[int, str] = {}  # pid -> /proc start time (guards against pid reuse)
@@ -137,6 +147,43 @@ class CommandNotFound(Exception):
     """The command could not be started at all."""
 
 
+def _guarded(argv: list[str]) -> list[str]:
+    """``argv`` run under the guard (``guard.py``), so the whole tree dies with this process.
+    ``-I``: the job's PYTHON* variables must not change which gpucloud the guard imports."""
+    if not guard.available():
+        return argv
+    return [sys.executable, "-I", "-m", "gpucloud.jobs.guard", str(os.getpid()), "--", *argv]
+
+
+def _check_startable(program: str, cwd: str | os.PathLike[str] | None, env: dict[str, str]) -> None:
+    """Refuse, before anything starts, a working directory that is not there or a program that
+    cannot be found the way ``execvp`` looks for it (the guard would only exit 127)."""
+    if cwd is not None and not os.path.isdir(cwd):
+        problem = "is not a directory" if os.path.exists(cwd) else "does not exist"
+        raise CommandNotFound(
+            f"working directory {os.fspath(cwd)!r} {problem} on this node; the command {program!r} was not started"
+        )
+    if "/" in program:
+        path = os.path.join(cwd or ".", program)
+        if not os.path.exists(path):
+            raise CommandNotFound(f"command not found: {program!r} (No such file or directory)")
+        if os.path.isdir(path) or not os.access(path, os.X_OK):
+            raise CommandNotFound(f"command not executable: {program!r} (Permission denied)")
+    elif shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+        raise CommandNotFound(f"command not found: {program!r} (not on the command's PATH)")
+
+
+def _why_not_started(program: str, cwd: str | os.PathLike[str] | None, err: OSError) -> str:
+    """Name what was missing: Popen reports a working directory it cannot enter with the same
+    errors as a missing program (its ``filename`` is then the directory)."""
+    if cwd is not None and err.filename is not None and os.fspath(err.filename) == os.fspath(cwd):
+        problem = "does not exist" if isinstance(err, FileNotFoundError) else f"cannot be entered ({err.strerror})"
+        return f"working directory {os.fspath(cwd)!r} {problem} on this node; the command {program!r} was not started"
+    if isinstance(err, FileNotFoundError):
+        return f"command not found: {program!r} ({err.strerror})"
+    return f"command not executable: {program!r} ({err.strerror})"
+
+
 def _group_exists(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -146,57 +193,3 @@ def _group_exists(pgid: int) -> bool:
         return True
     # Zombies count for killpg; a group made only of zombies is gone for our purposes.
     return any(_state(pid) not in (None, "Z") for pid in _pids_in_group(pgid)) if _PROC.exists() else True
-
-
-def _stat(pid: int) -> list[str] | None:
-    try:
-        raw = (_PROC / str(pid) / "stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
-        return None
-    # The command name (field 2) may contain spaces and parentheses; split after the last ')'.
-    rest = raw[raw.rfind(")") + 2 :].split()
-    return rest  # rest[0] = state, rest[1] = ppid, rest[2] = pgrp, rest[19] = starttime
-
-
-def _state(pid: int) -> str | None:
-    stat = _stat(pid)
-    return stat[0] if stat else None
-
-
-def _same_process(pid: int, start: str) -> bool:
-    stat = _stat(pid)
-    return stat is not None and stat[19] == start and stat[0] != "Z"
-
-
-def _pids_in_group(pgid: int) -> list[int]:
-    found = []
-    for entry in _PROC.iterdir():
-        if entry.name.isdigit():
-            stat = _stat(int(entry.name))
-            if stat and int(stat[2]) == pgid:
-                found.append(int(entry.name))
-    return found
-
-
-def _descendants(root: int) -> dict[int, str]:
-    if not _PROC.exists():
-        return {}
-    children: dict[int, list[int]] = collections.defaultdict(list)
-    starts: dict[int, str] = {}
-    for entry in _PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        stat = _stat(int(entry.name))
-        if stat is None:
-            continue
-        children[int(stat[1])].append(int(entry.name))
-        starts[int(entry.name)] = stat[19]
-    found: dict[int, str] = {}
-    stack = list(children.get(root, []))
-    while stack:
-        pid = stack.pop()
-        if pid in found or pid not in starts:
-            continue
-        found[pid] = starts[pid]
-        stack.extend(children.get(pid, []))
-    return found

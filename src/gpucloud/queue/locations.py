@@ -40,8 +40,13 @@ def run_dir(job_id: str, attempt: int) -> Path:
     return gpucloud_home() / "run" / job_id / f"attempt-{attempt}"
 
 
-def open_queue(uri: str | None = None) -> GangQueue:
-    """The queue named by ``uri`` (default: ``default_queue_uri()``)."""
+def open_queue(uri: str | None = None, *, supervising: bool = False) -> GangQueue:
+    """The queue named by ``uri`` (default: ``default_queue_uri()``).
+
+    ``supervising``: the caller runs attempts (worker, agent, spot-train). An embedded queue
+    write-locked by another process is then waited for as long as it takes (with backoff, one log
+    line), never an error: a supervisor that died of it would leave its training unwatched and its
+    attempt to be taken over. Other commands say the queue is busy after ``BUSY_TIMEOUT_S``."""
     uri = uri or default_queue_uri()
     if uri.startswith("sqlite:///"):
         path = uri[len("sqlite:///") :]
@@ -49,9 +54,9 @@ def open_queue(uri: str | None = None) -> GangQueue:
             raise UserError(
                 f"queue URI {uri!r} names no file; use sqlite:///PATH, e.g. sqlite:///{gpucloud_home() / 'queue.db'}"
             )
-        from gpucloud.queue.sqlite import SqliteQueue
+        from gpucloud.queue.sqlite import BUSY_TIMEOUT_S, SqliteQueue
 
-        return SqliteQueue(Path(path).expanduser(), uri=uri)
+        return SqliteQueue(Path(path).expanduser(), uri=uri, lock_patience_s=None if supervising else BUSY_TIMEOUT_S)
     if uri.startswith("aws://"):
         address = parse_aws_uri(uri)
         from gpucloud.queue.aws.backend import AwsQueue

@@ -9,14 +9,15 @@ skipped the condition.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -36,12 +37,19 @@ from gpucloud.jobs.model import (
     SlotOffer,
     StopRequest,
 )
+from gpucloud.payload import parse_json
 from gpucloud.queue.gang import GANG_WORKER_PREFIX, gang_worker
 from gpucloud.queue.protocol import Transition, UnknownJob
 from gpucloud.signals.events import Notice
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
 SCHEMA_VERSION = 1
-BUSY_TIMEOUT_S = 30.0
+BUSY_TIMEOUT_S = 30.0  # SQLite's own wait for the write lock, per try
+LOCK_BACKOFF_S = (0.05, 2.0)  # between tries of a locked queue: first and longest pause
+_ROW_PROBLEMS = ("CHECK constraint failed", "NULL value in")  # quick_check's findings about single rows
+_TABLES = ("meta", "jobs", "attempts", "events", "gang_slots", "nodes", "stop_requests")
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -110,9 +118,21 @@ _ATTEMPT_FIELDS = ("started_at", "resumed_step", "last_step", "node")
 class SqliteQueue:
     """``JobQueue`` on a SQLite file. ``uri`` is ``sqlite:///relative.db`` or ``sqlite:////abs.db``."""
 
-    def __init__(self, path: str | Path, *, uri: str | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        uri: str | None = None,
+        busy_timeout_s: float = BUSY_TIMEOUT_S,
+        lock_patience_s: float | None = BUSY_TIMEOUT_S,
+    ) -> None:
+        """``busy_timeout_s``: SQLite's wait for another writer's lock, per try. ``lock_patience_s``:
+        how long a write keeps trying (with backoff) before ``QueueBusy``; None: for ever — a
+        worker or agent holding a running attempt must outwait a stuck writer, never die of it."""
         self.path = Path(path)
         self.uri = uri or f"sqlite:///{self.path}"
+        self.lock_patience_s = lock_patience_s
+        self._unreadable: set[tuple[str, str]] = set()  # rows already reported, so each costs one line
         if self.path.is_dir():
             raise UserError(f"queue path {self.path} is a directory; give a file, e.g. sqlite:///{self.path}/queue.db")
         try:
@@ -122,49 +142,127 @@ class SqliteQueue:
         self._lock = threading.RLock()
         try:
             self._db = sqlite3.connect(
-                str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+                str(self.path), timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
             )
             self._db.row_factory = sqlite3.Row
-            self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+            self._retrying(lambda: self._db.execute("PRAGMA journal_mode = WAL"))
             # FULL: a requeue that was acknowledged must survive a power cut, not only a process crash.
             self._db.execute("PRAGMA synchronous = FULL")
             self._db.execute("PRAGMA foreign_keys = ON")
+            self._check_pages()
+            self._open_schema()
+        except sqlite3.DatabaseError as err:
+            raise self._unusable(err) from err
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _open_schema(self) -> None:
+        """Create what is missing (a write), or only read the version when nothing is: WAL readers
+        never wait for a writer, so `gpucloud jobs` behind a busy worker answers at once."""
+        present = {r["name"] for r in self._read("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not set(_TABLES) <= present or not self._read("SELECT 1 FROM meta WHERE key = 'schema_version'"):
             with self._tx() as db:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         db.execute(statement)
-                row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-                if row is None:
-                    db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-                elif int(row["value"]) != SCHEMA_VERSION:
-                    raise UserError(
-                        f"queue {self.uri} has schema version {row['value']}; this gpucloud reads version {SCHEMA_VERSION}"
-                    )
-        except sqlite3.DatabaseError as err:
+                db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        [row] = self._read("SELECT value FROM meta WHERE key = 'schema_version'")
+        if str(row["value"]) != str(SCHEMA_VERSION):
             raise UserError(
-                f"queue {self.uri} is not a usable SQLite database ({err}); move it away or pick another --queue"
-            ) from err
+                f"queue {self.uri} has schema version {str(row['value'])[:40]!r}; this gpucloud reads version "
+                f"{SCHEMA_VERSION} (a newer gpucloud wrote it, or another program did)"
+            )
 
-    # -- plumbing ---------------------------------------------------------------------------
+    def _check_pages(self) -> None:
+        """Refuse a damaged file at open rather than fail in the middle of a command:
+        ``quick_check`` reads every page (cheap for a queue) without comparing indexes to tables.
+        A row that breaks a CHECK or NOT NULL constraint is not damage to the file: that row alone
+        is skipped when read (``_readable_rows``), the rest of the queue still works."""
+        found = self._retrying(lambda: self._db.execute("PRAGMA quick_check(100)").fetchall())
+        problems = [str(r[0]) for r in found if not str(r[0]).startswith(_ROW_PROBLEMS)]
+        if problems and problems != ["ok"]:
+            raise sqlite3.DatabaseError(f"quick_check: {'; '.join(problems)}")
+
+    def _unusable(self, err: sqlite3.DatabaseError) -> UserError:
+        if _is_locked(err):
+            return QueueBusy(self.uri, self.lock_patience_s)
+        return UserError(
+            f"queue {self.uri} is not a usable SQLite database ({_one_line(str(err))}); move it away or pick another --queue"
+        )
+
+    def _retrying(self, operation: Callable[[], T]) -> T:
+        """``operation`` retried with backoff while another process holds the write lock (each try
+        already waited ``busy_timeout``), for ``lock_patience_s`` in all (None: for ever)."""
+        started = time.monotonic()
+        pause = LOCK_BACKOFF_S[0]
+        told = False
+        while True:
+            try:
+                return operation()
+            except sqlite3.OperationalError as err:
+                if not _is_locked(err):
+                    raise
+                waited = time.monotonic() - started
+                if self.lock_patience_s is not None and waited >= self.lock_patience_s:
+                    raise QueueBusy(self.uri, self.lock_patience_s) from err
+                if not told:  # one line per wait, not one per try
+                    told = True
+                    log.warning("queue %s is busy: another process holds its write lock; waiting for it", self.uri)
+            time.sleep(pause)  # not a synchronisation: a pause between tries of a lock held elsewhere
+            pause = min(pause * 2, LOCK_BACKOFF_S[1])
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         """One write transaction; BEGIN IMMEDIATE takes the write lock up front so the reads that
-        decide a conditional update cannot go stale before the update."""
+        decide a conditional update cannot go stale before the update. A lock held elsewhere is
+        waited for (``_retrying``); a damaged file is a ``UserError``, never a traceback."""
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._retrying(lambda: self._db.execute("BEGIN IMMEDIATE"))
+            except sqlite3.DatabaseError as err:
+                raise self._unusable(err) from err
             try:
                 yield self._db
-            except BaseException:
+            except BaseException as failure:
                 self._db.execute("ROLLBACK")
+                if isinstance(failure, sqlite3.DatabaseError):
+                    raise self._unusable(failure) from failure
                 raise
             else:
-                self._db.execute("COMMIT")
+                try:
+                    self._db.execute("COMMIT")
+                except sqlite3.DatabaseError as err:
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
+                    raise self._unusable(err) from err
 
     def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         with self._lock:
-            return self._db.execute(sql, args).fetchall()
+            try:
+                return self._retrying(lambda: self._db.execute(sql, args).fetchall())
+            except sqlite3.DatabaseError as err:
+                raise self._unusable(err) from err
+
+    def _readable_rows(self, rows: Iterable[sqlite3.Row]) -> Iterator[tuple[sqlite3.Row, Job]]:
+        """(row, job) for each row of ``rows`` that can be read; each unreadable one is skipped with
+        one log line (once per queue connection), so one bad row never hides or blocks the rest."""
+        for row in rows:
+            try:
+                yield row, _job(row)
+            except UserError as problem:
+                self._report_unreadable("job", str(row["id"]), str(problem))
+
+    def _readable_jobs(self, rows: Iterable[sqlite3.Row]) -> list[Job]:
+        return [job for _, job in self._readable_rows(rows)]
+
+    def _report_unreadable(
+        self, what: str, job_id: str, problem: str, outcome: str = "skipped, the rest of the queue goes on"
+    ) -> None:
+        if (what, job_id) not in self._unreadable:
+            self._unreadable.add((what, job_id))
+            where = "" if what == "job" else f"{what} of job {job_id[:100]!r}: "
+            log.warning("%s%s; %s", where, problem, outcome)
 
     def close(self) -> None:
         with self._lock:
@@ -202,7 +300,7 @@ class SqliteQueue:
             wanted = [JobState(s).value for s in states]
             marks = ", ".join("?" for _ in wanted)
             rows = self._read(f"SELECT * FROM jobs WHERE state IN ({marks}) ORDER BY created_at, id", tuple(wanted))
-        return [_job(r) for r in rows]
+        return self._readable_jobs(rows)
 
     # -- claiming and leases ----------------------------------------------------------------
 
@@ -221,46 +319,39 @@ class SqliteQueue:
             if attempt is not None:
                 if job_id is None:
                     raise ValueError("claim(attempt=...) needs job_id")
-                row = db.execute(
+                rows = db.execute(
                     "SELECT * FROM jobs WHERE id = ? AND state = 'queued' AND attempt = ?", (job_id, attempt)
-                ).fetchone()
+                ).fetchall()
             elif job_id is None:
-                # Single-node jobs only, and none an agent runs as a gang (see JobQueue.claim).
-                row = db.execute(
-                    f"SELECT * FROM jobs WHERE {claimable} AND COALESCE(json_extract(spec, '$.nodes'), 1) = 1 "
-                    "AND (worker IS NULL OR worker NOT LIKE ?) ORDER BY created_at, id LIMIT 1",
+                # Single-node jobs only, and none an agent runs as a gang (see JobQueue.claim). The
+                # spec is read here, not by json_extract: one unreadable row must not fail the query.
+                rows = db.execute(
+                    f"SELECT * FROM jobs WHERE {claimable} AND (worker IS NULL OR worker NOT LIKE ?) "
+                    "ORDER BY created_at, id",
                     (now, f"{GANG_WORKER_PREFIX}%"),
-                ).fetchone()
+                ).fetchall()
             else:
-                row = db.execute(f"SELECT * FROM jobs WHERE id = ? AND {claimable}", (job_id, now)).fetchone()
-            if row is None:
+                rows = db.execute(f"SELECT * FROM jobs WHERE id = ? AND {claimable}", (job_id, now)).fetchall()
+            for job in self._readable_jobs(rows):
+                if job_id is None and job.spec.nodes != 1:
+                    continue
+                # A savepoint per candidate: a row whose claim breaks a constraint (damaged outside
+                # gpucloud) is skipped, and the next job is claimed in the same transaction.
+                db.execute("SAVEPOINT claim_one")
+                try:
+                    _take(db, job, worker, lease_seconds=lease_seconds, node=node, now=now)
+                except (sqlite3.IntegrityError, UnreadableRow) as err:
+                    db.execute("ROLLBACK TO claim_one")
+                    db.execute("RELEASE claim_one")
+                    problem = f"job {job.id[:100]!r} in the queue cannot be claimed ({_one_line(str(err))})"
+                    if job_id is not None:
+                        raise UserError(f"{problem}; it was not written by gpucloud") from err
+                    self._report_unreadable("job", job.id, problem)
+                    continue
+                db.execute("RELEASE claim_one")
+                break
+            else:
                 return None
-            job = _job(row)
-            number = job.attempt
-            if job.state is JobState.RUNNING:
-                # The previous holder stopped renewing its lease: its attempt is lost, ours is k+1.
-                db.execute(
-                    "UPDATE attempts SET state = ?, ended_at = ?, reason = ? WHERE job_id = ? AND number = ?",
-                    (AttemptState.LOST.value, now, f"lease of worker {job.worker} expired", job.id, number),
-                )
-                _insert_event(db, job.id, number, "lease-expired", now, {"worker": job.worker})
-                number += 1
-                db.execute(
-                    "INSERT INTO attempts (job_id, number, state, created_at) VALUES (?, ?, ?, ?)",
-                    (job.id, number, AttemptState.QUEUED.value, now),
-                )
-            updated = db.execute(
-                "UPDATE jobs SET state = 'running', attempt = ?, worker = ?, lease_until = ?, updated_at = ? "
-                "WHERE id = ? AND attempt = ? AND state = ?",
-                (number, worker, now + lease_seconds, now, job.id, job.attempt, job.state.value),
-            ).rowcount
-            if updated != 1:  # cannot happen under the write lock; kept as the invariant's guard
-                raise RuntimeError(f"claim of job {job.id} lost a race it cannot lose under BEGIN IMMEDIATE")
-            db.execute(
-                "UPDATE attempts SET state = 'running', worker = ?, node = ? WHERE job_id = ? AND number = ?",
-                (worker, node, job.id, number),
-            )
-            _insert_event(db, job.id, number, "claimed", now, {"worker": worker, "node": node})
         return self.get(job.id)
 
     def heartbeat(self, job_id: str, attempt: int, worker: str, *, lease_seconds: float) -> bool:
@@ -376,17 +467,32 @@ class SqliteQueue:
     def attempts(self, job_id: str) -> list[Attempt]:
         self.get(job_id)
         rows = self._read("SELECT * FROM attempts WHERE job_id = ? ORDER BY number", (job_id,))
-        return [Attempt(**dict(r)) for r in rows]
+        attempts = []
+        for row in rows:
+            try:
+                attempts.append(Attempt(**dict(row)))
+            except ValidationError as err:
+                self._report_unreadable(f"attempt {row['number']!r}", job_id, _first_problem(err, "attempt"))
+        return attempts
 
     def events(self, job_id: str) -> list[Event]:
         self.get(job_id)
         rows = self._read(
             "SELECT job_id, attempt, kind, at, data FROM events WHERE job_id = ? ORDER BY at, seq", (job_id,)
         )
-        return [
-            Event(job_id=r["job_id"], attempt=r["attempt"], kind=r["kind"], at=r["at"], data=json.loads(r["data"]))
-            for r in rows
-        ]
+        events = []
+        for row in rows:
+            name = f"timeline event {str(row['kind'])[:40]!r} of attempt {row['attempt']!r}"
+            fields = {"job_id": row["job_id"], "attempt": row["attempt"], "kind": row["kind"], "at": row["at"]}
+            try:
+                events.append(Event(**fields, data=parse_json(row["data"], "its data", UnreadableRow)))
+            except UnreadableRow as problem:  # the event still happened: keep it, without its details
+                self._report_unreadable(name, job_id, str(problem), "shown without its data")
+                events.append(Event(**fields))
+            except (ValidationError, TypeError) as err:
+                why = _first_problem(err, "event") if isinstance(err, ValidationError) else str(err)
+                self._report_unreadable(name, job_id, why)
+        return events
 
     # -- gang slots and node records (GangStore) -----------------------------------------------
 
@@ -396,7 +502,7 @@ class SqliteQueue:
         at = time.time() if now is None else now
         with self._tx() as db:
             jobs = db.execute(
-                "SELECT id, attempt, state, worker, spec FROM jobs WHERE state IN (?, ?) ORDER BY created_at, id",
+                "SELECT * FROM jobs WHERE state IN (?, ?) ORDER BY created_at, id",
                 (JobState.QUEUED.value, JobState.RUNNING.value),
             ).fetchall()
             held = db.execute(
@@ -407,13 +513,12 @@ class SqliteQueue:
         live = {(r["job_id"], r["slot"]) for r in held}
         lost: list[SlotOffer] = []
         free: list[SlotOffer] = []
-        for job in jobs:
-            nodes = int(json.loads(job["spec"]).get("nodes", 1))
-            open_slots = [s for s in range(nodes) if (job["id"], s) not in live]
-            if job["state"] == JobState.QUEUED.value:
-                free += [SlotOffer(job_id=job["id"], attempt=job["attempt"], slot=s) for s in open_slots]
-            elif job["worker"] == gang_worker(job["id"], job["attempt"]) and open_slots:
-                lost.append(SlotOffer(job_id=job["id"], attempt=job["attempt"], slot=open_slots[0], lost=True))
+        for job in self._readable_jobs(jobs):
+            open_slots = [s for s in range(job.spec.nodes) if (job.id, s) not in live]
+            if job.state is JobState.QUEUED:
+                free += [SlotOffer(job_id=job.id, attempt=job.attempt, slot=s) for s in open_slots]
+            elif job.worker == gang_worker(job.id, job.attempt) and open_slots:
+                lost.append(SlotOffer(job_id=job.id, attempt=job.attempt, slot=open_slots[0], lost=True))
         return lost + free
 
     def offer_done(self, offer: SlotOffer) -> None:
@@ -476,9 +581,8 @@ class SqliteQueue:
             try:
                 records.append(NodeRecord.model_validate_json(row["record"]))
             except ValidationError as err:
-                raise UserError(
-                    f"node record {row['id']!r} in {self.uri} is unreadable ({err.errors()[0]['msg']}); it was not written by gpucloud"
-                ) from err
+                problem = f"unreadable ({_first_problem(err, 'record')}); it was not written by gpucloud"
+                self._report_unreadable("node record", str(row["id"]), problem)
         return records
 
     # -- stop requests ----------------------------------------------------------------------------
@@ -517,6 +621,35 @@ class SqliteQueue:
             ) from err
 
 
+def _take(db: sqlite3.Connection, job: Job, worker: str, *, lease_seconds: float, node: str | None, now: float) -> None:
+    """Give ``job``'s current attempt to ``worker`` (k+1 when the previous holder's lease expired)."""
+    number = job.attempt
+    if job.state is JobState.RUNNING:
+        # The previous holder stopped renewing its lease: its attempt is lost, ours is k+1.
+        db.execute(
+            "UPDATE attempts SET state = ?, ended_at = ?, reason = ? WHERE job_id = ? AND number = ?",
+            (AttemptState.LOST.value, now, f"lease of worker {job.worker} expired", job.id, number),
+        )
+        _insert_event(db, job.id, number, "lease-expired", now, {"worker": job.worker})
+        number += 1
+        db.execute(
+            "INSERT INTO attempts (job_id, number, state, created_at) VALUES (?, ?, ?, ?)",
+            (job.id, number, AttemptState.QUEUED.value, now),
+        )
+    updated = db.execute(
+        "UPDATE jobs SET state = 'running', attempt = ?, worker = ?, lease_until = ?, updated_at = ? "
+        "WHERE id = ? AND attempt = ? AND state = ?",
+        (number, worker, now + lease_seconds, now, job.id, job.attempt, job.state.value),
+    ).rowcount
+    if updated != 1:  # under the write lock only a row stored unlike gpucloud writes it gets here
+        raise UnreadableRow(f"its attempt {job.attempt} and state {job.state.value} do not match what is stored")
+    db.execute(
+        "UPDATE attempts SET state = 'running', worker = ?, node = ? WHERE job_id = ? AND number = ?",
+        (worker, node, job.id, number),
+    )
+    _insert_event(db, job.id, number, "claimed", now, {"worker": worker, "node": node})
+
+
 def _queued_at(db: sqlite3.Connection, job_id: str, attempt: int) -> bool:
     return (
         db.execute("SELECT 1 FROM jobs WHERE id = ? AND state = 'queued' AND attempt = ?", (job_id, attempt)).fetchone()
@@ -535,16 +668,45 @@ def _insert_event(
     )
 
 
+class QueueBusy(UserError):
+    def __init__(self, uri: str, waited_s: float | None) -> None:
+        super().__init__(
+            f"queue {uri} is busy: another process has held its write lock for over {waited_s or 0:.0f} s; "
+            "try again (the file is not damaged)"
+        )
+
+
+class UnreadableRow(ValueError):
+    """A row of the queue file that gpucloud did not write (damaged, or edited by hand)."""
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    return " ".join(text.split())[:limit]
+
+
+def _is_locked(err: sqlite3.DatabaseError) -> bool:
+    return isinstance(err, sqlite3.OperationalError) and (
+        "database is locked" in str(err) or "database is busy" in str(err)
+    )
+
+
+def _first_problem(err: ValidationError, default: str) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or default
+    return f"{where[:100]}: {first['msg']}"
+
+
 def _job(row: sqlite3.Row) -> Job:
     fields = dict(row)
+    name = repr(str(fields.get("id"))[:100])
+    if not isinstance(fields.get("spec"), str):
+        raise UserError(f"job {name} in the queue is unreadable (spec is not text); it was not written by gpucloud")
     try:
         fields["spec"] = JobSpec.model_validate_json(fields["spec"])
         return Job(**fields)
     except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "spec"
         raise UserError(
-            f"job {fields['id']!r} in the queue is unreadable ({where}: {first['msg']}); it was not written by gpucloud"
+            f"job {name} in the queue is unreadable ({_first_problem(err, 'spec')}); it was not written by gpucloud"
         ) from err
 
 

@@ -40,7 +40,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from gpucloud.checkpoint.layout import validate_job_id
@@ -87,7 +87,7 @@ from gpucloud.queue.aws.items import (
     slot_sk_prefix,
 )
 from gpucloud.queue.aws.messages import Action, Decision, Holder, MalformedMessage, decide, parse_slot_message
-from gpucloud.queue.aws.schema import STATE_INDEX, STATE_INDEX_HASH_KEY
+from gpucloud.queue.aws.schema import HASH_KEY, STATE_INDEX, STATE_INDEX_HASH_KEY
 from gpucloud.queue.aws.slot_box import ReceivedMessage, SlotMessageBox, held_slot_message
 from gpucloud.queue.aws.uri import AwsQueueAddress
 from gpucloud.queue.gang import gang_worker, view
@@ -194,6 +194,7 @@ class AwsQueue:
         self.max_receives, dead_letter_url = self._read_redrive_policy()
         self._box = SlotMessageBox(self._sqs, self.queue_url, self.max_receives, dead_letter_url)
         self._next_stray_sweep = 0.0  # monotonic: the table is read for stray slots at most this often
+        self._unreadable: set[str] = set()  # job items already reported unreadable (one line each)
 
     @_aws_call("opening the job queue")
     def _read_redrive_policy(self) -> tuple[int | None, str | None]:
@@ -281,8 +282,23 @@ class AwsQueue:
         # The index is eventually consistent (like every DynamoDB GSI): a job changed within the
         # last moment may still be listed under its previous state.
         wanted = [JobState(s) for s in states] if states is not None else list(JobState)
-        jobs = [item_to_job(item, self.table) for state in wanted for item in self._by_state(state)]
-        return sorted(jobs, key=lambda j: (j.created_at, j.id))
+        items = [item for state in wanted for item in self._by_state(state)]
+        return sorted(self._readable_jobs(items), key=lambda j: (j.created_at, j.id))
+
+    def _readable_jobs(self, items: Iterable[dict[str, Any]]) -> Iterator[Job]:
+        return (job for _, job in self._readable_items(items))
+
+    def _readable_items(self, items: Iterable[dict[str, Any]]) -> Iterator[tuple[dict[str, Any], Job]]:
+        """(item, job) for each job item that can be read; each unreadable one is skipped with one
+        log line (once per queue connection), so one bad item never hides or blocks the rest."""
+        for item in items:
+            try:
+                yield item, item_to_job(item, self.table)
+            except UserError as problem:
+                name = str(item.get(HASH_KEY))
+                if name not in self._unreadable:
+                    self._unreadable.add(name)
+                    log.warning("%s; skipped, the rest of the queue goes on", problem)
 
     def _by_state(self, state: JobState, *, filter_expression: str | None = None, **values: Any) -> Iterable[dict]:
         params: dict[str, Any] = {
@@ -457,8 +473,7 @@ class AwsQueue:
             (JobState.QUEUED, "#updated_at < :cutoff"),
             (JobState.RUNNING, "#lease_until < :cutoff"),
         ):
-            for item in self._by_state(state, filter_expression=expired, cutoff=cutoff):
-                job = item_to_job(item, self.table)
+            for item, job in self._readable_items(self._by_state(state, filter_expression=expired, cutoff=cutoff)):
                 if job.spec.nodes != 1 or job.worker == gang_worker(job.id, job.attempt):
                     continue
                 claimed = self._try_claim(item, worker, lease_seconds, node, None)
@@ -801,8 +816,7 @@ class AwsQueue:
         self._next_stray_sweep = time.monotonic() + self.sweep_grace_s / 4
         cutoff = now - self.sweep_grace_s
         lost: list[SlotOffer] = []
-        for item in self._by_state(JobState.RUNNING):
-            job = item_to_job(item, self.table)
+        for job in self._readable_jobs(self._by_state(JobState.RUNNING)):
             if job.worker != gang_worker(job.id, job.attempt):
                 if job.lease_until is not None and job.lease_until < cutoff:
                     lost.append(SlotOffer(job_id=job.id, attempt=job.attempt, slot=0, lost=True))
@@ -810,8 +824,8 @@ class AwsQueue:
             stale = view(self.slot_claims(job.id, job.attempt), job.spec.nodes, cutoff).free_slots
             lost += [SlotOffer(job_id=job.id, attempt=job.attempt, slot=s, lost=True) for s in stale[:1]]
         free: list[SlotOffer] = []
-        for item in self._by_state(JobState.QUEUED, filter_expression="#updated_at < :cutoff", cutoff=cutoff):
-            job = item_to_job(item, self.table)
+        queued = self._by_state(JobState.QUEUED, filter_expression="#updated_at < :cutoff", cutoff=cutoff)
+        for job in self._readable_jobs(queued):
             current = view(self.slot_claims(job.id, job.attempt), job.spec.nodes, now)
             free += [SlotOffer(job_id=job.id, attempt=job.attempt, slot=s) for s in current.free_slots]
         return lost + free

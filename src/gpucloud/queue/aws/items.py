@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from gpucloud.errors import UserError
 from gpucloud.jobs.model import Attempt, AttemptState, Event, Job, JobSpec, JobState, NodeRecord, SlotClaim
+from gpucloud.payload import parse_json
 from gpucloud.queue.aws.schema import HASH_KEY, RANGE_KEY, STATE_INDEX_HASH_KEY, STATE_INDEX_RANGE_KEY
 
 META = "meta"
@@ -180,7 +181,7 @@ def item_to_event(item: Mapping[str, Mapping[str, Any]], table: str) -> Event:
             attempt=fields["attempt"],
             kind=fields["kind"],
             at=fields["at"],
-            data=json.loads(fields.get("data") or "{}"),
+            data=parse_json(fields.get("data") or "{}", "its data", ValueError),
         )
     except (KeyError, ValueError, ValidationError) as err:
         raise UserError(

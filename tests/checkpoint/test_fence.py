@@ -120,3 +120,74 @@ def test_fs_commit_and_claim_are_serialised_by_the_lock(tmp_path):
     claimer.join()
     record = latest.parse(_latest_bytes(uri, tmp_path), "x")
     assert (record.step, record.attempt) == (8, 2)
+
+
+class _ThreadRanks:
+    """Two ranks as threads with the collectives commit() uses; ``on_first_barrier`` runs once, on
+    rank 0, between the fence pre-check and the commit (where a newer attempt's claim can land)."""
+
+    def __init__(self, world_size: int, on_first_barrier) -> None:
+        self.world_size = world_size
+        self._barrier = threading.Barrier(world_size, timeout=60)
+        self._slots: list[object] = [None] * world_size
+        self._hook = on_first_barrier
+
+    def rank_view(self, rank: int):
+        ranks = self
+
+        class View:
+            is_node_leader = rank == 0
+            world_size = ranks.world_size
+
+            def __init__(self) -> None:
+                self.rank = rank
+
+            def all_gather_object(self, obj: object) -> list[object]:
+                ranks._barrier.wait()
+                ranks._slots[rank] = obj
+                ranks._barrier.wait()
+                out = list(ranks._slots)
+                ranks._barrier.wait()
+                return out
+
+            def barrier(self) -> None:
+                if rank == 0 and ranks._hook is not None:
+                    hook, ranks._hook = ranks._hook, None
+                    hook()
+                ranks._barrier.wait()
+
+        return View()
+
+
+def test_every_rank_learns_that_rank_0_was_fenced_at_commit(tmp_path):
+    from gpucloud.checkpoint import commit as protocol
+    from gpucloud.checkpoint.manifest import FileEntry, file_digest
+
+    uri = str(tmp_path / "ck")
+    store = CheckpointStore(uri, "job")
+    store.claim(1)
+    ranks = _ThreadRanks(2, on_first_barrier=lambda: CheckpointStore(uri, "job").claim(2))
+    ctx = protocol.SaveContext(store, 6, "a1", 1, attempt_token=1)
+    ctx.staging.mkdir(parents=True)
+    outcomes: dict[int, BaseException | None] = {}
+
+    def run(rank: int) -> None:
+        name = f"__{rank}_0.distcp"
+        (ctx.staging / name).write_bytes(bytes([rank]) * 10)
+        size, digest = file_digest(ctx.staging / name)
+        try:
+            protocol.commit(ctx, [FileEntry(name=name, size=size, xxh3=digest)], ranks.rank_view(rank))
+            outcomes[rank] = None
+        except BaseException as exc:  # noqa: BLE001 - recorded for the assertions
+            outcomes[rank] = exc
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a rank is stuck at a barrier"
+    assert all(isinstance(outcomes[r], FencedError) for r in range(2)), outcomes
+    assert "refusing to commit step-6" in str(outcomes[1])
+    assert latest.parse(_latest_bytes(uri, tmp_path), "x") == latest.LatestRecord(step=None, attempt=2)
+    assert not (tmp_path / "ck" / "job" / "step-6").exists(), "the step stays uncommitted"

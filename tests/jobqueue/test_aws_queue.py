@@ -343,3 +343,17 @@ def test_an_unreadable_job_item_is_skipped_with_one_line_and_the_next_job_is_cla
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert lines and all("'bad'" in line and "\n" not in line for line in lines)
     assert len([line for line in lines if "skipped" in line]) == 1  # listed twice, told once
+
+
+def test_a_worker_behind_a_poison_message_runs_the_job_instead_of_exiting(plane, capsys):
+    """Before: the worker exited 1 (RecursionError) on every receive until SQS dead-lettered it."""
+    import sys
+
+    sqs = boto3.client("sqs")
+    sqs.send_message(QueueUrl=plane["queue_url"], MessageBody="[" * 100_000 + "]" * 100_000)
+    code, _, _ = run(capsys, "submit", "--queue", plane["uri"], "--job-id", "w-aws", "--", sys.executable, "-c", "pass")
+    assert code == 0
+    code, out, err = run(capsys, "worker", "--queue", plane["uri"], "--no-imds", "--once", "--output", "json")
+    assert code == 0, err
+    assert json.loads(out)["jobs"] == [{"job_id": "w-aws", "state": "finished", "exit_code": 0}]
+    assert _counts(sqs, plane["dlq_url"]) == (1, 0)

@@ -8,6 +8,7 @@ import logging
 import sqlite3
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -165,6 +166,8 @@ def test_a_patient_queue_outwaits_a_lock_held_past_the_busy_timeout_and_proceeds
         claimer = threading.Thread(target=claim, daemon=True)
         claimer.start()
         wait_for(seen.busy.is_set, what="the claim to find the queue busy")  # past SQLite's own timeout
+        held_until = time.monotonic() + 1.0  # the lock stays held for 20 busy timeouts, not one
+        wait_for(lambda: time.monotonic() >= held_until or outcome, what="the lock to be held a while")
         assert claimer.is_alive() and not outcome  # still waiting, not failed
         writer.execute("ROLLBACK")
         claimer.join(timeout=60)
@@ -223,3 +226,48 @@ def test_a_damaged_page_anywhere_is_one_line_never_a_traceback(tmp_path):
         except Exception as err:  # noqa: BLE001 - counted: each one is a traceback for the user
             tracebacks.append((page, repr(err)[:120]))
     assert tracebacks == [], f"{len(tracebacks)} of {pages - 1} damaged pages: {tracebacks[:3]}"
+
+
+def test_a_supervisor_outwaits_a_queue_locked_past_the_busy_timeout_and_finishes_the_job(tmp_path):
+    """Item 2's cause: a worker died of ``database is locked`` and left its training orphaned.
+    The queue is write-locked while the command runs and ends; the supervisor waits, then records."""
+    from gpucloud.jobs.runner import supervise_job
+    from gpucloud.jobs.supervisor import SupervisorConfig
+
+    from .conftest import Inbox
+
+    db, go = tmp_path / "queue.db", tmp_path / "go"
+    q = SqliteQueue(db, busy_timeout_s=0.05, lock_patience_s=None)
+    wait_then_exit = f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.02)"
+    job = q.submit(JobSpec(command=[sys.executable, "-c", wait_then_exit]))
+    seen = _Seen()
+    logging.getLogger(QUEUE_LOG).addHandler(seen)
+    writer = sqlite3.connect(db, isolation_level=None)
+    outcome: dict[str, object] = {}
+
+    def supervise() -> None:
+        try:
+            outcome["result"] = supervise_job(q, job.id, worker="w", notices=Inbox(), config=SupervisorConfig())
+        except BaseException as err:  # noqa: BLE001 - the test reports whatever escaped
+            outcome["error"] = err
+
+    supervisor = threading.Thread(target=supervise, daemon=True)
+    try:
+        supervisor.start()
+        wait_for(lambda: "started" in [e.kind for e in SqliteQueue(db).events(job.id)], what="the command to start")
+        writer.execute("BEGIN IMMEDIATE")
+        go.write_text("")  # the command exits while the queue is locked: its end must wait, not fail
+        wait_for(seen.busy.is_set, what="the supervisor to find the queue busy")
+        held_until = time.monotonic() + 1.0  # the lock stays held for 20 busy timeouts, not one
+        wait_for(lambda: time.monotonic() >= held_until or outcome, what="the lock to be held a while")
+        assert supervisor.is_alive() and not outcome
+        writer.execute("ROLLBACK")
+        supervisor.join(timeout=120)
+    finally:
+        logging.getLogger(QUEUE_LOG).removeHandler(seen)
+        if writer.in_transaction:
+            writer.execute("ROLLBACK")
+        writer.close()
+    assert "error" not in outcome, outcome.get("error")
+    assert outcome["result"].exit_code == 0 and q.get(job.id).state.value == "finished"
+    q.close()

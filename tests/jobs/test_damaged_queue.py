@@ -271,3 +271,47 @@ def test_a_supervisor_outwaits_a_queue_locked_past_the_busy_timeout_and_finishes
     assert "error" not in outcome, outcome.get("error")
     assert outcome["result"].exit_code == 0 and q.get(job.id).state.value == "finished"
     q.close()
+
+
+def test_a_notice_flags_the_ranks_while_the_queue_is_write_locked(tmp_path, gpucloud_home):
+    """The flag is the notice's whole point: it is written before the timeline, so another
+    process holding the queue's write lock cannot delay it (before: it waited for the lock)."""
+    from gpucloud.jobs.runner import supervise_job
+    from gpucloud.jobs.supervisor import SupervisorConfig
+
+    from .conftest import Inbox, spot_notice
+
+    db = tmp_path / "queue.db"
+    q = SqliteQueue(db, busy_timeout_s=0.05, lock_patience_s=None)
+    control_dir = gpucloud_home / "run"
+    job = q.submit(JobSpec(command=[sys.executable, "-c", "import time\nwhile True: time.sleep(0.05)"]))
+    inbox = Inbox()
+    config = SupervisorConfig(ack_timeout=0.5, stop_margin=1.0, exit_grace=2.0, kill_after=0.5, tick=0.02)
+    outcome: dict[str, object] = {}
+
+    def supervise() -> None:
+        try:
+            outcome["result"] = supervise_job(q, job.id, worker="w", notices=inbox, config=config)
+        except BaseException as err:  # noqa: BLE001 - the test reports whatever escaped
+            outcome["error"] = err
+
+    supervisor = threading.Thread(target=supervise, daemon=True)
+    writer = sqlite3.connect(db, isolation_level=None)
+    try:
+        supervisor.start()
+        wait_for(lambda: "started" in [e.kind for e in SqliteQueue(db).events(job.id)], what="the command to start")
+        writer.execute("BEGIN IMMEDIATE")
+        inbox.put(spot_notice(lead=60.0))
+        flags = wait_for(lambda: list(control_dir.rglob("preempt*")), what="the ranks' flag, queue locked")
+        assert flags and supervisor.is_alive() and not outcome
+        writer.execute("ROLLBACK")
+        supervisor.join(timeout=120)
+    finally:
+        if writer.in_transaction:
+            writer.execute("ROLLBACK")
+        writer.close()
+    assert "error" not in outcome, outcome.get("error")
+    assert outcome["result"].exit_code == 75  # requeued: the notice was handled as one
+    kinds = [e.kind for e in q.events(job.id)]
+    assert kinds.index("notice") < kinds.index("flag")  # the timeline still reads in order
+    q.close()

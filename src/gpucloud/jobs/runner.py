@@ -244,24 +244,29 @@ class _AttemptLoop:
             seen.see_step(payload)
 
     def _on_notice(self, notice: Notice, now: float) -> None:
+        """Act on the notice first (the control file), record it after: a queue that is slow or
+        write-locked by another process must never delay the ranks' flag. The timeline is ordered
+        by each event's ``at``, so the order of the writes does not show."""
         self.handled.add(notice.event_id)
-        self.timeline.record(
-            "notice",
-            at=notice.received_at,
-            kind=notice.kind,
-            source=notice.source,
-            deadline=notice.deadline,
-            action=notice.action,
-            event_id=notice.event_id,
-        )
+        details = {
+            "kind": notice.kind,
+            "source": notice.source,
+            "deadline": notice.deadline,
+            "action": notice.action,
+            "event_id": notice.event_id,
+        }
         if not notice.is_stop:
+            asked_at = None
             if self.plan is None:  # a rebalance recommendation: checkpoint early, keep training
                 asked_at = time.time()  # before the file exists, as for the flag below
                 control.write(self.control_dir, control.SAVE, notice.to_json())
+            self.timeline.record("notice", at=notice.received_at, **details)
+            if asked_at is not None:
                 self.timeline.record("save", at=asked_at, kind=notice.kind)
             return
         if self.plan is not None:
             self.plan = tighten(self.plan, notice, now, self.config)
+            self.timeline.record("notice", at=notice.received_at, **details)
             return
         self.stop_notice = notice
         self.plan = plan_stop(notice, now, self.config)
@@ -269,6 +274,7 @@ class _AttemptLoop:
         # (ordered by time) must never show the ack before the flag it answers.
         flagged_at = time.time()
         control.write(self.control_dir, control.PREEMPT, notice.to_json())
+        self.timeline.record("notice", at=notice.received_at, **details)
         self.timeline.record(
             "flag", at=flagged_at, deadline=self.plan.deadline, ack_by=self.plan.ack_by, commit_by=self.plan.commit_by
         )

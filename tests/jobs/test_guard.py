@@ -108,3 +108,64 @@ def test_the_guard_reports_a_signal_death_as_that_signal(tmp_path):
     with open(tmp_path / "out", "w") as sink:
         group = ProcessGroup([sys.executable, "-c", script], env=dict(os.environ), sink=sink)
         assert group.wait(timeout=60) == -signal.SIGTERM
+
+
+# A cooperative command, as a training script with a TrainingSession behaves at a step boundary:
+# on the preempt flag it acknowledges, commits and exits 75 (this one starts no ranks of its own).
+COOPERATIVE = textwrap.dedent(
+    """
+    import os, sys, time
+    from gpucloud import control
+    ctl = os.environ["GPUCLOUD_CONTROL_DIR"]
+    control.write(ctl, control.RESUMED, {"step": 0})
+    step = 0
+    while not control.exists(ctl, control.PREEMPT):
+        time.sleep(0.01)
+        step += 1
+    control.write(ctl, control.ACK, {"step": step})
+    control.write(ctl, control.COMMITTED, {"step": step})
+    sys.exit(75)
+    """
+)
+
+SAVING_SUPERVISOR = textwrap.dedent(
+    """
+    import os, sys, time
+    from gpucloud.jobs.process_group import ProcessGroup
+    command, control_dir = sys.argv[1], sys.argv[2]
+    env = {**os.environ, "GPUCLOUD_CONTROL_DIR": control_dir}
+    group = ProcessGroup([sys.executable, command], env=env, sink=open(os.devnull, "w"), save_grace=60)
+    while True:
+        time.sleep(0.05)
+    """
+)
+
+
+def test_a_dead_supervisors_command_is_flagged_saves_its_step_and_only_then_goes(tmp_path):
+    from gpucloud import control
+
+    (tmp_path / "coop.py").write_text(COOPERATIVE)
+    (tmp_path / "supervisor.py").write_text(SAVING_SUPERVISOR)
+    control_dir = tmp_path / "control"
+    control_dir.mkdir()
+    supervisor = subprocess.Popen(
+        [sys.executable, str(tmp_path / "supervisor.py"), str(tmp_path / "coop.py"), str(control_dir)]
+    )
+    try:
+        wait_for(lambda: control.exists(control_dir, control.RESUMED), what="the command to start")
+        guard_pid = wait_for(lambda: child_of(supervisor.pid), what="the guard to start")
+        supervisor.send_signal(signal.SIGKILL)
+        supervisor.wait()
+        wait_for(lambda: not _running(guard_pid), what="the guard to go once the command saved")
+        assert control.read(control_dir, control.PREEMPT)["kind"] == "supervisor-lost"
+        committed = control.read(control_dir, control.COMMITTED)
+        assert committed is not None and committed["step"] == control.read(control_dir, control.ACK)["step"]
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait()
+
+
+def child_of(pid: int) -> int | None:
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return int(children[0]) if children else None

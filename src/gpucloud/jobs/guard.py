@@ -14,7 +14,15 @@ torchrun. The guard therefore
 * runs the command as its child, in its own process group (the supervisor's ``killpg`` reaches
   both), and exits with the command's status (a signal death is mirrored by dying of the signal)
   once nothing the command started is left (stragglers get SIGTERM, then SIGKILL);
-* when the supervisor dies: SIGKILLs every descendant, repeatedly until none is left, and exits.
+* when the supervisor dies: first asks the command to save (the ``preempt`` flag in the attempt's
+  control directory, exactly as for a spot notice) and gives it ``--save-grace`` seconds to commit
+  and exit, then SIGKILLs every descendant, repeatedly until none is left, and exits.
+
+Why save first: an agent or worker that dies leaves a healthy node and healthy ranks. Flagged, they
+save the step they are at (in a gang, the ranks' collective makes every member's ranks save that
+same step), so the next attempt loses at most one step. The runner sets the grace to half the job
+lease, so the tree is gone before the lease runs out and another worker may start the next attempt
+(and a late commit is refused anyway: the checkpoint commit is fenced by attempt).
 
 See prctl(2): PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER. Linux only; elsewhere the command runs
 without a guard (``available()``).
@@ -29,6 +37,7 @@ import sys
 import time
 from types import FrameType
 
+from gpucloud import control, jobenv
 from gpucloud.jobs.proc import descendants, state
 
 PR_SET_PDEATHSIG = 1
@@ -96,11 +105,38 @@ def _settle(root: int) -> None:
     kill_tree(root)
 
 
-def _on_parent_death(supervisor: int) -> None:
+def _save_then_stop(command: int, save_grace: float) -> None:
+    """Flag the command's ranks to save and exit, as a notice does; wait for the command to end,
+    at most ``save_grace`` seconds. Without a control directory (not a gpucloud job) or a grace,
+    nothing is asked."""
+    control_dir = os.environ.get(jobenv.CONTROL_DIR)
+    if not control_dir or save_grace <= 0:
+        return
+    now = time.time()
+    flag = {"kind": "supervisor-lost", "source": "guard", "deadline": now + save_grace, "received_at": now}
+    try:
+        control.write(control_dir, control.PREEMPT, flag)
+    except OSError as err:
+        print(f"gpucloud guard: cannot flag the ranks in {control_dir}: {err.strerror}", file=sys.stderr)
+        return
+    deadline = time.monotonic() + save_grace
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(command, os.WNOHANG)
+        except ChildProcessError:
+            return  # already reaped
+        if pid == command:
+            return
+        time.sleep(0.05)  # polling our own child: nothing else to wait on inside a signal handler
+
+
+def _on_parent_death(supervisor: int, command: list[int], save_grace: float) -> None:
     def handler(signum: int, frame: FrameType | None) -> None:
         if os.getppid() == supervisor:
             return  # not from the kernel: the supervisor is alive (someone sent the signal by hand)
         try:
+            if command:
+                _save_then_stop(command[0], save_grace)
             kill_tree(os.getpid())
         finally:
             os._exit(128 + signal.SIGKILL)
@@ -123,11 +159,14 @@ def _exit_like(status: int) -> None:
 
 
 def main(argv: list[str]) -> None:
-    """``python -m gpucloud.jobs.guard SUPERVISOR_PID -- COMMAND...``"""
-    supervisor, command = int(argv[0]), argv[2:]
+    """``python -m gpucloud.jobs.guard SUPERVISOR_PID [--save-grace SECONDS] -- COMMAND...``"""
+    supervisor, options = int(argv[0]), argv[1 : argv.index("--")]
+    command = argv[argv.index("--") + 1 :]
+    save_grace = float(options[1]) if options[:1] == ["--save-grace"] else 0.0
+    started: list[int] = []  # the command's pid, once forked (the handler may run before)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _ignore)
-    _on_parent_death(supervisor)
+    _on_parent_death(supervisor, started, save_grace)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     _prctl(PR_SET_PDEATHSIG, PARENT_DIED)
     if os.getppid() != supervisor:  # it died before the request above took effect
@@ -145,6 +184,7 @@ def main(argv: list[str]) -> None:
         except OSError as err:
             print(f"gpucloud guard: cannot start {command[0]!r}: {err.strerror}", file=sys.stderr)
         os._exit(NOT_STARTED)
+    started.append(child)
     while True:  # reap everything re-parented to us; leave with the command's own status
         try:
             pid, status = os.waitpid(-1, 0)

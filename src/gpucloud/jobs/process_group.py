@@ -50,14 +50,17 @@ class ProcessGroup:
         env: dict[str, str],
         cwd: str | os.PathLike[str] | None = None,
         sink: OutputSink | None = None,
+        save_grace: float = 0.0,
     ) -> None:
+        """``save_grace``: if this process dies, the seconds the command gets to save and exit
+        after its ranks are flagged, before the guard kills it (0: killed at once)."""
         self.argv = list(argv)
         self._sink = sink
         self._tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         _check_startable(self.argv[0], cwd, env)
         try:
             self._proc = subprocess.Popen(
-                _guarded(self.argv),
+                _guarded(self.argv, save_grace),
                 env=env,
                 cwd=cwd,
                 stdin=subprocess.DEVNULL,
@@ -147,12 +150,13 @@ class CommandNotFound(Exception):
     """The command could not be started at all."""
 
 
-def _guarded(argv: list[str]) -> list[str]:
+def _guarded(argv: list[str], save_grace: float) -> list[str]:
     """``argv`` run under the guard (``guard.py``), so the whole tree dies with this process.
     ``-I``: the job's PYTHON* variables must not change which gpucloud the guard imports."""
     if not guard.available():
         return argv
-    return [sys.executable, "-I", "-m", "gpucloud.jobs.guard", str(os.getpid()), "--", *argv]
+    grace = ["--save-grace", f"{save_grace:g}"] if save_grace > 0 else []
+    return [sys.executable, "-I", "-m", "gpucloud.jobs.guard", str(os.getpid()), *grace, "--", *argv]
 
 
 def _check_startable(program: str, cwd: str | os.PathLike[str] | None, env: dict[str, str]) -> None:

@@ -134,7 +134,11 @@ def run_attempt(
     timeline = _Timeline(queue, job.id, number, on_event)
     env = attempt_environment(job, control_dir=control_dir, local_dir=local_checkpoint_dir)
     try:
-        group = ProcessGroup(job.spec.command, env=env, cwd=job.spec.workdir, sink=sink)
+        # Half the lease: a supervisor that dies leaves its ranks time to save, and they are gone
+        # before the lease runs out and another worker may start the next attempt.
+        group = ProcessGroup(
+            job.spec.command, env=env, cwd=job.spec.workdir, sink=sink, save_grace=config.lease_seconds / 2
+        )
     except (CommandNotFound, NotADirectoryError, FileNotFoundError) as err:
         end = AttemptEnd(state=AttemptState.FAILED, exit_code=127, reason=str(err))
         timeline.record("exit", exit_code=127, reason=str(err))

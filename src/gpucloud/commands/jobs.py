@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from gpucloud.commands.options import queue_option
 from gpucloud.errors import UserError
 from gpucloud.output import output_option, print_json, print_table
 
@@ -39,12 +40,7 @@ Examples:
 )
 @click.option("--job-id", help="Id for the job (letters, digits, '.', '_', '-'); default: generated.")
 @click.option("--name", help="A human name shown by `gpucloud jobs`.")
-@click.option(
-    "--queue",
-    "queue_uri",
-    metavar="URI",
-    help="Job queue (default: $GPUCLOUD_QUEUE, else the node's AWS queue from GPUCLOUD_REGION/GPUCLOUD_JOB_TABLE/GPUCLOUD_JOB_QUEUE_URL, else sqlite:///$GPUCLOUD_HOME/queue.db).",
-)
+@queue_option()
 @click.option(
     "--checkpoint-uri", metavar="URI", help="Durable checkpoint location (default: $GPUCLOUD_HOME/checkpoints)."
 )
@@ -120,12 +116,7 @@ def _job_row(job) -> dict[str, Any]:
 
 
 @click.command("jobs")
-@click.option(
-    "--queue",
-    "queue_uri",
-    metavar="URI",
-    help="Job queue (default: $GPUCLOUD_QUEUE, else the node's AWS queue from GPUCLOUD_REGION/GPUCLOUD_JOB_TABLE/GPUCLOUD_JOB_QUEUE_URL, else sqlite:///$GPUCLOUD_HOME/queue.db).",
-)
+@queue_option()
 @click.option(
     "--state", "states", multiple=True, type=click.Choice(_STATES), help="Only jobs in this state (repeatable)."
 )
@@ -169,12 +160,7 @@ def job() -> None:
 
 @job.command("show")
 @click.argument("job_id")
-@click.option(
-    "--queue",
-    "queue_uri",
-    metavar="URI",
-    help="Job queue (default: $GPUCLOUD_QUEUE, else the node's AWS queue from GPUCLOUD_REGION/GPUCLOUD_JOB_TABLE/GPUCLOUD_JOB_QUEUE_URL, else sqlite:///$GPUCLOUD_HOME/queue.db).",
-)
+@queue_option()
 @output_option()
 def show(job_id, queue_uri, output) -> None:
     """Attempts, the timeline with timestamps, steps lost per interruption, GPU-hours used and lost.

@@ -6,6 +6,7 @@ import time
 
 import click
 
+from gpucloud.commands.options import queue_option
 from gpucloud.output import output_option, print_json, print_table
 
 STALE_AFTER_S = 120.0  # an agent renews its record at least every quarter slot lease, and every idle poll
@@ -25,12 +26,7 @@ longer than --stale-after seconds is shown as "silent" (killed, or its node is g
 says what closed a record another agent closed (an interruption for a node whose agent had died).
 """,
 )
-@click.option(
-    "--queue",
-    "queue_uri",
-    metavar="URI",
-    help="Job queue (default: $GPUCLOUD_QUEUE, else the node's AWS queue from GPUCLOUD_REGION/GPUCLOUD_JOB_TABLE/GPUCLOUD_JOB_QUEUE_URL, else sqlite:///$GPUCLOUD_HOME/queue.db).",
-)
+@queue_option()
 @click.option("--all", "show_all", is_flag=True, help="Also list stopped and silent agents.")
 @click.option(
     "--stale-after",

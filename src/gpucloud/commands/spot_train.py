@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from gpucloud.commands.options import queue_option
 from gpucloud.errors import UserError
 from gpucloud.output import output_option, print_json, print_table
 
@@ -31,12 +32,7 @@ other non-zero: failed (the reason is on the job: `gpucloud job show ID`).
 def supervisor_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Options shared by every command that supervises attempts (spot-train, worker)."""
     options = [
-        click.option(
-            "--queue",
-            "queue_uri",
-            metavar="URI",
-            help="Job queue (default: $GPUCLOUD_QUEUE, else the node's AWS queue from GPUCLOUD_REGION/GPUCLOUD_JOB_TABLE/GPUCLOUD_JOB_QUEUE_URL, else sqlite:///$GPUCLOUD_HOME/queue.db).",
-        ),
+        queue_option(),
         click.option(
             "--imds-endpoint",
             metavar="URL",

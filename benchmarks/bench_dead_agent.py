@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))  # the scenario lives in the test package
 sys.path.insert(1, str(ROOT / "tests"))  # ... and imports its neighbours as pytest does (`fleet.samples`)
 
 from tests.agent.test_dead_agent_queue_mode import orphan_job, run_dead_agent_gang  # noqa: E402
-from tests.conftest import FAKE_AWS, moto_endpoint, reset_account  # noqa: E402
+from tests.conftest import FAKE_AWS, NODE_ENV, moto_endpoint, reset_account  # noqa: E402
 
 from gpucloud import control  # noqa: E402
 from gpucloud.jobs.model import AttemptState  # noqa: E402
@@ -44,14 +44,6 @@ from report import config_of, finish  # noqa: E402  (benchmarks/report.py)
 
 RESULTS = ROOT / "benchmarks" / "results" / "dead-agent.json"
 SAVE_GRACE_S = SupervisorConfig().lease_seconds / 2  # what the runner gives a dead supervisor's ranks
-ISOLATED_ENV = (
-    "GPUCLOUD_QUEUE",
-    "AWS_EC2_METADATA_SERVICE_ENDPOINT",
-    "GPUCLOUD_REGION",
-    "GPUCLOUD_JOB_TABLE",
-    "GPUCLOUD_JOB_QUEUE_URL",
-    "GPUCLOUD_EVENTS_QUEUE_URL",
-)
 
 
 def one_trial(work: Path, endpoint: str) -> dict:
@@ -59,7 +51,7 @@ def one_trial(work: Path, endpoint: str) -> dict:
 
     reset_account(endpoint)
     os.environ.update({**FAKE_AWS, "AWS_ENDPOINT_URL": endpoint})
-    env = {k: v for k, v in os.environ.items() if k not in ISOLATED_ENV} | {"GPUCLOUD_HOME": str(work / "home")}
+    env = {k: v for k, v in os.environ.items() if k not in NODE_ENV} | {"GPUCLOUD_HOME": str(work / "home")}
     sqs = boto3.client("sqs")
     events_queue = sqs.create_queue(QueueName="gpucloud-events")["QueueUrl"]
     queue = SqliteQueue(work / "home" / "queue.db")

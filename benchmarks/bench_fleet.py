@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))  # the simulation's helpers live in the test packa
 sys.path.insert(1, str(ROOT / "tests"))  # ... and import their fixtures as pytest does (`jobqueue.aws_fixtures`)
 
 from tests.agent.test_fleet_simulation import NODES, run_noticed_gang, train  # noqa: E402
+from tests.conftest import NODE_ENV  # noqa: E402
 
 from gpucloud import control  # noqa: E402
 from gpucloud.agent.fleet_view import fleet_state  # noqa: E402
@@ -63,18 +64,11 @@ RESULTS = ROOT / "benchmarks" / "results" / "fleet.json"
 NOTICE_LEAD_S = 120.0  # a spot interruption's two minutes
 AGENT_POLL_S = 0.2  # start_agent's --poll-interval (IMDS and queue)
 NODE_LEASE_S = 3600.0  # the depth runs' agent records stay live for the whole measurement
-ISOLATED_ENV = (
-    "GPUCLOUD_QUEUE",
-    "AWS_EC2_METADATA_SERVICE_ENDPOINT",
-    "GPUCLOUD_REGION",
-    "GPUCLOUD_JOB_TABLE",
-    "GPUCLOUD_JOB_QUEUE_URL",
-)
 
 
 def open_trial_queue(backend: str, home: Path, endpoint: str | None) -> tuple[JobQueue, dict[str, str]]:
     """A fresh queue for one trial and the environment the agents reach it with."""
-    env = {k: v for k, v in os.environ.items() if k not in ISOLATED_ENV} | {"GPUCLOUD_HOME": str(home)}
+    env = {k: v for k, v in os.environ.items() if k not in NODE_ENV} | {"GPUCLOUD_HOME": str(home)}
     if backend == "sqlite":
         return SqliteQueue(home / "queue.db"), env
     from tests.conftest import FAKE_AWS, reset_account

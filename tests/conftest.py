@@ -27,6 +27,18 @@ FAKE_AWS = {
 }
 
 
+# The settings that tie a process to one queue, node or IMDS: unset for an agent or command under
+# test, so it uses what the test gives it (and never a developer's own queue).
+NODE_ENV = (
+    "GPUCLOUD_QUEUE",
+    "AWS_EC2_METADATA_SERVICE_ENDPOINT",
+    "GPUCLOUD_REGION",
+    "GPUCLOUD_JOB_TABLE",
+    "GPUCLOUD_JOB_QUEUE_URL",
+    "GPUCLOUD_EVENTS_QUEUE_URL",
+)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

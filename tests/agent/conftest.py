@@ -14,6 +14,7 @@ import pytest
 from botocore.config import Config
 from botocore.stub import Stubber
 
+from conftest import NODE_ENV
 from gpucloud.agent.asg import AutoScaling, ContentionRetry
 
 # The real CLI (UserError handling, exit codes), in a separate process per "node".
@@ -24,13 +25,7 @@ CLI = [sys.executable, "-m", "gpucloud"]
 def gpucloud_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     monkeypatch.setenv("GPUCLOUD_HOME", str(home))
-    for name in (
-        "GPUCLOUD_QUEUE",
-        "AWS_EC2_METADATA_SERVICE_ENDPOINT",
-        "GPUCLOUD_REGION",
-        "GPUCLOUD_JOB_TABLE",
-        "GPUCLOUD_JOB_QUEUE_URL",
-    ):
+    for name in NODE_ENV:
         monkeypatch.delenv(name, raising=False)
     return home
 

@@ -564,28 +564,33 @@ class AwsQueue:
 
     @_aws_call("renewing a lease")
     def heartbeat(self, job_id: str, attempt: int, worker: str, *, lease_seconds: float) -> bool:
+        now = time.time()
+        return self._renew_holding(
+            aws_ops.update(
+                self.table,
+                key(job_id, META),
+                {"lease_until": now + lease_seconds, "updated_at": now},
+                condition="#job_state = :running AND #attempt = :k AND #worker = :w",
+                values={"running": JobState.RUNNING.value, "k": attempt, "w": worker},
+            ),
+            lease_until=now + lease_seconds,
+        )
+
+    def _renew_holding(self, update: dict[str, Any], *, lease_until: float) -> bool:
+        """Apply a conditional lease renewal; False when its condition failed (not the holder any
+        more). Then keep the message the item holds hidden until ``lease_until``: after the table
+        write, so the message stays hidden at least as long as the lease lasts."""
         from botocore.exceptions import ClientError
 
-        now = time.time()
         try:
-            updated = self._ddb.update_item(
-                **aws_ops.update(
-                    self.table,
-                    key(job_id, META),
-                    {"lease_until": now + lease_seconds, "updated_at": now},
-                    condition="#job_state = :running AND #attempt = :k AND #worker = :w",
-                    values={"running": JobState.RUNNING.value, "k": attempt, "w": worker},
-                ),
-                ReturnValues="ALL_NEW",
-            )
+            updated = self._ddb.update_item(**update, ReturnValues="ALL_NEW")
         except ClientError as err:
             if err.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
                 return False
             raise
-        # After the table write, so the message stays hidden at least as long as the lease lasts.
         _, receipt = held_message(updated.get("Attributes", {}))
         if receipt:
-            self._box.hide(receipt, lease_seconds)
+            self._box.hide(receipt, lease_until - time.time())
         return True
 
     # -- the timeline -----------------------------------------------------------------------
@@ -872,28 +877,16 @@ class AwsQueue:
 
     @_aws_call("renewing a gang slot")
     def renew_slot(self, job_id: str, attempt: int, slot: int, worker: str, *, lease_until: float) -> bool:
-        from botocore.exceptions import ClientError
-
-        try:
-            updated = self._ddb.update_item(
-                **aws_ops.update(
-                    self.table,
-                    key(job_id, slot_sk(attempt, slot)),
-                    {"lease_until": lease_until},
-                    condition="attribute_exists(#pk) AND #worker = :w",
-                    values={"w": worker},
-                ),
-                ReturnValues="ALL_NEW",
-            )
-        except ClientError as err:
-            if err.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                return False
-            raise
-        # After the table write, so the message stays hidden at least as long as the slot lease.
-        _, receipt = held_message(updated.get("Attributes", {}))
-        if receipt:
-            self._box.hide(receipt, lease_until - time.time())
-        return True
+        return self._renew_holding(
+            aws_ops.update(
+                self.table,
+                key(job_id, slot_sk(attempt, slot)),
+                {"lease_until": lease_until},
+                condition="attribute_exists(#pk) AND #worker = :w",
+                values={"w": worker},
+            ),
+            lease_until=lease_until,
+        )
 
     @_aws_call("releasing a gang slot")
     def release_slot(self, job_id: str, attempt: int, slot: int, worker: str) -> bool:

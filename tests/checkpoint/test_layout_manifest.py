@@ -33,7 +33,7 @@ def test_bad_uris_are_one_line_user_errors(uri, message):
     assert "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("job_id", ["", "../x", "a/b", "-lead", "x" * 129])
+@pytest.mark.parametrize("job_id", ["", "../x", "a/b", "-lead", "x" * 129, "j1\n"])
 def test_bad_job_ids(job_id):
     with pytest.raises(UserError, match="not usable in a checkpoint path"):
         layout.validate_job_id(job_id)

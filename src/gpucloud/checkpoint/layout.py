@@ -40,7 +40,7 @@ def parse_step_dir(name: str) -> int | None:
 
 
 def validate_job_id(job_id: str) -> str:
-    if not job_id or not _JOB_ID_RE.match(job_id):
+    if not job_id or not _JOB_ID_RE.fullmatch(job_id):
         raise UserError(
             f"job id {job_id!r} is not usable in a checkpoint path; use 1-128 characters "
             "from letters, digits, '.', '_' and '-', starting with a letter or digit"
@@ -87,7 +87,7 @@ def parse_uri(uri: str) -> Location:
         return LocalLocation(Path(parsed.path).absolute())
     if parsed.scheme == "s3":
         bucket = parsed.netloc
-        if not _BUCKET_RE.match(bucket or ""):
+        if not _BUCKET_RE.fullmatch(bucket or ""):
             raise UserError(
                 f"checkpoint URI {uri!r}: {bucket!r} is not a valid S3 bucket name "
                 "(3-63 lowercase letters, digits, '.' and '-')"

@@ -58,7 +58,7 @@ NO_CREDENTIALS_HELP = (
 def parse_type_names(values: Iterable[str]) -> list[str]:
     """``--types`` values (repeatable, comma separated) as a sorted, de-duplicated list."""
     names = sorted({part.strip() for value in values for part in value.split(",") if part.strip()})
-    bad = [name for name in names if not INSTANCE_TYPE_NAME.match(name)]
+    bad = [name for name in names if not INSTANCE_TYPE_NAME.fullmatch(name)]
     if bad:
         raise UserError(
             f"--types: {', '.join(repr(b) for b in bad)} is not an EC2 instance type name; "

@@ -88,7 +88,7 @@ def parse(raw: bytes, where: str) -> LatestRecord:
         key, _, value = line.partition(" ")
         if key == "attempt" and _is_small_int(value):
             attempt = int(value)
-        elif key == "manifest" and len(parts := value.split(" ")) == 2 and _HEX16.match(parts[1]):
+        elif key == "manifest" and len(parts := value.split(" ")) == 2 and _HEX16.fullmatch(parts[1]):
             manifests[_step(parts[0], where, raw)] = parts[1]
         else:
             raise LatestCorrupt(_corrupt(where, raw, f"unknown line {line[:40]!r}"))

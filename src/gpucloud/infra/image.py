@@ -87,7 +87,7 @@ def plan_image_pipeline(args: ImagePipelineArgs, catalog: Catalog | None = None)
             raise UserError(f"build instance type {instance_type!r} has no GPU; the validate phase must see one")
     if not args.build_instance_types:
         raise UserError("build_instance_types is empty; give at least one GPU instance type")
-    if args.schedule_expression is not None and not _CRON.match(args.schedule_expression):
+    if args.schedule_expression is not None and not _CRON.fullmatch(args.schedule_expression):
         raise UserError(f"schedule {args.schedule_expression!r} must be cron(...) or rate(...)")
     if not 40 <= args.root_volume_gib <= 16384:
         raise UserError(f"root volume {args.root_volume_gib} GiB must be 40..16384 (CUDA and PyTorch need ~30)")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -221,46 +223,50 @@ def imds_emulator(
                 f"port {port} on {host} is already in use; pick another with --port (0 picks a free one)"
             ) from None
         raise UserError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
-    started = emulator.clock()
-    schedule = _apply_schedule(
-        emulator,
-        started,
-        spot_notice_after,
-        action,
-        lead,
-        rebalance_after,
-        lifecycle_terminated_after,
-        scheduled_event,
-        scheduled_in,
-        stale_termination_time,
-    )
-    if fail_tokens:
-        emulator.fail_tokens(fail_tokens)
-    if fail_count:
-        emulator.fail_with(fail_status, fail_count)
-    if hang_token is not None:
-        emulator.hang(hang_token, hang_count, target="token")
-    if malformed:
-        emulator.malformed(malformed)
-
-    export = f"export AWS_EC2_METADATA_SERVICE_ENDPOINT={endpoint}"
-    if output == "json":
-        print_json(
-            {
-                "endpoint": endpoint,
-                "export": export,
-                "started_at": started,
-                "schedule": schedule,
-                "control": f"{endpoint}/gpucloud/emulator/",
-            }
+    # From here on Ctrl-C and SIGTERM stop the emulator cleanly, even one that arrives while the
+    # start lines are printed (a script may stop us the moment it has read them).
+    with _stopped_by_signals(emulator) as stop:
+        started = emulator.clock()
+        schedule = _apply_schedule(
+            emulator,
+            started,
+            spot_notice_after,
+            action,
+            lead,
+            rebalance_after,
+            lifecycle_terminated_after,
+            scheduled_event,
+            scheduled_in,
+            stale_termination_time,
         )
-        sys.stdout.flush()  # a parent process reads this line while we keep running
-    else:
-        click.echo(f"IMDS emulator listening on {endpoint} (IMDSv2{'' if allow_v1 else ' only'}; Ctrl-C to stop)")
-        click.echo(export)
-        for line in schedule:
-            click.echo(f"  at +{line['after']:g}s: {line['what']}")
-    _serve_until_interrupted(emulator)
+        if fail_tokens:
+            emulator.fail_tokens(fail_tokens)
+        if fail_count:
+            emulator.fail_with(fail_status, fail_count)
+        if hang_token is not None:
+            emulator.hang(hang_token, hang_count, target="token")
+        if malformed:
+            emulator.malformed(malformed)
+
+        export = f"export AWS_EC2_METADATA_SERVICE_ENDPOINT={endpoint}"
+        if output == "json":
+            print_json(
+                {
+                    "endpoint": endpoint,
+                    "export": export,
+                    "started_at": started,
+                    "schedule": schedule,
+                    "control": f"{endpoint}/gpucloud/emulator/",
+                }
+            )
+            sys.stdout.flush()  # a parent process reads this line while we keep running
+        else:
+            click.echo(f"IMDS emulator listening on {endpoint} (IMDSv2{'' if allow_v1 else ' only'}; Ctrl-C to stop)")
+            click.echo(export)
+            for line in schedule:
+                click.echo(f"  at +{line['after']:g}s: {line['what']}")
+        while not stop.wait(3600):
+            pass
 
 
 def _apply_schedule(
@@ -299,16 +305,15 @@ def _apply_schedule(
     return sorted(schedule, key=lambda line: line["after"])
 
 
-def _serve_until_interrupted(emulator: ImdsEmulator) -> None:
-    """Block until Ctrl-C or SIGTERM, then close the socket."""
+@contextlib.contextmanager
+def _stopped_by_signals(emulator: ImdsEmulator) -> Iterator[threading.Event]:
+    """An event that Ctrl-C (SIGINT) or SIGTERM sets; on leaving, the emulator is stopped."""
     stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    previous = {sig: signal.signal(sig, lambda signum, frame: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while not stop.wait(3600):
-            pass
-    except KeyboardInterrupt:
-        pass
+        yield stop
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         emulator.stop()
         click.echo("IMDS emulator stopped", err=True)

@@ -31,41 +31,11 @@ from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.imds_emulator import ImdsEmulator
 from signals import eventbridge_samples as samples  # the reference's EventBridge payloads
 
-from .conftest import CLI, wait_for
-from .test_fleet_simulation import free_port
+from .conftest import wait_for
+from .test_fleet_simulation import free_port, start_agent
 from .test_lost_member import descendants
 
 SLOT_LEASE = 3.0
-
-
-def start_agent(
-    env, tmp_path: Path, name: str, emulator: ImdsEmulator, port: int, events_queue: str
-) -> subprocess.Popen:
-    argv = [
-        *CLI,
-        "agent",
-        "--imds-endpoint",
-        emulator.endpoint,
-        "--poll-interval",
-        "0.2",
-        "--address",
-        "127.0.0.1",
-        "--rendezvous-port",
-        str(port),
-        "--run-dir",
-        str(tmp_path / name / "run"),
-        "--slot-lease",
-        str(SLOT_LEASE),
-        "--gang-timeout",
-        "2",
-        "--idle-exit",
-        "3",
-        "--events-queue",
-        events_queue,
-        "--output",
-        "json",
-    ]
-    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def alive(pid: int) -> bool:
@@ -113,7 +83,16 @@ def run_dead_agent_gang(
     orphans: list[int] = []
     try:
         for name in ("a", "b"):
-            procs[name] = start_agent(env, work, name, emulators[name], port, events_queue)
+            procs[name] = start_agent(
+                env,
+                work,
+                name,
+                emulators[name],
+                port,
+                slot_lease=SLOT_LEASE,
+                idle_exit=3,
+                extra=("--gang-timeout", "2", "--events-queue", events_queue),
+            )
         wait_for(lambda: queue.get(job_id).state is JobState.RUNNING, 60, "the gang of a and b to start")
         controls = {name: work / name / "run" / job_id / "attempt-1" / "control" for name in ("a", "b")}
         wait_for(

@@ -55,7 +55,18 @@ def train(*, out: Path, nproc: int, standalone: bool, step_seconds: float) -> li
     ]
 
 
-def start_agent(env, tmp_path: Path, name: str, emulator: ImdsEmulator, port: int) -> subprocess.Popen:
+def start_agent(
+    env,
+    tmp_path: Path,
+    name: str,
+    emulator: ImdsEmulator,
+    port: int,
+    *,
+    slot_lease: float = 6,
+    idle_exit: float = 8,
+    extra: tuple[str, ...] = (),
+) -> subprocess.Popen:
+    """One node's agent as a process, on its own IMDS emulator; ``extra``: more agent flags."""
     argv = [
         *CLI,
         "agent",
@@ -70,9 +81,10 @@ def start_agent(env, tmp_path: Path, name: str, emulator: ImdsEmulator, port: in
         "--run-dir",
         str(tmp_path / name / "run"),
         "--slot-lease",
-        "6",
+        f"{slot_lease:g}",
         "--idle-exit",
-        "8",
+        f"{idle_exit:g}",
+        *extra,
         "--output",
         "json",
     ]

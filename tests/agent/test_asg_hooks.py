@@ -100,6 +100,7 @@ def test_an_idle_node_above_min_size_terminates_itself_with_a_decrement(clients)
     asg.add_response(
         "terminate_instance_in_auto_scaling_group", {}, {"InstanceId": INSTANCE, "ShouldDecrementDesiredCapacity": True}
     )
+    asg.add_response("complete_lifecycle_action", {}, _own_action())
     assert hooks(clients).scale_in(idle_for=601, unclaimed_slots=0) is True
 
 
@@ -172,3 +173,46 @@ def _group(*, desired: int, min_size: int) -> dict:
         "HealthCheckType": "EC2",
         "CreatedTime": "2026-01-01T00:00:00Z",
     }
+
+
+def _no_active_action(asg) -> None:
+    asg.add_client_error(
+        "complete_lifecycle_action",
+        service_error_code="ValidationError",
+        service_message="No active Lifecycle Action found with instance ID i-0123456789abcdef0",
+        http_status_code=400,
+        expected_params=_own_action(),
+    )
+
+
+def _own_action() -> dict:
+    return {
+        "AutoScalingGroupName": GROUP,
+        "LifecycleHookName": "gpucloud-drain",
+        "InstanceId": INSTANCE,
+        "LifecycleActionResult": "CONTINUE",
+    }
+
+
+def test_an_idle_node_that_scales_itself_in_completes_its_own_lifecycle_action(clients):
+    # Issue 11 §6: the last idle node's drain hook waited out its timeout because nobody completed it.
+    # The action appears once the instance reaches Terminating:Wait, a moment after the terminate call.
+    _, _, asg, _ = clients
+    asg.add_response(
+        "describe_auto_scaling_groups",
+        {"AutoScalingGroups": [_group(desired=1, min_size=0)]},
+        {"AutoScalingGroupNames": [GROUP]},
+    )
+    asg.add_response(
+        "set_instance_protection",
+        {},
+        {"InstanceIds": [INSTANCE], "AutoScalingGroupName": GROUP, "ProtectedFromScaleIn": False},
+    )
+    asg.add_response(
+        "terminate_instance_in_auto_scaling_group", {}, {"InstanceId": INSTANCE, "ShouldDecrementDesiredCapacity": True}
+    )
+    _no_active_action(asg)
+    asg.add_response("complete_lifecycle_action", {}, _own_action())
+    h = hooks(clients)
+    h.sleep = lambda seconds: None  # the retry's wait; the Stubber answers at once
+    assert h.scale_in(idle_for=601, unclaimed_slots=0) is True

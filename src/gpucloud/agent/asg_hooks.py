@@ -19,6 +19,8 @@ import dataclasses
 import datetime as dt
 import logging
 import os
+import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from gpucloud.agent.asg import AutoScaling, ScaleIn
@@ -33,6 +35,10 @@ LIFECYCLE_HOOK_ENV = "GPUCLOUD_LIFECYCLE_HOOK"
 REGION_ENV = "GPUCLOUD_REGION"
 CLUSTER_ENV = "GPUCLOUD_CLUSTER"
 NODE_GROUP_ENV = "GPUCLOUD_NODE_GROUP"
+# After TerminateInstanceInAutoScalingGroup the instance moves to Terminating:Wait and only then has
+# a lifecycle action to complete; retry "no active action" for this long, this often.
+OWN_ACTION_WAIT = 60.0
+OWN_ACTION_INTERVAL = 2.0
 
 
 class FleetHooks(Protocol):
@@ -111,6 +117,8 @@ class AsgHooks:
         self._cloudwatch = cloudwatch
         self.instance_id, self.asg_name, self.settings = instance_id, asg_name, settings
         self._protected: bool | None = None
+        self.sleep: Callable[[float], None] = time.sleep  # between completion attempts (tests skip it)
+        self.clock: Callable[[], float] = time.monotonic
 
     def busy(self, busy: bool) -> None:
         if self._protected == busy:
@@ -165,7 +173,41 @@ class AsgHooks:
             return False
         self.busy(False)
         log.info("scaling in: %s", decision.reason)
-        return self.asg.scale_in_self(self.instance_id) is ScaleIn.TERMINATING
+        if self.asg.scale_in_self(self.instance_id) is not ScaleIn.TERMINATING:
+            return False
+        self.complete_own_action("idle: nothing to save")
+        return True
+
+    def complete_own_action(self, why: str) -> bool:
+        """CONTINUE this node's own termination lifecycle action, once it exists.
+
+        An agent that terminated itself is the only one who knows there is nothing to save; if it
+        does not complete the action, the instance sits in Terminating:Wait (billed) until the
+        hook's heartbeat timeout. The action is created when the instance enters Terminating:Wait,
+        a moment after the terminate call, so "no active lifecycle action" is retried briefly.
+        https://docs.aws.amazon.com/autoscaling/ec2/userguide/completing-lifecycle-hooks.html
+        https://docs.aws.amazon.com/autoscaling/ec2/userguide/lifecycle-hooks-overview.html
+        """
+        hook = self.settings.lifecycle_hook
+        if hook is None:
+            return False
+        give_up = self.clock() + OWN_ACTION_WAIT
+        while True:
+            try:
+                if self.asg.complete_termination(self.asg_name, hook, self.instance_id):
+                    log.info("lifecycle action of %s completed (CONTINUE): %s", self.instance_id, why)
+                    return True
+            except UserError as err:  # AsgError: the hook's timeout still ends the wait
+                log.warning("completing the lifecycle action of %s failed: %s", self.instance_id, err)
+                return False
+            if self.clock() >= give_up:
+                log.warning(
+                    "no lifecycle action of %s appeared within %.0fs; the hook's timeout ends the wait",
+                    self.instance_id,
+                    OWN_ACTION_WAIT,
+                )
+                return False
+            self.sleep(OWN_ACTION_INTERVAL)
 
 
 def group_of(autoscaling: Any, instance_id: str) -> str | None:

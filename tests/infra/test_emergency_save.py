@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from fuzzing import fuzz_settings
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fuzzing import fuzz_settings
 from gpucloud.infra import emergency_save as es
 from gpucloud.jobs.supervisor import SupervisorConfig
 
@@ -15,7 +15,7 @@ P4D_SPOT_FSX = es.FsxTier(size_gib=2400, throughput_per_tib=250)
 
 
 def test_budget_is_the_notice_lead_minus_the_supervisors_stop_margin() -> None:
-    assert es.STOP_MARGIN_SECONDS == SupervisorConfig().stop_margin
+    assert SupervisorConfig().stop_margin == es.STOP_MARGIN_SECONDS
     assert es.budget_seconds() == 120.0 - SupervisorConfig().stop_margin
 
 

@@ -628,6 +628,24 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         "gpucloud:nodeGroups[0].bad\\nkey",
         "unknown key",
     ),
+    "expected-checkpoint-not-positive": (
+        "expected_checkpoint_size",
+        _set("gpucloud:expectedCheckpointGiB", 0),
+        "gpucloud:expectedCheckpointGiB = 0",
+        "more than 0 and at most 1048576 GiB",
+    ),
+    "expected-checkpoint-group-too-large": (
+        "expected_checkpoint_size",
+        _set("gpucloud:nodeGroups.1.expectedCheckpointGiB", 10**7),
+        "gpucloud:nodeGroups[1].expectedCheckpointGiB",
+        "at most 1048576 GiB",
+    ),
+    "expected-checkpoint-not-a-number": (
+        None,
+        _set("gpucloud:expectedCheckpointGiB", "lots"),
+        "gpucloud:expectedCheckpointGiB",
+        "number",
+    ),
 }
 del CASES["placement-unsupported"]
 

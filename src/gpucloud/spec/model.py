@@ -117,6 +117,8 @@ class NodeGroup(SpecModel):
     placement_group: bool | None = None  # None: a cluster placement group whenever EFA is on
     root_volume_gib: Int = Field(default=200, alias="rootVolumeGiB")
     drain_timeout_seconds: Int = 600  # termination lifecycle hook heartbeat: time to checkpoint
+    # the emergency save this group's jobs make (GiB, whole job); `plan` warns when it misses the notice
+    expected_checkpoint_gib: Float | None = Field(default=None, alias="expectedCheckpointGiB")
     scaling: Scaling = Scaling()
 
     @property
@@ -241,6 +243,8 @@ class ClusterSpec(SpecModel):
     job_plane: JobPlane = JobPlane()
     tags: dict[str, str] = {}
     cost_ceiling_usd_per_hour: Float | None = None
+    # default for every group's expectedCheckpointGiB (GiB of checkpoint state per job)
+    expected_checkpoint_gib: Float | None = Field(default=None, alias="expectedCheckpointGiB")
 
     def name_for(self, stack_name: str) -> str:
         return self.cluster_name or stack_name

@@ -46,6 +46,7 @@ TAG_VALUE_MAX_CHARS = 256  # https://docs.aws.amazon.com/tag-editor/latest/userg
 MAX_GROUP_NODES = 5000  # far above any GPU quota; keeps cost and capacity arithmetic in range
 DRAIN_TIMEOUT_RANGE = (30, 7200)  # lifecycle hook heartbeat, seconds
 LEAD_MINUTES_MAX = 1440
+EXPECTED_CHECKPOINT_GIB_MAX = 1_048_576  # 1 PiB: far above any job; keeps the arithmetic in range
 IPV4_PREFIX_RE = re.compile(r"\d{1,3}(\.\d{1,3}){3}/\d{1,2}")  # 10.0.0.0/16, not 10.0.0.0/255.255.0.0
 CIDR_PREFIX_RE = re.compile(r"[0-9A-Fa-f.:]+/\d{1,3}")  # IPv4 or IPv6 with a prefix length
 
@@ -735,6 +736,19 @@ def cost_ceiling(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
         )
 
 
+def expected_checkpoint_size(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    sizes = [(key_path("expectedCheckpointGiB"), spec.expected_checkpoint_gib)]
+    sizes += [
+        (key_path("nodeGroups", i, "expectedCheckpointGiB"), g.expected_checkpoint_gib)
+        for i, g in enumerate(spec.node_groups)
+    ]
+    for key, gib in sizes:
+        if gib is not None and not 0 < gib <= EXPECTED_CHECKPOINT_GIB_MAX:
+            yield Problem(
+                key, f"allowed: more than 0 and at most {EXPECTED_CHECKPOINT_GIB_MAX} GiB of checkpoint state", gib
+            )
+
+
 def sizing_for(group: NodeGroup, itype: InstanceType) -> GroupSizing:
     return GroupSizing(
         name=group.name,
@@ -785,6 +799,7 @@ RULES: tuple[Rule, ...] = (
     printable_text,
     job_plane_limits,
     cost_ceiling,
+    expected_checkpoint_size,
 )
 
 

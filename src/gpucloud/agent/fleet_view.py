@@ -6,12 +6,18 @@ no live claim holds. Busy and idle nodes are the agents' own records, counted on
 within ``node_lease`` (a killed agent's record stays behind). Instances the group is still
 launching have no record yet: only the Auto Scaling group knows them, so ``launching`` is the
 caller's to supply.
+
+With ``groups`` (the agent's ``NodeGroups``) everything is counted for that agent's node group
+only: the jobs its group may take now (``JobSpec.runs_on``, fallbacks included) and the nodes
+whose records name the group. Each group's alarm reads its own counts, so an idle group is not
+scaled out for another group's running or waiting jobs.
 """
 
 from __future__ import annotations
 
 import time
 
+from gpucloud.agent.node_groups import NodeGroups
 from gpucloud.agent.scaling import FleetState, WaitingGang
 from gpucloud.jobs.model import JobState, NodeState
 from gpucloud.queue import gang
@@ -20,23 +26,33 @@ from gpucloud.queue.gang import GangQueue
 BUSY_STATES = (NodeState.WAITING, NodeState.RUNNING)
 
 
-def waiting_gangs(queue: GangQueue, *, now: float) -> tuple[WaitingGang, ...]:
-    """Every QUEUED job attempt, oldest first, with its unclaimed slots at ``now``."""
+def waiting_gangs(queue: GangQueue, *, now: float, groups: NodeGroups | None = None) -> tuple[WaitingGang, ...]:
+    """Every QUEUED job attempt (that ``groups``' agents may take), oldest first, with its
+    unclaimed slots at ``now``."""
     return tuple(
         WaitingGang(
             nodes=job.spec.nodes,
             unclaimed=len(gang.view(queue.slot_claims(job.id, job.attempt), job.spec.nodes, now).free_slots),
         )
         for job in queue.list_jobs([JobState.QUEUED])
+        if groups is None or groups.takes(job.spec, queued_for=gang.queued_for(job, now))
     )
 
 
-def fleet_state(queue: GangQueue, *, node_lease: float, launching: int = 0, now: float | None = None) -> FleetState:
-    """Waiting gangs plus the busy and idle agents that reported within ``node_lease`` seconds."""
+def fleet_state(
+    queue: GangQueue,
+    *,
+    node_lease: float,
+    launching: int = 0,
+    now: float | None = None,
+    groups: NodeGroups | None = None,
+) -> FleetState:
+    """Waiting gangs plus the busy and idle agents that reported within ``node_lease`` seconds
+    (of ``groups``' own node group only, when given)."""
     now = time.time() if now is None else now
-    live = [n for n in queue.nodes() if now - n.updated_at <= node_lease]
+    live = [n for n in queue.nodes() if now - n.updated_at <= node_lease and (groups is None or groups.serves(n.group))]
     return FleetState(
-        waiting=waiting_gangs(queue, now=now),
+        waiting=waiting_gangs(queue, now=now, groups=groups),
         busy_nodes=sum(1 for n in live if n.state in BUSY_STATES),
         idle_nodes=sum(1 for n in live if n.state is NodeState.IDLE),
         launching_nodes=launching,

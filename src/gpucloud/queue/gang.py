@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Protocol
 
 from gpucloud.jobs.model import AttemptEnd, AttemptState, Job, JobState, SlotClaim, SlotOffer
@@ -35,6 +35,16 @@ GANG_WORKER_PREFIX = "gang:"  # a job lease held by a gang, not by one worker  #
 
 class GangQueue(JobQueue, GangStore, Protocol):
     """A queue backend that also stores gang slots (both shipped backends are)."""
+
+
+# Whether a worker may take ``job`` at ``now`` (its node group's rule, ``JobSpec.runs_on``).
+Accepts = Callable[[Job, float], bool]
+
+
+def queued_for(job: Job, now: float) -> float:
+    """Seconds the QUEUED ``job``'s current attempt has waited: a queued job's ``updated_at`` is
+    when that attempt was queued (submit or requeue; nothing else writes a queued job's row)."""
+    return max(0.0, now - job.updated_at)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +96,7 @@ def claim_slot(
     now: float | None = None,
     skip: Collection[tuple[str, int]] = (),
     skip_delay: float = 0.0,
+    accepts: Accepts | None = None,
 ) -> SlotClaim | None:
     """Take one slot the queue offers (``slot_offers``: an SQS slot message, or the table's free
     slots), or a free slot of exactly ``job_id``.
@@ -95,9 +106,14 @@ def claim_slot(
     that one back (renewed): an agent that restarts between claiming and starting does not hold
     two slots of one gang. ``skip`` names (job, attempt) pairs not to take now (gangs this worker
     just gave up waiting for); their offers go back for others, shown again after ``skip_delay``.
+    ``accepts`` (default: every job) says which jobs this worker's node group may take; offers of
+    other jobs go back at once, for the agents of their group.
     """
     if job_id is not None:
-        return _claim_in(queue, queue.get(job_id), worker, address, lease_seconds, now)
+        job = queue.get(job_id)
+        if accepts is not None and not accepts(job, time.time() if now is None else now):
+            return None
+        return _claim_in(queue, job, worker, address, lease_seconds, now)
     claimed: SlotClaim | None = None
     for offer in queue.slot_offers(hide_seconds=lease_seconds, now=now):
         if claimed is not None:
@@ -107,12 +123,18 @@ def claim_slot(
         elif offer.lost:
             _fail_over_offer(queue, offer, now)
         else:
-            claimed = _take_offer(queue, offer, worker, address, lease_seconds, now)
+            claimed = _take_offer(queue, offer, worker, address, lease_seconds, now, accepts)
     return claimed
 
 
 def _take_offer(
-    queue: GangQueue, offer: SlotOffer, worker: str, address: str, lease_seconds: float, now: float | None
+    queue: GangQueue,
+    offer: SlotOffer,
+    worker: str,
+    address: str,
+    lease_seconds: float,
+    now: float | None,
+    accepts: Accepts | None = None,
 ) -> SlotClaim | None:
     try:
         job = queue.get(offer.job_id)
@@ -125,6 +147,9 @@ def _take_offer(
         queue.offer_done(offer)
         return None
     at = time.time() if now is None else now
+    if accepts is not None and not accepts(job, at):
+        queue.offer_back(offer)  # another group's job: its agents receive it next
+        return None
     current = view(queue.slot_claims(job.id, job.attempt), job.spec.nodes, at)
     mine = current.held_by(worker)
     if mine is not None and mine.slot != offer.slot:

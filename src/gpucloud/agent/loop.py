@@ -26,6 +26,7 @@ from gpucloud.agent.asg_hooks import FleetHooks
 from gpucloud.agent.backlog_metric import PERIOD_SECONDS
 from gpucloud.agent.fleet_view import fleet_state
 from gpucloud.agent.identity import NodeIdentity
+from gpucloud.agent.node_groups import NodeGroups
 from gpucloud.agent.table_notices import TableNotices, request_gang_stop
 from gpucloud.agent.torchrun import DEFAULT_PORT, gang_argv
 from gpucloud.errors import UserError
@@ -56,6 +57,7 @@ class AgentOptions:
     rendezvous_port: int = DEFAULT_PORT
     local_checkpoint_dir: str | None = None
     run_root: Path | None = None  # per-attempt control directories (default $GPUCLOUD_HOME/run)
+    groups: NodeGroups = dataclasses.field(default_factory=NodeGroups)  # the group served: claims, counts
 
     def __post_init__(self) -> None:
         if self.slot_lease <= 0 or self.gang_timeout <= 0 or self.poll_interval <= 0:
@@ -167,6 +169,7 @@ class Agent:
                 instance_type=self.identity.instance_type,
                 lifecycle=self.identity.lifecycle,
                 instance_id=self.identity.instance_id,
+                group=self.options.groups.own,
                 job_id=claim.job_id if claim else None,
                 attempt=claim.attempt if claim else None,
                 slot=claim.slot if claim else None,
@@ -232,6 +235,7 @@ class Agent:
                     lease_seconds=self.options.slot_lease,
                     skip=self._backoff.keys(),
                     skip_delay=self.options.poll_interval,
+                    accepts=lambda job, at: self.options.groups.takes(job.spec, queued_for=gang.queued_for(job, at)),
                 )
                 if claim is None:
                     if self._idle(time.monotonic() - idle_since):
@@ -250,7 +254,7 @@ class Agent:
         self.report(NodeState.IDLE)
         self.hooks.busy(False)
         # busy nodes: agents holding a slot that reported within a slot lease (a killed agent's record stays)
-        fleet = fleet_state(self.queue, node_lease=self.options.slot_lease)
+        fleet = fleet_state(self.queue, node_lease=self.options.slot_lease, groups=self.options.groups)
         unclaimed = sum(g.unclaimed for g in fleet.waiting)
         if time.monotonic() >= self._publish_at:  # the alarm reads one datapoint a minute
             self._publish_at = time.monotonic() + PERIOD_SECONDS

@@ -121,6 +121,7 @@ def agent(
     from gpucloud.agent.asg_hooks import OfflineHooks, hooks_for
     from gpucloud.agent.identity import discover
     from gpucloud.agent.loop import Agent, AgentOptions
+    from gpucloud.agent.node_groups import NodeGroups
     from gpucloud.jobs.node import start_signal_hub
     from gpucloud.queue.locations import open_queue
     from gpucloud.signals.imds import resolve_endpoint
@@ -135,6 +136,7 @@ def agent(
         rendezvous_port=rendezvous_port,
         local_checkpoint_dir=local_checkpoint_dir,
         run_root=run_dir,
+        groups=NodeGroups.from_env(),  # GPUCLOUD_NODE_GROUP(S) from node.env: claims and counts per group
     )
     endpoint = None if no_imds else resolve_endpoint(imds_endpoint)
     identity = discover(endpoint, address=address)

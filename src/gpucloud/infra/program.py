@@ -137,6 +137,8 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
             "GPUCLOUD_CLUSTER": cluster,
             "GPUCLOUD_STACK": stack_name,
             "GPUCLOUD_NODE_GROUP": gp.group.name,
+            # every group, stack order: the first takes jobs submitted without --group (agent/node_groups.py)
+            "GPUCLOUD_NODE_GROUPS": ",".join(g.group.name for g in plan.groups),
             "GPUCLOUD_REGION": spec.region,
             "AWS_DEFAULT_REGION": spec.region,
             "GPUCLOUD_JOB_QUEUE_URL": jobs.job_queue.url,

@@ -22,11 +22,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpucloud.agent.asg import InstanceNotInGroup
 from gpucloud.agent.asg_hooks import FleetHooks
 from gpucloud.agent.backlog_metric import PERIOD_SECONDS
 from gpucloud.agent.fleet_view import fleet_state
 from gpucloud.agent.identity import NodeIdentity
 from gpucloud.agent.node_groups import NodeGroups
+from gpucloud.agent.noncritical import NonCritical
 from gpucloud.agent.table_notices import TableNotices, request_gang_stop
 from gpucloud.agent.torchrun import DEFAULT_PORT, gang_argv
 from gpucloud.errors import UserError
@@ -152,6 +154,7 @@ class Agent:
         self._backoff: dict[tuple[str, int], float] = {}
         self._publish_at = 0.0  # next backlog datapoint (monotonic)
         self._lock = threading.Lock()
+        self.noncritical = NonCritical()  # metrics, node record, protection lift: logged once, retried
 
     # -- the node record and the status line --------------------------------------------------
 
@@ -175,7 +178,9 @@ class Agent:
                 slot=claim.slot if claim else None,
                 updated_at=time.time(),
             )
-        self.queue.register_node(record)
+        self.noncritical.call(
+            "recording this node in the queue", lambda: self.queue.register_node(record), default=None
+        )
         if (changed or extra) and self._status is not None:
             self._status(
                 {
@@ -252,14 +257,22 @@ class Agent:
     def _idle(self, idle_for: float) -> bool:
         """One idle round; True when the agent should exit."""
         self.report(NodeState.IDLE)
-        self.hooks.busy(False)
+        self._set_busy(False)
         # busy nodes: agents holding a slot that reported within a slot lease (a killed agent's record stays)
         fleet = fleet_state(self.queue, node_lease=self.options.slot_lease, groups=self.options.groups)
         unclaimed = sum(g.unclaimed for g in fleet.waiting)
         if time.monotonic() >= self._publish_at:  # the alarm reads one datapoint a minute
             self._publish_at = time.monotonic() + PERIOD_SECONDS
-            self.hooks.publish_backlog(unclaimed_slots=unclaimed, busy_nodes=fleet.busy_nodes)
-        if self.hooks.scale_in(idle_for=idle_for, unclaimed_slots=unclaimed):
+            self.noncritical.call(
+                "publishing the backlog metric (CloudWatch PutMetricData)",
+                lambda: self.hooks.publish_backlog(unclaimed_slots=unclaimed, busy_nodes=fleet.busy_nodes),
+                default=None,
+            )
+        if self.noncritical.call(
+            "the idle scale-in check",
+            lambda: self.hooks.scale_in(idle_for=idle_for, unclaimed_slots=unclaimed),
+            default=False,
+        ):
             self.report(NodeState.STOPPING, reason="idle: scaled in")
             return True
         if self.options.idle_exit is not None and idle_for >= self.options.idle_exit:
@@ -270,7 +283,7 @@ class Agent:
     def _take(self, claim: SlotClaim) -> bool:
         """Wait for the gang of ``claim`` and run its attempt; False when it never ran here."""
         self.current = claim
-        self.hooks.busy(True)
+        self._set_busy(True)
         try:
             with _SlotKeeper(self, claim):
                 self.report(NodeState.WAITING)
@@ -291,7 +304,18 @@ class Agent:
         finally:
             self.current = None
             if self.stop_notice is None:
-                self.hooks.busy(False)
+                self._set_busy(False)
+
+    def _set_busy(self, busy: bool) -> None:
+        """Scale-in protection. A failure is survivable either way: unprotected, a busy node that the
+        group picks for scale-in gets the drain hook's notice and saves; still protected, an idle
+        node stays a while longer. Only "not a member" stops the agent: a detached node takes no work."""
+        self.noncritical.call(
+            f"{'setting' if busy else 'lifting'} scale-in protection",
+            lambda: self.hooks.busy(busy),
+            default=None,
+            critical=(InstanceNotInGroup,),
+        )
 
     def _wait_for_gang(self, claim: SlotClaim) -> list[SlotClaim] | None:
         job = self.queue.get(claim.job_id)

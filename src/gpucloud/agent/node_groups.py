@@ -59,3 +59,62 @@ class NodeGroups:
         if any(not n for n in names):
             raise UserError(f"{GROUPS_ENV}={listed[:200]!r} has an empty name; use NAME,NAME,... (first = default)")
         return cls(own=env.get(GROUP_ENV) or None, names=names)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobGroups:
+    """The group fields of a job as ``gpucloud submit`` resolved them (``JobSpec`` keywords)."""
+
+    group: str | None
+    fallback_group: str | None
+    fallback_after_minutes: float | None
+
+
+def resolve_job_groups(
+    group: str | None,
+    fallback_group: str | None,
+    fallback_after: str | None,
+    *,
+    cluster: NodeGroups,
+    registered: frozenset[str] = frozenset(),
+) -> JobGroups:
+    """Check ``--group``, ``--fallback-group`` and ``--fallback-after`` against the cluster's groups.
+
+    The groups are ``cluster.names`` (``GPUCLOUD_NODE_GROUPS``, on a node) or else those the
+    queue's agents registered with (``registered``; no order, so no default is known). A job with
+    no ``--group`` gets the default group when it is known; else it stays unnamed and the default
+    group's agents take it. Every mistake is one ``UserError`` line naming the flag and what is allowed.
+    """
+    known = cluster.names or tuple(sorted(registered))
+    after = _minutes(fallback_after)
+    if after is not None and fallback_group is None:
+        raise UserError("--fallback-after needs --fallback-group (the group that takes the job after that wait)")
+    for flag, name in (("--group", group), ("--fallback-group", fallback_group)):
+        if name is None:
+            continue
+        if not known:
+            raise UserError(
+                f"{flag} {name[:40]!r}: this queue's node groups are unknown (no agent has registered and "
+                f"{GROUPS_ENV} is not set); set {GROUPS_ENV} to the stack's groups, first = default, e.g. dev,p4d-spot"
+            )
+        if name not in known:
+            raise UserError(
+                f"{flag} {name[:40]!r} is not a node group of this cluster (its groups: {', '.join(known)})"
+            )
+    own = group or cluster.default
+    if fallback_group is not None and fallback_group == own:
+        others = ", ".join(n for n in known if n != own) or "none"
+        raise UserError(f"--fallback-group {fallback_group!r} is the job's own group; name another group ({others})")
+    return JobGroups(group=own, fallback_group=fallback_group, fallback_after_minutes=after)
+
+
+def _minutes(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (0 <= value < float("inf")):
+        raise UserError(f"--fallback-after {text[:40]!r} is not a number of minutes >= 0 (e.g. 10)")
+    return value

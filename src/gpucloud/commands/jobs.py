@@ -35,6 +35,7 @@ def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
 Examples:
   gpucloud submit -- torchrun --standalone --nproc-per-node 8 train.py
   gpucloud submit --job-id llama-7b --gpus-per-node 8 --checkpoint-uri s3://ckpt/llama -- torchrun ... train.py
+  gpucloud submit --nodes 4 --group p4d-spot --fallback-group p4d-od --fallback-after 10 -- torchrun ... train.py
   gpucloud worker          # on each node: take queued jobs and run them under spot-train
 """,
 )
@@ -71,10 +72,40 @@ Examples:
     show_default=True,
     help="Crashed attempts allowed before FAILED; spot stops never count.",
 )
+@click.option(
+    "--group",
+    metavar="NAME",
+    help="Node group whose agents run the job (default: the stack's first group; node.env lists them in "
+    "GPUCLOUD_NODE_GROUPS).",
+)
+@click.option(
+    "--fallback-group",
+    metavar="NAME",
+    help="Another node group (on-demand, capacity block) that may also take the job once an attempt has waited "
+    "--fallback-after minutes: a spot pool that took a whole gang rarely comes back at once.",
+)
+@click.option(
+    "--fallback-after",
+    metavar="MINUTES",
+    help="Minutes an attempt waits in the queue before --fallback-group may take it (default: 10).",
+)
 @output_option()
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-- COMMAND [ARGS]...")
 def submit(
-    job_id, name, queue_uri, checkpoint_uri, workdir, env_pairs, nodes, gpus_per_node, max_attempts, output, command
+    job_id,
+    name,
+    queue_uri,
+    checkpoint_uri,
+    workdir,
+    env_pairs,
+    nodes,
+    gpus_per_node,
+    max_attempts,
+    group,
+    fallback_group,
+    fallback_after,
+    output,
+    command,
 ) -> None:
     """Queue COMMAND as a training job; `gpucloud worker` runs it under the spot supervisor."""
     from gpucloud.jobs.model import spec_from_flags
@@ -93,11 +124,26 @@ def submit(
         max_attempts=max_attempts,
     )
     queue = open_queue(queue_uri)
+    spec = spec_from_flags(**{**spec.model_dump(), **_job_groups(queue, group, fallback_group, fallback_after)})
     job = queue.submit(spec, job_id=job_id)
     if output == "json":
         print_json(_job_row(job))
     else:
         click.echo(f"submitted {job.id} to {queue.uri}")
+
+
+def _job_groups(queue, group, fallback_group, fallback_after) -> dict[str, Any]:
+    """The job's group fields, checked against the cluster's groups (node.env, else the agents' records)."""
+    import dataclasses
+
+    from gpucloud.agent.node_groups import NodeGroups, resolve_job_groups
+
+    cluster = NodeGroups.from_env()
+    wanted = group is not None or fallback_group is not None
+    registered = frozenset(n.group for n in queue.nodes() if n.group) if wanted and not cluster.names else frozenset()
+    return dataclasses.asdict(
+        resolve_job_groups(group, fallback_group, fallback_after, cluster=cluster, registered=registered)
+    )
 
 
 def _job_row(job) -> dict[str, Any]:
@@ -112,6 +158,8 @@ def _job_row(job) -> dict[str, Any]:
         "updated_at": job.updated_at,
         "command": job.spec.command,
         "reason": job.reason,
+        "group": job.spec.group,
+        "fallback_group": job.spec.fallback_group,
     }
 
 

@@ -12,7 +12,7 @@ from gpucloud.catalog import InstanceType, NetworkCard, get_instance_type
 from gpucloud.infra.addressing import plan_subnets
 from gpucloud.infra.cost import GroupSizing, estimate_cost
 from gpucloud.infra.efa_layout import plan_network_interfaces, summarize
-from gpucloud.infra.iam import node_policy_document
+from gpucloud.infra.iam import GroupScope, JobPlaneArns, node_policy_document
 from gpucloud.infra.userdata import USER_DATA_LIMIT, render_user_data
 
 
@@ -121,20 +121,27 @@ def test_cost_sums_groups_and_unknown_prices_stay_unknown() -> None:
 RESOURCE_WILDCARD_SIDS = {"FindOwnGroup", "PublishBacklog"}
 
 
+SCOPED_BY_TAG_SIDS = {"NodeLifecycle", "DrainOnTermination"}
+
+
 def test_node_policy_is_scoped_to_the_given_arns() -> None:
-    doc = node_policy_document(
-        "arn:aws:s3:::b",
-        ["arn:aws:sqs:r:1:q"],
-        "arn:aws:dynamodb:r:1:table/t",
-        ["arn:aws:autoscaling:r:1:autoScalingGroup:u:autoScalingGroupName/g"],
+    jobs = JobPlaneArns(
+        "arn:aws:sqs:r:1:q", "arn:aws:sqs:r:1:q-dlq", "arn:aws:sqs:r:1:e", "arn:aws:dynamodb:r:1:table/t"
     )
+    scope = GroupScope("arn:aws:autoscaling:r:1:autoScalingGroup:*:autoScalingGroupName/*", stack="s", cluster="c")
+    doc = node_policy_document("arn:aws:s3:::b", jobs, scope)
     for st in doc["Statement"]:
         assert all("*" not in a for a in st["Action"])
         if st["Sid"] in RESOURCE_WILDCARD_SIDS:  # actions AWS grants only on "*" (see iam.py)
             continue
-        assert st["Resource"] and all(r != "*" and r.startswith("arn:aws:") for r in st["Resource"])
+        if st["Sid"] in SCOPED_BY_TAG_SIDS:  # any group of this account and region, if tagged with this stack
+            assert st["Condition"] == scope.condition() and st["Resource"] == [scope.group_arn_pattern]
+            continue
+        assert st["Resource"] and all(
+            "*" not in r.removesuffix("/*") and r.startswith("arn:aws:") for r in st["Resource"]
+        )
     assert doc["Statement"][1]["Resource"] == ["arn:aws:s3:::b/*"]
-    assert "DrainOnTermination" not in json.dumps(node_policy_document("a", [], "t", []))
+    assert "DrainOnTermination" not in json.dumps(node_policy_document("a", jobs, None))
 
 
 def test_user_data_renders_valid_bash_with_quoted_settings(tmp_path) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from gpucloud.agent import backlog_metric
 from gpucloud.cli import main
-from gpucloud.infra.iam import node_policy_document
+from gpucloud.infra.iam import GroupScope, JobPlaneArns, node_policy_document
 from gpucloud.infra.preview import StackPreview, mocked_runtime, preview_stack
 from gpucloud.infra.program import build_cluster
 from gpucloud.infra.scaling_plan import (
@@ -43,7 +43,6 @@ NODE_LIFECYCLE_ACTIONS = [
     "autoscaling:SetInstanceProtection",
     "autoscaling:DetachInstances",
     "autoscaling:TerminateInstanceInAutoScalingGroup",
-    "autoscaling:SetDesiredCapacity",
 ]
 
 
@@ -271,14 +270,14 @@ def test_no_schedule_without_a_block_end(previews) -> None:
 
 
 def test_node_policy_statements_for_the_agent() -> None:
-    arns = [
-        "arn:aws:autoscaling:r:1:autoScalingGroup:u1:autoScalingGroupName/a",
-        "arn:aws:autoscaling:r:1:autoScalingGroup:u2:autoScalingGroupName/b",
-    ]
-    doc = node_policy_document("arn:aws:s3:::b", ["arn:aws:sqs:r:1:q"], "arn:aws:dynamodb:r:1:table/t", arns)
+    scope = GroupScope("arn:aws:autoscaling:r:1:autoScalingGroup:*:autoScalingGroupName/*", stack="s", cluster="c")
+    jobs = JobPlaneArns(
+        "arn:aws:sqs:r:1:q", "arn:aws:sqs:r:1:q-dlq", "arn:aws:sqs:r:1:e", "arn:aws:dynamodb:r:1:table/t"
+    )
+    doc = node_policy_document("arn:aws:s3:::b", jobs, scope)
     by_sid = {s["Sid"]: s for s in doc["Statement"]}
     assert by_sid["NodeLifecycle"]["Action"] == NODE_LIFECYCLE_ACTIONS
-    assert by_sid["NodeLifecycle"]["Resource"] == arns
+    assert by_sid["NodeLifecycle"]["Resource"] == [scope.group_arn_pattern]
     assert by_sid["FindOwnGroup"] == {
         "Sid": "FindOwnGroup",
         "Effect": "Allow",
@@ -293,7 +292,7 @@ def test_node_policy_statements_for_the_agent() -> None:
         "Condition": {"StringEquals": {"cloudwatch:namespace": "gpucloud"}},
     }
     assert not any(a.startswith("ec2:") for s in doc["Statement"] for a in s["Action"])
-    assert "NodeLifecycle" not in {s["Sid"] for s in node_policy_document("a", [], "t", [])["Statement"]}
+    assert "NodeLifecycle" not in {s["Sid"] for s in node_policy_document("a", jobs, None)["Statement"]}
 
 
 @pytest.mark.parametrize("which", ["dev", "p4d-spot", "p5-capacity-block", "mixed"])
@@ -301,11 +300,19 @@ def test_agent_statements_name_exactly_this_stacks_groups(previews, mixed, which
     preview = mixed if which == "mixed" else previews[which]
     (role_policy,) = preview.of_type(ROLE_POLICY)
     by_sid = {s["Sid"]: s for s in json.loads(role_policy.inputs["policy"])["Statement"]}
-    asg_names = sorted(a.name for a in preview.of_type(ASG))
+    for asg in preview.of_type(ASG):  # every group carries the tags the statements require
+        tags = {t["key"]: t["value"] for t in asg.inputs["tags"]}
+        assert tags["gpucloud:stack"] == preview.stack and tags["gpucloud:cluster"] == preview.cluster
     for sid in ("NodeLifecycle", "DrainOnTermination"):
-        resources = by_sid[sid]["Resource"]
-        assert sorted(r.rsplit("autoScalingGroupName/", 1)[1] for r in resources) == asg_names
-        assert all(r.startswith("arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:") for r in resources)
+        assert by_sid[sid]["Resource"] == [
+            "arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:*:autoScalingGroupName/*"
+        ]
+        assert by_sid[sid]["Condition"] == {
+            "StringEquals": {
+                "autoscaling:ResourceTag/gpucloud:stack": preview.stack,
+                "autoscaling:ResourceTag/gpucloud:cluster": preview.cluster,
+            }
+        }
 
 
 def test_policy_pack_is_clean_with_scaling_and_a_block_end(mixed) -> None:

@@ -72,6 +72,8 @@ class NodeGroupArgs:
     user_data: pulumi.Input[str]
     job_queue_name: pulumi.Input[str]  # the backlog alarm counts this queue's visible slot messages
     ssh_key_name: str | None = None
+    # what must exist before a node can launch (the node role's policy): the group waits for it
+    depends_on: Sequence[pulumi.Resource] = ()
 
 
 class NodeGroup(pulumi.ComponentResource):
@@ -159,7 +161,11 @@ class NodeGroup(pulumi.ComponentResource):
             metrics_granularity="1Minute" if g.scaling.enabled else None,
             # with scaling, desired capacity is the policy's and the agents' to set, not the stack's
             opts=pulumi.ResourceOptions.merge(
-                child, pulumi.ResourceOptions(ignore_changes=["desiredCapacity"] if g.scaling.enabled else None)
+                child,
+                pulumi.ResourceOptions(
+                    ignore_changes=["desiredCapacity"] if g.scaling.enabled else None,
+                    depends_on=list(args.depends_on),
+                ),
             ),
         )
         self.scaling = (

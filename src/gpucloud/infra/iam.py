@@ -1,41 +1,97 @@
 """IAM for the nodes: an instance role and profile, SSM core, and one inline policy scoped to exactly
-this cluster's bucket, queues, job table and autoscaling groups (plus the two read-only describe
-calls and the metric publish that AWS only grants on "*", each said why below).
+this cluster's bucket, queues and job table, and to the autoscaling groups tagged with this stack
+(plus the two read-only describe calls and the metric publish that AWS only grants on "*", each
+said why below).
 
-The scoped policy is attached after the autoscaling groups exist because it names their ARNs; a
-node that boots in the seconds before sees AccessDenied and the agent retries (it never needs these
-permissions before it has a job).
+The scoped policy names no group ARN, so it exists before the groups: each group ``depends_on``
+it, and no node boots into AccessDenied.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
 from typing import Any
 
 import pulumi
 import pulumi_aws as aws
 
 from gpucloud.agent.backlog_metric import NAMESPACE as METRIC_NAMESPACE
-from gpucloud.infra.tags import Tagging
+from gpucloud.infra.tags import CLUSTER_TAG, STACK_TAG, Tagging
 
 SSM_CORE_POLICY = "policy/AmazonSSMManagedInstanceCore"
 
 
+@dataclasses.dataclass(frozen=True)
+class JobPlaneArns:
+    """The job plane's ARNs a node touches."""
+
+    job_queue: str
+    job_dead_letter_queue: str  # poison slot messages are moved here by the agent
+    events_queue: str  # EventBridge's interruption events: nodes read it, only EventBridge sends
+    table: str
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupScope:
+    """Which autoscaling groups the agent may act on: those of this stack and cluster, by tag.
+
+    A tag condition (not the groups' ARNs, which carry a UUID known only once a group exists) lets
+    the policy be created before the groups, so no node ever boots without it. AWS documents the
+    ``autoscaling:ResourceTag/<key>`` condition for the group actions:
+    https://docs.aws.amazon.com/autoscaling/ec2/userguide/tag-security.html and
+    https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonec2autoscaling.html
+    """
+
+    group_arn_pattern: str  # arn:<partition>:autoscaling:<region>:<account>:autoScalingGroup:*:autoScalingGroupName/*
+    stack: str
+    cluster: str
+
+    def condition(self) -> dict[str, Any]:
+        return {
+            "StringEquals": {
+                f"autoscaling:ResourceTag/{STACK_TAG}": self.stack,
+                f"autoscaling:ResourceTag/{CLUSTER_TAG}": self.cluster,
+            }
+        }
+
+
+# What the runtime calls (grep src/gpucloud for the boto3 methods; tests/infra/test_node_iam.py
+# checks each action below against the calls). Not granted because never called:
+# autoscaling:SetDesiredCapacity, autoscaling:RecordLifecycleActionHeartbeat,
+# s3:ListBucketMultipartUploads; sqs:GetQueueUrl only on the dead-letter queue (the job queue's
+# redrive policy names it by ARN; ``queue/aws/backend.py`` looks its URL up).
+JOB_QUEUE_ACTIONS = [
+    "sqs:ReceiveMessage",
+    "sqs:DeleteMessage",
+    "sqs:ChangeMessageVisibility",
+    "sqs:SendMessage",
+    "sqs:GetQueueAttributes",
+]
+DEAD_LETTER_ACTIONS = ["sqs:GetQueueUrl", "sqs:SendMessage"]
+# No SendMessage: a node that could send to the events queue could forge terminations of others.
+EVENTS_QUEUE_ACTIONS = ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"]
+LIFECYCLE_ACTIONS = ["autoscaling:CompleteLifecycleAction"]
+NODE_LIFECYCLE_ACTIONS = [
+    "autoscaling:SetInstanceProtection",
+    "autoscaling:DetachInstances",
+    "autoscaling:TerminateInstanceInAutoScalingGroup",
+]
+
+
 def node_policy_document(
     bucket_arn: str,
-    queue_arns: Sequence[str],
-    table_arn: str,
-    asg_arns: Sequence[str],
+    jobs: JobPlaneArns,
+    groups: GroupScope | None,
     agent_package_arn: str | None = None,
 ) -> dict:
-    """The node role's inline policy: a pure function of the ARNs it may touch (no wildcards)."""
+    """The node role's inline policy: a pure function of the ARNs it may touch (no wildcards but the
+    autoscaling groups, which are scoped by this stack's tags)."""
     statements: list[dict[str, Any]] = [
         {
             "Sid": "CheckpointBucketList",
             "Effect": "Allow",
-            "Action": ["s3:ListBucket", "s3:GetBucketLocation", "s3:ListBucketMultipartUploads"],
+            "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
             "Resource": [bucket_arn],
         },
         {
@@ -50,18 +106,18 @@ def node_policy_document(
             ],
             "Resource": [f"{bucket_arn}/*"],
         },
+        {"Sid": "JobQueue", "Effect": "Allow", "Action": list(JOB_QUEUE_ACTIONS), "Resource": [jobs.job_queue]},
         {
-            "Sid": "JobQueues",
+            "Sid": "JobDeadLetterQueue",
             "Effect": "Allow",
-            "Action": [
-                "sqs:ReceiveMessage",
-                "sqs:DeleteMessage",
-                "sqs:ChangeMessageVisibility",
-                "sqs:SendMessage",
-                "sqs:GetQueueAttributes",
-                "sqs:GetQueueUrl",
-            ],
-            "Resource": list(queue_arns),
+            "Action": list(DEAD_LETTER_ACTIONS),
+            "Resource": [jobs.job_dead_letter_queue],
+        },
+        {
+            "Sid": "EventsQueueRead",
+            "Effect": "Allow",
+            "Action": list(EVENTS_QUEUE_ACTIONS),
+            "Resource": [jobs.events_queue],
         },
         {
             "Sid": "JobTable",
@@ -74,30 +130,26 @@ def node_policy_document(
                 "dynamodb:Query",
                 "dynamodb:ConditionCheckItem",
             ],
-            "Resource": [table_arn, f"{table_arn}/index/*"],
+            "Resource": [jobs.table, f"{jobs.table}/index/*"],
         },
     ]
-    if asg_arns:
+    if groups is not None:
         statements += [
             {
                 "Sid": "DrainOnTermination",
                 "Effect": "Allow",
-                "Action": ["autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat"],
-                "Resource": list(asg_arns),
+                "Action": list(LIFECYCLE_ACTIONS),
+                "Resource": [groups.group_arn_pattern],
+                "Condition": groups.condition(),
             },
             # The agent: scale-in protection while busy; on a notice, detach itself (the group
-            # launches a replacement) or raise desired capacity; when idle, terminate itself with
-            # a decrement. All four take the group's ARN as resource.
+            # launches a replacement); when idle, terminate itself with a decrement.
             {
                 "Sid": "NodeLifecycle",
                 "Effect": "Allow",
-                "Action": [
-                    "autoscaling:SetInstanceProtection",
-                    "autoscaling:DetachInstances",
-                    "autoscaling:TerminateInstanceInAutoScalingGroup",
-                    "autoscaling:SetDesiredCapacity",
-                ],
-                "Resource": list(asg_arns),
+                "Action": list(NODE_LIFECYCLE_ACTIONS),
+                "Resource": [groups.group_arn_pattern],
+                "Condition": groups.condition(),
             },
             # The agent finds its own group (and its min/desired) by instance id. Describe actions
             # support no resource-level permissions in the Service Authorization Reference, so
@@ -174,30 +226,54 @@ class NodeIdentity(pulumi.ComponentResource):
 class NodeAccessPolicyArgs:
     role_name: pulumi.Input[str]
     bucket_arn: pulumi.Input[str]
-    queue_arns: Sequence[pulumi.Input[str]]
+    job_queue_arn: pulumi.Input[str]
+    job_dead_letter_queue_arn: pulumi.Input[str]
+    events_queue_arn: pulumi.Input[str]
     table_arn: pulumi.Input[str]
-    asg_arns: Sequence[pulumi.Input[str]]
+    region: str
+    stack: str
+    cluster: str
+    with_groups: bool = True  # grant the agent's autoscaling calls (on this stack's groups, by tag)
     agent_package_arn: pulumi.Input[str] | None = None  # the agent wheel's S3 object, when there is one
 
 
 class NodeAccessPolicy(pulumi.ComponentResource):
+    """The node role's inline policy. It names no autoscaling group ARN, so it is created before
+    the groups and each group ``depends_on`` it: no node boots without its permissions."""
+
+    policy: aws.iam.RolePolicy
+
     def __init__(self, name: str, args: NodeAccessPolicyArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucloud:iam:NodeAccessPolicy", name, None, opts)
-        n_queues = len(args.queue_arns)
-        document = pulumi.Output.all(
-            args.bucket_arn, args.table_arn, args.agent_package_arn, *args.queue_arns, *args.asg_arns
-        ).apply(
-            lambda v: json.dumps(
-                node_policy_document(
-                    v[0],
-                    v[3 : 3 + n_queues],
-                    v[1],
-                    v[3 + n_queues :],
-                    agent_package_arn=v[2],
+        invoke = pulumi.InvokeOutputOptions(parent=self)
+        partition = aws.get_partition_output(opts=invoke).partition
+        account = aws.get_caller_identity_output(opts=invoke).account_id
+
+        def render(v: list[Any]) -> str:
+            bucket, job_queue, dlq, events, table, package, part, acct = v
+            groups = (
+                GroupScope(
+                    f"arn:{part}:autoscaling:{args.region}:{acct}:autoScalingGroup:*:autoScalingGroupName/*",
+                    stack=args.stack,
+                    cluster=args.cluster,
                 )
+                if args.with_groups
+                else None
             )
-        )
-        aws.iam.RolePolicy(
+            jobs = JobPlaneArns(job_queue, dlq, events, table)
+            return json.dumps(node_policy_document(bucket, jobs, groups, agent_package_arn=package))
+
+        document = pulumi.Output.all(
+            args.bucket_arn,
+            args.job_queue_arn,
+            args.job_dead_letter_queue_arn,
+            args.events_queue_arn,
+            args.table_arn,
+            args.agent_package_arn,
+            partition,
+            account,
+        ).apply(render)
+        self.policy = aws.iam.RolePolicy(
             f"{name}-access", role=args.role_name, policy=document, opts=pulumi.ResourceOptions(parent=self)
         )
         self.register_outputs({})

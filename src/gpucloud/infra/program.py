@@ -131,6 +131,24 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
     image = resolve_image(spec.ami)
     pipeline = _image_pipeline(spec, cluster, tagging, first_subnet, security.node_group_id, catalog)
 
+    # Before the groups, and each group depends on it: a node never boots without its permissions.
+    access = NodeAccessPolicy(
+        f"{cluster}-node",
+        NodeAccessPolicyArgs(
+            role_name=identity.role.name,
+            bucket_arn=store.bucket_arn,
+            job_queue_arn=jobs.job_queue.arn,
+            job_dead_letter_queue_arn=jobs.job_dlq.arn,
+            events_queue_arn=jobs.events_queue.arn,
+            table_arn=jobs.table.arn,
+            region=spec.region,
+            stack=stack_name,
+            cluster=cluster,
+            with_groups=bool(plan.groups),
+            agent_package_arn=_agent_package_arn(spec),
+        ),
+    )
+
     groups: dict[str, NodeGroup] = {}
     for gp in plan.groups:
         settings: dict[str, pulumi.Input[str]] = {
@@ -181,20 +199,10 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
                 user_data=user_data_output(settings),
                 job_queue_name=jobs.job_queue.name,
                 ssh_key_name=spec.access.ssh_key_name,
+                depends_on=[access.policy],
             ),
         )
 
-    NodeAccessPolicy(
-        f"{cluster}-node",
-        NodeAccessPolicyArgs(
-            role_name=identity.role.name,
-            bucket_arn=store.bucket_arn,
-            queue_arns=[jobs.job_queue.arn, jobs.events_queue.arn],
-            table_arn=jobs.table.arn,
-            asg_arns=[g.asg.arn for g in groups.values()],
-            agent_package_arn=_agent_package_arn(spec),
-        ),
-    )
     InterruptionEvents(
         f"{cluster}-interruptions",
         InterruptionEventsArgs(

@@ -7,6 +7,7 @@ from pulumi_policy import EnforcementLevel, Policy, ResourceValidationPolicy, St
 from gpucloud.policy.buckets import buckets_encrypted, buckets_private_and_tls_only
 from gpucloud.policy.efa_security_group import efa_security_group_self_rules
 from gpucloud.policy.encryption import storage_encrypted
+from gpucloud.policy.events_queue import events_queue_senders
 from gpucloud.policy.iam_statements import no_wildcard_admin
 from gpucloud.policy.instances import imdsv2_required, no_public_ips
 from gpucloud.policy.network_access import no_open_ingress
@@ -62,6 +63,12 @@ POLICIES: list[Policy] = [
         name="efa-security-group-self-rules",
         description="Security groups on EFA interfaces allow all traffic to and from themselves.",
         validate=efa_security_group_self_rules,
+        enforcement_level=MANDATORY,
+    ),
+    StackValidationPolicy(
+        name="events-queue-eventbridge-only",
+        description="Only EventBridge may send to a queue EventBridge rules deliver to (no node can forge interruptions).",
+        validate=events_queue_senders,
         enforcement_level=MANDATORY,
     ),
     ResourceValidationPolicy(

@@ -26,6 +26,8 @@ EBS_VOLUME = "aws:ebs/volume:Volume"
 FSX_LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
 DYNAMODB_TABLE = "aws:dynamodb/table:Table"
 SQS_QUEUE = "aws:sqs/queue:Queue"
+SQS_QUEUE_POLICY = "aws:sqs/queuePolicy:QueuePolicy"
+EVENT_TARGET = "aws:cloudwatch/eventTarget:EventTarget"
 
 IAM_POLICY = "aws:iam/policy:Policy"
 IAM_ROLE = "aws:iam/role:Role"

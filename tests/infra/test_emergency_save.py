@@ -57,6 +57,12 @@ def test_nvme_is_fast_but_not_durable_and_never_chosen_as_the_durable_copy() -> 
     assert best is not None and best.tier == "s3"
 
 
+def test_fastest_durable_tier_is_chosen_by_rate_even_for_an_empty_state() -> None:
+    estimates = [es.estimate(0, 4, P4D, t) for t in es.cluster_tiers(P4D_SPOT_FSX, P4D)]
+    best = es.fastest_durable(estimates)
+    assert best is not None and best.tier == "s3"
+
+
 def test_no_nvme_drives_means_no_nvme_tier() -> None:
     assert [t.name for t in es.cluster_tiers(None, es.Node("g6.xlarge"))] == ["s3"]
 

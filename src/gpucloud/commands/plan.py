@@ -84,6 +84,7 @@ def plan(stack: str | None, stack_file: Path | None, catalog_file: Path | None, 
         print_json(
             {**result.to_json(), "catalog": source, "policy_violations": [dataclasses.asdict(v) for v in violations]}
         )
+        _warn_emergency_save(result.emergency_saves)
     else:
         from rich.console import Console
 
@@ -91,6 +92,8 @@ def plan(stack: str | None, stack_file: Path | None, catalog_file: Path | None, 
             result = preview_stack(spec, name, catalog)
             violations = run_policies(result.resources, stack=name)
         _print_human(result, source)
+        _print_emergency_save(result.emergency_saves)
+        _warn_emergency_save(result.emergency_saves)
         _print_violations(violations)
     if any(v.enforcement == "mandatory" for v in violations):
         # `pulumi up --policy-pack` would refuse this stack: say so with the exit code too
@@ -169,3 +172,51 @@ def _print_violations(violations: list[Any]) -> None:
     console.print(f"[bold red]Policy pack: {len(violations)} violation(s)[/]")
     for v in violations:
         console.print(f"  {v.enforcement}: {v.describe()}", markup=False)
+
+
+def _print_emergency_save(plans: list[Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from gpucloud.infra.emergency_save import NOTICE_LEAD_SECONDS, STOP_MARGIN_SECONDS, budget_seconds
+
+    table = Table(
+        title=f"Emergency save: largest checkpoint committed within the {NOTICE_LEAD_SECONDS:g} s notice "
+        f"minus the {STOP_MARGIN_SECONDS:g} s stop margin ({budget_seconds():g} s), a job on every node"
+    )
+    for col in ("group", "nodes", "tier", "GB/s", "max GiB", "expected GiB", "seconds", "fits"):
+        table.add_column(col)
+    for plan in plans:
+        known = plan.expected_gib is not None
+        chosen = plan.chosen
+        for e in plan.tiers:
+            tier = e.tier + ("" if e.durable else " (not durable)") + (" *" if e is chosen else "")
+            table.add_row(
+                plan.node_group,
+                str(plan.nodes),
+                tier,
+                f"{e.bytes_per_second / 1e9:.2f}",
+                f"{e.max_gib:,.0f}",
+                f"{plan.expected_gib:g}" if known else "-",
+                f"{e.seconds:.0f}" if known else "-",
+                ("yes" if e.fits else "NO") if known else "-",
+            )
+    Console().print(table)
+    Console().print(
+        "* the tier the runtime writes the durable copy to. Set gpucloud:expectedCheckpointGiB "
+        "(stack or node group) to check a size.",
+        markup=False,
+        soft_wrap=True,
+    )
+
+
+def _warn_emergency_save(plans: list[Any]) -> None:
+    """One line on stderr per durable tier that the expected checkpoint does not fit through."""
+    for plan in plans:
+        for e in plan.misses:
+            click.echo(
+                f"warning: node group {plan.node_group}: a {plan.expected_gib:g} GiB emergency save through "
+                f"{e.tier} takes {e.seconds:.0f} s, more than the {e.budget_seconds:g} s a spot notice leaves; "
+                f"{e.tier} fits at most {e.max_gib:,.0f} GiB on {plan.nodes} node(s)",
+                err=True,
+            )

@@ -216,6 +216,6 @@ def cluster_tiers(fsx: FsxTier | None, node: Node) -> list[Tier]:
 
 
 def fastest_durable(estimates: Iterable[SaveEstimate]) -> SaveEstimate | None:
-    """The durable tier that commits soonest (ties: the first given)."""
+    """The durable tier that commits soonest: the fastest (same state everywhere; ties: the first)."""
     durable = [e for e in estimates if e.durable]
-    return min(durable, key=lambda e: e.seconds) if durable else None
+    return max(durable, key=lambda e: e.bytes_per_second) if durable else None

@@ -10,6 +10,7 @@ import dataclasses
 from gpucloud.catalog import Catalog, InstanceType, load_catalog
 from gpucloud.infra.cost import CostEstimate, estimate_cost
 from gpucloud.infra.efa_layout import EfaLayoutSummary, NicPlan, plan_network_interfaces, summarize
+from gpucloud.infra.emergency_save import GIB, FsxTier, Node, SaveEstimate, cluster_tiers, estimate, fastest_durable
 from gpucloud.spec.decisions import efa_enabled, uses_placement_group
 from gpucloud.spec.model import ClusterSpec, NodeGroup
 from gpucloud.spec.rules import sizing_for
@@ -23,6 +24,56 @@ class GroupPlan:
     nics: list[NicPlan]
     placement_group: bool
     efa_layout: EfaLayoutSummary
+    emergency_save: EmergencySavePlan
+
+
+@dataclasses.dataclass(frozen=True)
+class EmergencySavePlan:
+    """Per tier, how a job on all of the group's nodes saves within a spot notice."""
+
+    node_group: str
+    nodes: int
+    expected_gib: float | None  # gpucloud:expectedCheckpointGiB (the group's, else the stack's)
+    tiers: list[SaveEstimate]  # every tier the cluster has, with the expected size (0 when unset)
+
+    @property
+    def chosen(self) -> SaveEstimate | None:
+        """The tier the runtime writes the durable copy to: the fastest durable one."""
+        return fastest_durable(self.tiers)
+
+    @property
+    def misses(self) -> list[SaveEstimate]:
+        """Durable tiers the expected checkpoint does not fit through (empty when no size is set)."""
+        if self.expected_gib is None:
+            return []
+        return [e for e in self.tiers if e.durable and not e.fits]
+
+    def to_json(self) -> dict[str, object]:
+        chosen = self.chosen
+        known = self.expected_gib is not None
+        return {
+            "node_group": self.node_group,
+            "nodes": self.nodes,
+            "expected_gib": self.expected_gib,
+            "tier": chosen.tier if chosen else None,
+            "seconds": round(chosen.seconds, 1) if chosen and known else None,
+            "max_gib": round(chosen.max_gib, 1) if chosen else None,
+            "fits": chosen.fits if chosen and known else None,
+            "tiers": [{**e.to_json(), **({} if known else {"seconds": None, "fits": None})} for e in self.tiers],
+        }
+
+
+def plan_emergency_save(spec: ClusterSpec, group: NodeGroup, itype: InstanceType) -> EmergencySavePlan:
+    """The emergency-save model for a job on all ``maxNodes`` of the group (they write at once)."""
+    fsx = spec.storage.fsx
+    node = Node(itype.name, itype.nvme_disks if spec.storage.nvme_scratch else 0)
+    tiers = cluster_tiers(FsxTier(fsx.size_gib, fsx.throughput_per_tib) if fsx else None, node)
+    expected = group.expected_checkpoint_gib
+    if expected is None:
+        expected = spec.expected_checkpoint_gib
+    nodes = max(1, group.max_nodes)
+    state = int((expected or 0) * GIB)
+    return EmergencySavePlan(group.name, nodes, expected, [estimate(state, nodes, node, t) for t in tiers])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +97,7 @@ def plan_cluster(spec: ClusterSpec, catalog: Catalog | None = None) -> ClusterPl
                 nics=nics,
                 placement_group=uses_placement_group(group, itype),
                 efa_layout=summarize(itype, nics, group.efa.layout),
+                emergency_save=plan_emergency_save(spec, group, itype),
             )
         )
     cost = estimate_cost(sizing_for(g.group, g.instance_type) for g in groups)

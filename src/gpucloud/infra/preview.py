@@ -23,6 +23,7 @@ from pulumi.runtime.mocks import MockMonitor
 from gpucloud.catalog import Catalog
 from gpucloud.infra.cost import CostEstimate
 from gpucloud.infra.efa_layout import EfaLayoutSummary
+from gpucloud.infra.planning import EmergencySavePlan
 from gpucloud.spec.model import ClusterSpec
 
 PROJECT = "gpucloud"
@@ -73,6 +74,7 @@ class StackPreview:
     invokes: list[RecordedInvoke]
     efa_layouts: list[GroupLayout]
     cost: CostEstimate
+    emergency_saves: list[EmergencySavePlan] = dataclasses.field(default_factory=list)
 
     @property
     def custom_resources(self) -> list[RecordedResource]:
@@ -92,6 +94,7 @@ class StackPreview:
                 for g in self.efa_layouts
             ],
             "cost": self.cost.to_json(),
+            "emergency_save": [g.to_json() for g in self.emergency_saves],
         }
 
 
@@ -281,4 +284,5 @@ def preview_stack(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
         invokes=list(mocks.invokes),
         efa_layouts=[GroupLayout(g.group.name, g.placement_group, g.efa_layout) for g in plan.groups],
         cost=plan.cost,
+        emergency_saves=[g.emergency_save for g in plan.groups],
     )

@@ -30,6 +30,9 @@ from gpucloud.jobs.model import AttemptEnd, AttemptState, Job, JobState, SlotCla
 from gpucloud.queue.protocol import GangStore, JobQueue, Transition, UnknownJob
 
 TAKE_RETRIES = 4
+# Receives one claim makes past other groups' offers: on SQS every group's slot messages share the
+# job queue and one receive brings one, so an agent must look past the messages it hands back.
+FOREIGN_RECEIVES = 8
 GANG_WORKER_PREFIX = "gang:"  # a job lease held by a gang, not by one worker  # another agent took the slot we picked: re-read and pick again
 
 
@@ -107,7 +110,9 @@ def claim_slot(
     two slots of one gang. ``skip`` names (job, attempt) pairs not to take now (gangs this worker
     just gave up waiting for); their offers go back for others, shown again after ``skip_delay``.
     ``accepts`` (default: every job) says which jobs this worker's node group may take; offers of
-    other jobs go back at once, for the agents of their group.
+    other jobs go back for the agents of their group, hidden from this one for ``skip_delay``,
+    and the worker receives again (a bounded number of times) so its own group's offers behind
+    them are reached.
     """
     if job_id is not None:
         job = queue.get(job_id)
@@ -115,15 +120,24 @@ def claim_slot(
             return None
         return _claim_in(queue, job, worker, address, lease_seconds, now)
     claimed: SlotClaim | None = None
-    for offer in queue.slot_offers(hide_seconds=lease_seconds, now=now):
-        if claimed is not None:
-            queue.offer_back(offer)
-        elif (offer.job_id, offer.attempt) in skip:
-            queue.offer_back(offer, delay_seconds=skip_delay)
-        elif offer.lost:
-            _fail_over_offer(queue, offer, now)
-        else:
-            claimed = _take_offer(queue, offer, worker, address, lease_seconds, now, accepts)
+    for _ in range(FOREIGN_RECEIVES):
+        offers = queue.slot_offers(hide_seconds=lease_seconds, now=now)
+        foreign = False
+        for offer in offers:
+            if claimed is not None:
+                queue.offer_back(offer)
+            elif (offer.job_id, offer.attempt) in skip:
+                queue.offer_back(offer, delay_seconds=skip_delay)
+            elif offer.lost:
+                _fail_over_offer(queue, offer, now)
+            else:
+                claimed, handed_back = _take_offer(
+                    queue, offer, worker, address, lease_seconds, now, accepts, skip_delay
+                )
+                foreign = foreign or handed_back
+        # A table read (embedded) showed every offer at once; a message receive showed one.
+        if claimed is not None or not foreign or all(o.ref is None for o in offers):
+            return claimed
     return claimed
 
 
@@ -135,31 +149,30 @@ def _take_offer(
     lease_seconds: float,
     now: float | None,
     accepts: Accepts | None = None,
-) -> SlotClaim | None:
+    foreign_delay: float = 0.0,
+) -> tuple[SlotClaim | None, bool]:
+    """(the claim, or None; whether the offer was another group's and went back)."""
     try:
         job = queue.get(offer.job_id)
     except UnknownJob:
         queue.offer_done(offer)
-        return None
+        return None, False
     if job.state is not JobState.QUEUED or job.attempt != offer.attempt:
         # Moved on since the offer was read: started (then its members hold their own messages)
         # or superseded. Either way this copy is not needed.
         queue.offer_done(offer)
-        return None
+        return None, False
     at = time.time() if now is None else now
     if accepts is not None and not accepts(job, at):
-        queue.offer_back(offer)  # another group's job: its agents receive it next
-        return None
+        queue.offer_back(offer, delay_seconds=foreign_delay)  # another group's job: for its agents
+        return None, True
     current = view(queue.slot_claims(job.id, job.attempt), job.spec.nodes, at)
     mine = current.held_by(worker)
     if mine is not None and mine.slot != offer.slot:
         queue.offer_back(offer)
         renewed = mine.model_copy(update={"lease_until": at + lease_seconds})
-        return (
-            renewed
-            if queue.renew_slot(job.id, job.attempt, mine.slot, worker, lease_until=renewed.lease_until)
-            else None
-        )
+        kept = queue.renew_slot(job.id, job.attempt, mine.slot, worker, lease_until=renewed.lease_until)
+        return (renewed if kept else None), False
     claim = SlotClaim(
         job_id=job.id,
         attempt=job.attempt,
@@ -169,9 +182,9 @@ def _take_offer(
         lease_until=at + lease_seconds,
     )
     if queue.take_slot(claim, now=at, offer=offer):
-        return claim
+        return claim, False
     queue.offer_back(offer)  # a live holder has it: the next receiver sees that and decides
-    return None
+    return None, False
 
 
 def _fail_over_offer(queue: GangQueue, offer: SlotOffer, now: float | None) -> None:

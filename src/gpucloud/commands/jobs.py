@@ -43,7 +43,10 @@ Examples:
 @click.option("--name", help="A human name shown by `gpucloud jobs`.")
 @queue_option()
 @click.option(
-    "--checkpoint-uri", metavar="URI", help="Durable checkpoint location (default: $GPUCLOUD_HOME/checkpoints)."
+    "--checkpoint-uri",
+    metavar="URI",
+    help="Durable checkpoint location every attempt can read: s3://bucket/prefix or a shared path (default: on a "
+    "cluster's aws:// queue the cluster's bucket, resolved on the node; else $GPUCLOUD_HOME/checkpoints).",
 )
 @click.option(
     "--workdir",
@@ -109,14 +112,15 @@ def submit(
 ) -> None:
     """Queue COMMAND as a training job; `gpucloud worker` runs it under the spot supervisor."""
     from gpucloud.jobs.model import spec_from_flags
-    from gpucloud.queue.locations import default_checkpoint_uri, open_queue
+    from gpucloud.queue.locations import checkpoint_uri_to_submit, default_queue_uri, open_queue
 
     if not command:
         raise UserError("missing command after --; e.g. gpucloud submit -- torchrun --nproc-per-node 2 train.py")
+    queue_uri = queue_uri or default_queue_uri()
     spec = spec_from_flags(
         command=list(command),
         name=name,
-        checkpoint_uri=checkpoint_uri or default_checkpoint_uri(),
+        checkpoint_uri=checkpoint_uri_to_submit(checkpoint_uri, queue_uri=queue_uri, nodes=nodes),
         workdir=workdir,
         env=_parse_env(env_pairs),
         nodes=nodes,
@@ -228,6 +232,12 @@ def show(job_id, queue_uri, output) -> None:
     render_report(report)
 
 
+def _checkpoints_line(report) -> str:
+    """The durable tier the attempts used, as each resolved it on its node (absent before one started)."""
+    used = list(dict.fromkeys(a.checkpoint_uri for a in report.attempts if a.checkpoint_uri))
+    return f"\ncheckpoints: {', '.join(used)}" if used else ""
+
+
 def render_report(report) -> None:
     """The human form of a JobReport (also used by `gpucloud demo`)."""
     from rich.console import Console
@@ -237,6 +247,7 @@ def render_report(report) -> None:
         f"[bold]job {report.job_id}[/bold]: {report.state}"
         + (f" — {report.reason}" if report.reason else "")
         + f"\ncommand: {' '.join(report.command)}"
+        + _checkpoints_line(report)
     )
     print_table(
         "attempts",

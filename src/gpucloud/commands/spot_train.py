@@ -113,7 +113,8 @@ def print_event(kind: str, data: dict[str, Any]) -> None:
 @click.option(
     "--checkpoint-uri",
     metavar="URI",
-    help="Durable checkpoint location for a new job: a path, file://, or s3://bucket/prefix (default: $GPUCLOUD_HOME/checkpoints).",
+    help="Durable checkpoint location for a new job that every attempt can read: s3://bucket/prefix, a shared path "
+    "or file:// (default: on a cluster node the cluster's bucket; else $GPUCLOUD_HOME/checkpoints).",
 )
 @click.option(
     "--max-attempts",
@@ -155,11 +156,14 @@ def spot_train(
     from gpucloud.jobs.model import spec_from_flags
     from gpucloud.jobs.node import start_signal_hub
     from gpucloud.jobs.runner import supervise_job
-    from gpucloud.queue.locations import default_checkpoint_uri, open_queue
+    from gpucloud.queue.locations import checkpoint_uri_to_submit, default_queue_uri, open_queue
     from gpucloud.signals.imds import resolve_endpoint
 
     config = supervisor_config(ack_timeout=ack_timeout, stop_margin=stop_margin, kill_after=kill_after, grace=grace)
     endpoint = None if no_imds else resolve_endpoint(imds_endpoint)  # validate before recording anything
+    queue_uri = queue_uri or default_queue_uri()
+    if job_id is None:  # a new job: refuse a checkpoint location the next attempt could not read
+        checkpoint_uri = checkpoint_uri_to_submit(checkpoint_uri, queue_uri=queue_uri, nodes=1)
     queue = open_queue(queue_uri, supervising=True)
     if job_id is not None:
         job = queue.get(job_id)
@@ -186,7 +190,7 @@ def spot_train(
         spec = spec_from_flags(
             command=list(command),
             name=name,
-            checkpoint_uri=checkpoint_uri or default_checkpoint_uri(),
+            checkpoint_uri=checkpoint_uri,
             gpus_per_node=gpus_per_node or 0,
             max_attempts=max_attempts or 3,
             workdir=None,

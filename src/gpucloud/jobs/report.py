@@ -54,6 +54,7 @@ class AttemptRow(BaseModel):
     last_step: int | None
     exit_code: int | None
     reason: str | None
+    checkpoint_uri: str | None = None  # the durable tier this attempt used (resolved on its node)
 
 
 class TimelineRow(BaseModel):
@@ -113,6 +114,7 @@ def build_report(job: Job, attempts: list[Attempt], events: list[Event], *, now:
                 last_step=attempt.last_step,
                 exit_code=attempt.exit_code,
                 reason=attempt.reason,
+                checkpoint_uri=_checkpoint_uri(evs),
             )
         )
         if attempt.state not in (AttemptState.REQUEUED, AttemptState.CRASHED, AttemptState.LOST, AttemptState.FAILED):
@@ -223,6 +225,12 @@ def _dt(start: Event | None, end: Event | None) -> float | None:
 
 def _r(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
+
+
+def _checkpoint_uri(events: list[Event]) -> str | None:
+    started = _first(events, "started")
+    uri = started.data.get("checkpoint_uri") if started is not None else None
+    return uri if isinstance(uri, str) else None
 
 
 def _detail(event: Event) -> str:

@@ -37,7 +37,7 @@ from gpucloud.jobs.supervisor import (
     spot_train_exit_code,
     tighten,
 )
-from gpucloud.queue.locations import default_checkpoint_uri, run_dir
+from gpucloud.queue.locations import checkpoint_uri_for, run_dir
 from gpucloud.queue.protocol import JobQueue, Transition
 from gpucloud.signals.events import Notice
 
@@ -96,7 +96,8 @@ def attempt_environment(job: Job, *, control_dir: Path, local_dir: str | None) -
     env.update(job.spec.env)
     env[jobenv.JOB_ID] = job.id
     env[jobenv.ATTEMPT] = str(job.attempt)
-    env[jobenv.CHECKPOINT_URI] = job.spec.checkpoint_uri or default_checkpoint_uri()
+    # A job submitted without a URI to a cluster's queue gets this node's default: the cluster's bucket.
+    env[jobenv.CHECKPOINT_URI] = checkpoint_uri_for(job.spec.checkpoint_uri)
     env[jobenv.CONTROL_DIR] = str(control_dir)
     if local_dir:
         env[jobenv.LOCAL_CHECKPOINT_DIR] = str(local_dir)
@@ -196,7 +197,13 @@ class _AttemptLoop:
         self.lease_lost = False
         started = time.time()
         queue.update_attempt(job.id, job.attempt, started_at=started)
-        timeline.record("started", at=started, pid=group.pid, command=job.spec.command)
+        timeline.record(
+            "started",
+            at=started,
+            pid=group.pid,
+            command=job.spec.command,
+            checkpoint_uri=checkpoint_uri_for(job.spec.checkpoint_uri),  # what `job show` reports as used
+        )
         self.next_heartbeat = started + config.lease_seconds / 4
         self.next_scan = started
 
@@ -443,7 +450,7 @@ def _latest_committed(job: Job) -> int | None:
     from gpucloud.checkpoint.store import latest_committed
 
     try:
-        return latest_committed(job.spec.checkpoint_uri or default_checkpoint_uri(), job.id)
+        return latest_committed(checkpoint_uri_for(job.spec.checkpoint_uri), job.id)
     except Exception as err:  # noqa: BLE001 - informational only; the next attempt's restore decides
         log.warning("could not read the latest committed checkpoint of job %s: %s", job.id, err)
         return None

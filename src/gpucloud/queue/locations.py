@@ -1,7 +1,11 @@
 """Where the embedded defaults live, and how a queue URI becomes a queue.
 
-``GPUCLOUD_HOME`` (default ``~/.gpucloud``) holds the default queue (``queue.db``), the durable
-checkpoint tier (``checkpoints/``) and per-attempt control and local-tier directories (``run/``).
+``GPUCLOUD_HOME`` (default ``~/.gpucloud``) holds the default queue (``queue.db``), the embedded
+durable checkpoint tier (``checkpoints/``) and per-attempt control and local-tier directories (``run/``).
+
+The default checkpoint location: on a cluster node, the cluster's bucket (resolved on the node that
+runs the attempt, from ``node.env``: ``checkpoint/placement.py`` says why); else
+``$GPUCLOUD_HOME/checkpoints``.
 
 The default queue: ``$GPUCLOUD_QUEUE``; else, on a cluster node, the AWS queue the stack's
 environment names (``GPUCLOUD_REGION``, ``GPUCLOUD_JOB_TABLE``, ``GPUCLOUD_JOB_QUEUE_URL``); else
@@ -11,8 +15,10 @@ the embedded SQLite file.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
+from gpucloud.checkpoint.placement import ClusterStorage, queue_spans_hosts, refusal, unreadable_reason
 from gpucloud.errors import UserError
 from gpucloud.queue.aws.uri import FORM as AWS_FORM
 from gpucloud.queue.aws.uri import parse_aws_uri, uri_from_env
@@ -31,8 +37,35 @@ def default_queue_uri() -> str:
     return os.environ.get(QUEUE_ENV) or uri_from_env(os.environ) or f"sqlite:///{gpucloud_home() / 'queue.db'}"
 
 
-def default_checkpoint_uri() -> str:
-    return str(gpucloud_home() / "checkpoints")
+def default_checkpoint_uri(env: Mapping[str, str] | None = None) -> str:
+    """The durable tier of a job that names none, as resolved where ``env`` (default: this process's) runs:
+    the cluster's bucket on a node, else ``$GPUCLOUD_HOME/checkpoints``."""
+    env = os.environ if env is None else env
+    return ClusterStorage.from_env(env).default_uri() or str(gpucloud_home() / "checkpoints")
+
+
+def checkpoint_uri_for(spec_uri: str | None) -> str:
+    """The durable tier an attempt uses: the job's own URI, else this node's default."""
+    return spec_uri or default_checkpoint_uri()
+
+
+def checkpoint_uri_to_submit(given: str | None, *, queue_uri: str, nodes: int) -> str | None:
+    """What ``submit`` records as the job's checkpoint URI, or a one-line ``UserError`` before anything is queued.
+
+    No URI on a queue whose attempts run on other hosts (``aws://``): None, so each node resolves the
+    cluster's default itself. No URI on an embedded queue: today's local default. A URI the next
+    attempt could not read (``placement.unreadable_reason``) is refused, naming it and why."""
+    from gpucloud.checkpoint.layout import parse_uri
+
+    spans_hosts = queue_spans_hosts(queue_uri)
+    if given is None:
+        return None if spans_hosts else default_checkpoint_uri()
+    parse_uri(given)  # a malformed URI or unknown scheme: its own one-line error
+    storage = ClusterStorage.from_env(os.environ)
+    reason = unreadable_reason(given, spans_hosts=spans_hosts, nodes=nodes, storage=storage)
+    if reason is not None:
+        raise UserError(refusal(given, reason, storage))
+    return given
 
 
 def run_dir(job_id: str, attempt: int) -> Path:

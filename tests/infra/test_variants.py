@@ -34,7 +34,14 @@ def test_existing_vpc_creates_no_network_and_uses_the_subnet() -> None:
 
 
 def test_endpoint_egress_has_no_nat_and_private_endpoints() -> None:
-    preview = plan(**{"gpucloud:network": {"vpcCidr": "10.9.0.0/20", "egress": "endpoints"}})
+    preview = plan(
+        **{
+            "gpucloud:network": {"vpcCidr": "10.9.0.0/20", "egress": "endpoints"},
+            # no package index in this mode: the agent comes in the gpucloud image
+            "gpucloud:agent": {},
+            "gpucloud:ami": {"parameter": "/gpucloud/image/ami-id"},
+        }
+    )
     assert "aws:ec2/natGateway:NatGateway" not in types(preview)
     interface = {
         r.inputs["serviceName"]

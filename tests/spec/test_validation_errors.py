@@ -304,6 +304,12 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         "its own pipeline has not built yet",
     ),
     "ami-id": ("ami_choice", _set("gpucloud:ami", {"id": "ami-xyz"}), "gpucloud:ami.id = 'ami-xyz'", "8 or 17 hex"),
+    "agent-package-without-internet": (
+        "agent_installable_offline",
+        _set("gpucloud:network", {"vpcCidr": "10.20.0.0/16", "egress": "endpoints"}),
+        "gpucloud:agent.package = 's3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl'",
+        "egress 'endpoints' has no route to a package index",
+    ),
     "agent-package-missing": (
         "agent_package",
         _drop("gpucloud:agent"),

@@ -15,10 +15,21 @@ import pulumi_aws as aws
 from gpucloud.infra.addressing import plan_subnets
 from gpucloud.infra.tags import Tagging
 
-# Interface endpoints a node needs when the VPC has no route to the internet (egress: endpoints):
-# Session Manager (ssm, ssmmessages, ec2messages), the job queue (sqs), the lifecycle hook
-# (autoscaling), and CloudWatch Logs.
-ENDPOINT_SERVICES = ("ssm", "ssmmessages", "ec2messages", "sqs", "autoscaling", "logs")
+# Every AWS API a node calls must be reachable when the VPC has no route to the internet
+# (egress: endpoints). tests/infra/test_endpoints.py finds the runtime's boto3 clients and checks
+# each has its endpoint here.
+# Gateway endpoints (free; in every VPC we create): the checkpoint bucket and the job table.
+# https://docs.aws.amazon.com/vpc/latest/privatelink/gateway-endpoints.html
+GATEWAY_SERVICES = ("s3", "dynamodb")
+# Interface endpoints: Session Manager (ssm, ssmmessages, ec2messages), the job and events queues
+# (sqs), the agent's group calls (autoscaling), CloudWatch Logs, and CloudWatch metrics, which boto3's
+# "cloudwatch" client sends to monitoring.<region>: the agent's backlog metric (PutMetricData).
+# https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/cloudwatch-and-interface-VPC.html
+# https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-vpc-endpoints.html
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-internetwork-traffic-privacy.html
+ENDPOINT_SERVICES = ("ssm", "ssmmessages", "ec2messages", "sqs", "autoscaling", "logs", "monitoring")
+# boto3 client names whose endpoint service is named differently
+ENDPOINT_FOR_CLIENT = {"cloudwatch": "monitoring"}
 
 
 @dataclasses.dataclass
@@ -79,7 +90,7 @@ class ClusterNetwork(pulumi.ComponentResource):
         else:
             self._interface_endpoints(name, args, vpc, cidr, private)
         # Gateway endpoints are free and keep checkpoint and job-table traffic off the NAT gateway.
-        for service in ("s3", "dynamodb"):
+        for service in GATEWAY_SERVICES:
             aws.ec2.VpcEndpoint(
                 f"{name}-{service}",
                 vpc_id=vpc.id,

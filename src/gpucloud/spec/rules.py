@@ -622,6 +622,20 @@ def agent_package(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
         )
 
 
+def agent_installable_offline(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    """With ``egress: endpoints`` the nodes reach AWS APIs only, never a package index: pip cannot
+    fetch a requirement, nor the dependencies of an s3:// wheel. The agent must come in the AMI."""
+    if spec.network.egress != "endpoints" or spec.network.existing:
+        return
+    if spec.agent.package is not None:
+        yield Problem(
+            key_path("agent", "package"),
+            "egress 'endpoints' has no route to a package index, and pip needs one to install it (and "
+            "gpucloud's dependencies); remove it and boot the gpucloud image (ami.parameter), or use egress 'nat'",
+            spec.agent.package,
+        )
+
+
 def _s3_wheel_problems(key: str, package: str, bucket: str, object_key: str) -> Iterator[Problem]:
     if not BUCKET_RE.fullmatch(bucket) or not object_key or object_key.endswith("/"):
         yield Problem(
@@ -794,6 +808,7 @@ RULES: tuple[Rule, ...] = (
     ami_choice,
     image_pipeline_settings,
     agent_package,
+    agent_installable_offline,
     tag_keys,
     tag_values,
     printable_text,

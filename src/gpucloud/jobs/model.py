@@ -59,6 +59,8 @@ EVENT_KINDS = (
     "save",  # an early checkpoint was requested (rebalance recommendation)
     "ack",  # every rank agreed on the stop step; data.step
     "commit",  # the emergency checkpoint is committed; data.step
+    "saved",  # a checkpoint was committed, as measured by the session; data.step, data.bytes, data.seconds
+    "save-fit",  # at a stop notice: does the last measured save fit before commit_by; data.fits, left_s, needed_s
     "stop",  # the supervisor signalled the process group; data.signal, data.reason
     "exit",  # the process group is gone; data.exit_code
     "requeue",  # attempt k+1 was created; data.reason

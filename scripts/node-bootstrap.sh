@@ -29,6 +29,7 @@ source "$ENV_FILE"
 : "${GPUCLOUD_FSX_MOUNT_PATH:=/fsx}"
 : "${GPUCLOUD_PACKAGE:=}"
 : "${GPUCLOUD_REGION:?missing in $ENV_FILE}"
+: "${GPUCLOUD_RETRY_ATTEMPTS:=8}"
 AGENT_DIR=/opt/gpucloud
 
 # Wait until a command succeeds or the deadline (seconds) passes.
@@ -37,6 +38,25 @@ wait_for() {
   until "$@"; do
     if (( SECONDS >= deadline )); then return 1; fi
     sleep 2
+  done
+}
+
+# Run a command until it succeeds: at most GPUCLOUD_RETRY_ATTEMPTS tries, waiting 2, 4, 8, ... s
+# (60 s at most) between them. Right after launch the instance role's grants may not be visible
+# yet (IAM is eventually consistent:
+# https://docs.aws.amazon.com/IAM/latest/UserGuide/troubleshoot_general.html#troubleshoot_general_eventual-consistency),
+# and the NAT route, an endpoint or the package index may not answer yet.
+retry() {
+  local attempts="$GPUCLOUD_RETRY_ATTEMPTS" delay=2 attempt=1
+  until "$@"; do
+    if (( attempt >= attempts )); then
+      log "gave up after $attempt attempts: $1 ${2:-}"
+      return 1
+    fi
+    log "attempt $attempt of $attempts failed: $1 ${2:-}; retrying in ${delay}s"
+    sleep "$delay"
+    attempt=$(( attempt + 1 ))
+    delay=$(( delay * 2 > 60 ? 60 : delay * 2 ))
   done
 }
 
@@ -158,10 +178,10 @@ install_agent_package() {
     install -d -m 0755 "$AGENT_DIR/wheels"
     # pip reads the project and the version from the wheel's file name: keep it
     requirement="$AGENT_DIR/wheels/${GPUCLOUD_PACKAGE##*/}"
-    aws s3 cp --only-show-errors --region "$GPUCLOUD_REGION" "$GPUCLOUD_PACKAGE" "$requirement"
+    retry aws s3 cp --only-show-errors --region "$GPUCLOUD_REGION" "$GPUCLOUD_PACKAGE" "$requirement"
   fi
   python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet "$requirement"
+  retry "$venv/bin/pip" install --quiet "$requirement"
   log "agent: installed $GPUCLOUD_PACKAGE into $venv"
 }
 

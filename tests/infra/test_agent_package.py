@@ -114,7 +114,9 @@ def test_without_a_package_the_user_data_says_so() -> None:
 
 STUB_AWS = """#!/bin/sh
 echo "aws $*" >> "$CALLS"
-[ -z "$AWS_FAIL" ] || { echo "fatal error: An error occurred (403) when calling the HeadObject operation: Forbidden" >&2; exit 1; }
+echo x >> "$CALLS.aws"
+# fail AWS_FAIL times (403: the role's grant not visible yet, or never there)
+[ "$(wc -l < "$CALLS.aws")" -gt "${AWS_FAIL:-0}" ] || { echo "fatal error: An error occurred (403) when calling the HeadObject operation: Forbidden" >&2; exit 1; }
 for last; do :; done
 echo wheel > "$last"
 """
@@ -122,8 +124,13 @@ STUB_PYTHON = """#!/bin/sh
 echo "python3 $*" >> "$CALLS"
 mkdir -p "$3/bin" && cp "$STUBS/pip" "$3/bin/pip"
 """
+STUB_SLEEP = """#!/bin/sh
+echo "sleep $*" >> "$CALLS"
+"""
 STUB_PIP = """#!/bin/sh
 echo "pip $*" >> "$CALLS"
+echo x >> "$CALLS.pip"
+[ "$(wc -l < "$CALLS.pip")" -gt "${PIP_FAIL:-0}" ] || { echo "ERROR: Could not find a version (connection reset)" >&2; exit 1; }
 touch "$(dirname "$0")/gpucloud" && chmod +x "$(dirname "$0")/gpucloud"
 """
 
@@ -135,11 +142,17 @@ def function_source(name: str) -> str:
 
 
 def bootstrap(
-    tmp_path: Path, package: str, *, with_aws: bool = True, aws_fails: bool = False, preinstalled: bool = False
+    tmp_path: Path,
+    package: str,
+    *,
+    with_aws: bool = True,
+    aws_fails: int = 0,
+    pip_fails: int = 0,
+    preinstalled: bool = False,
 ) -> tuple[int, str, list[str]]:
     stubs, agent_dir, calls = tmp_path / "stubs", tmp_path / "opt-gpucloud", tmp_path / "calls"
     stubs.mkdir()
-    for name, body in (("aws", STUB_AWS), ("python3", STUB_PYTHON), ("pip", STUB_PIP)):
+    for name, body in (("aws", STUB_AWS), ("python3", STUB_PYTHON), ("pip", STUB_PIP), ("sleep", STUB_SLEEP)):
         if name != "aws" or with_aws:
             (stubs / name).write_text(body)
             (stubs / name).chmod(0o755)
@@ -154,6 +167,8 @@ def bootstrap(
             f"AGENT_DIR={agent_dir}",
             f"GPUCLOUD_PACKAGE='{package}'",
             "GPUCLOUD_REGION=us-west-2",
+            "GPUCLOUD_RETRY_ATTEMPTS=4",
+            function_source("retry"),
             function_source("install_agent_package"),
             "install_agent_package",
         ]
@@ -162,7 +177,8 @@ def bootstrap(
         "PATH": f"{stubs}:/usr/bin:/bin",
         "CALLS": str(calls),
         "STUBS": str(stubs),
-        "AWS_FAIL": "1" if aws_fails else "",
+        "AWS_FAIL": str(aws_fails),
+        "PIP_FAIL": str(pip_fails),
         "HOME": str(tmp_path),
     }
     proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30)
@@ -204,9 +220,28 @@ def test_bootstrap_stops_when_there_is_nothing_to_install(tmp_path: Path) -> Non
 
 
 def test_bootstrap_stops_when_the_wheel_cannot_be_copied(tmp_path: Path) -> None:
-    code, out, calls = bootstrap(tmp_path, WHEEL, aws_fails=True)
-    assert code != 0 and "403" in out
-    assert [c.split()[0] for c in calls] == ["aws"]  # no venv, no pip: the node is not half set up
+    code, out, calls = bootstrap(tmp_path, WHEEL, aws_fails=99)
+    assert code != 0 and "403" in out and "gave up after 4 attempts: aws s3" in out
+    # four tries with backoff, then no venv, no pip: the node is not half set up
+    assert [c.split()[0] for c in calls] == ["aws", "sleep", "aws", "sleep", "aws", "sleep", "aws"]
+
+
+def test_bootstrap_retries_the_wheel_download_with_backoff(tmp_path: Path) -> None:
+    code, out, calls = bootstrap(tmp_path, WHEEL, aws_fails=2, pip_fails=1)
+    assert code == 0, out
+    assert [c for c in calls if c.startswith("sleep")] == ["sleep 2", "sleep 4", "sleep 2"]
+    assert [c.split()[0] for c in calls] == ["aws", "sleep", "aws", "sleep", "aws", "python3", "pip", "sleep", "pip"]
+    assert "attempt 1 of 4 failed: aws s3; retrying in 2s" in out
+
+
+def test_backoff_doubles_up_to_a_minute(tmp_path: Path) -> None:
+    stub = tmp_path / "sleep"
+    stub.write_text('#!/bin/sh\necho "$1" >> "$0.log"\n')
+    stub.chmod(0o755)
+    script = "\n".join(["log() { :; }", "GPUCLOUD_RETRY_ATTEMPTS=8", function_source("retry"), "retry false"])
+    proc = subprocess.run(["bash", "-c", script], env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, timeout=30)
+    assert proc.returncode == 1
+    assert (tmp_path / "sleep.log").read_text().split() == ["2", "4", "8", "16", "32", "60", "60"]
 
 
 def test_bootstrap_needs_the_aws_cli_for_an_s3_wheel(tmp_path: Path) -> None:

@@ -248,6 +248,9 @@ def test_iam_scoped_to_the_cluster(previews, stack: str) -> None:
         assert all("*" not in action for action in statement["Action"])
         if statement["Sid"] in {"FindOwnGroup", "PublishBacklog"}:  # AWS grants these only on "*"
             continue
+        if statement["Sid"] in {"NodeLifecycle", "DrainOnTermination"}:  # groups tagged with this stack only
+            assert statement["Condition"]["StringEquals"]["autoscaling:ResourceTag/gpucloud:stack"] == stack
+            continue
         if statement["Sid"] == "AgentPackage":  # outside the stack: exactly the wheel its agent.package names
             assert statement["Resource"] == ["arn:aws:s3:::" + load_agent_package(stack).removeprefix("s3://")]
             assert statement["Action"] == ["s3:GetObject"]

@@ -34,9 +34,13 @@ class PublishingHooks(OfflineHooks):
 
     def __init__(self) -> None:
         self.published: list[tuple[int, int]] = []
+        self.others: list[dict[str, tuple[int, int]]] = []
 
-    def publish_backlog(self, *, unclaimed_slots: int, busy_nodes: int) -> None:
+    def publish_backlog(
+        self, *, unclaimed_slots: int, busy_nodes: int, other_groups: dict[str, tuple[int, int]] | None = None
+    ) -> None:
         self.published.append((unclaimed_slots, busy_nodes))
+        self.others.append(dict(other_groups or {}))
 
 
 def groups(own: str) -> NodeGroups:
@@ -70,15 +74,17 @@ def run_a_gang(queue: SqliteQueue, nodes: int) -> None:
     assert queue.get(job.id).state is JobState.RUNNING
 
 
-def idle_agent_of_b(tmp_path: Path, hooks: PublishingHooks) -> Agent:
+def idle_agent(tmp_path: Path, hooks: PublishingHooks, group: str = "b") -> Agent:
     return Agent(
         SqliteQueue(tmp_path / "queue.db"),
-        NodeIdentity(worker="b0", address="10.0.1.1"),
+        NodeIdentity(worker=f"{group}0", address="10.0.1.1"),
         Inbox(),
         hooks,
         SupervisorConfig(lease_seconds=10.0, ack_timeout=5.0, stop_margin=1.0, kill_after=2.0),
         # idle_exit 0: one idle round (claim, count, publish), then exit
-        AgentOptions(slot_lease=LEASE, poll_interval=0.1, idle_exit=0.0, groups=groups("b"), run_root=tmp_path / "run"),
+        AgentOptions(
+            slot_lease=LEASE, poll_interval=0.1, idle_exit=0.0, groups=groups(group), run_root=tmp_path / "run"
+        ),
     )
 
 
@@ -96,10 +102,11 @@ def test_idle_group_b_does_not_scale_out_for_group_a(tmp_path, a_waits) -> None:
     if a_waits:  # a gang of a waiting for a's nodes must not be b's backlog either
         queue.submit(JobSpec(command=["train"], nodes=2, group="a"))
     hooks = PublishingHooks()
-    summary = idle_agent_of_b(tmp_path, hooks).run()
+    summary = idle_agent(tmp_path, hooks).run()
 
     assert summary.ran == ()
     assert hooks.published == [(0, 0)]
+    assert hooks.others == [{"a": (2 if a_waits else 0, 4)}]  # a's counts go under a's dimension
     unclaimed, busy = hooks.published[0]
     assert shortfall(busy, unclaimed, desired=1) <= 0  # B's alarm: no scale-out
     b_fleet = fleet_state(queue, node_lease=LEASE, groups=groups("b"))
@@ -108,6 +115,17 @@ def test_idle_group_b_does_not_scale_out_for_group_a(tmp_path, a_waits) -> None:
     assert (a_fleet.busy_nodes, sum(g.unclaimed for g in a_fleet.waiting)) == (4, 2 if a_waits else 0)
     (record,) = [n for n in queue.nodes() if n.id == "b0"]
     assert record.group == "b"
+
+
+def test_a_group_with_no_node_has_its_backlog_published_by_the_others(tmp_path) -> None:
+    """b has no node (no agent of its own to publish): a's idle agent publishes b's 3 unclaimed
+    slots under b's dimension, so b's alarm scales b out; a's own counts stay 0."""
+    queue = SqliteQueue(tmp_path / "queue.db")
+    queue.submit(JobSpec(command=["train"], nodes=3, group="b"))
+    hooks = PublishingHooks()
+    idle_agent(tmp_path, hooks, group="a").run()
+    assert hooks.published == [(0, 0)]
+    assert hooks.others == [{"b": (3, 0)}]
 
 
 def test_a_job_falls_back_to_another_group_after_the_wait_and_not_before(tmp_path) -> None:
@@ -161,3 +179,35 @@ def test_a_job_without_a_group_is_the_default_groups(tmp_path) -> None:
     assert gang.claim_slot(queue, "b0", "10.0.1.1", lease_seconds=LEASE, accepts=accepts("b")) is None
     claim = gang.claim_slot(queue, "a0", "10.0.0.1", lease_seconds=LEASE, accepts=accepts("a"))
     assert claim is not None and claim.job_id == job.id
+
+
+def test_the_agent_publishes_every_groups_counts_and_that_it_is_alive_in_one_call() -> None:
+    """What the hooks send: PutMetricData (validated by botocore's Stubber) with both counts of this
+    group and of the others, each under its own NodeGroup dimension, and one LiveAgents datapoint."""
+    import boto3
+    from botocore.stub import ANY, Stubber
+
+    from gpucloud.agent.asg_hooks import AsgHooks, NodeSettings
+
+    session = boto3.session.Session(region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    cloudwatch, autoscaling = session.client("cloudwatch"), session.client("autoscaling")
+    settings = NodeSettings(cluster="dev", node_group="b", lifecycle_hook=None, scale_in=False, idle_seconds=60)
+    sent: list[dict] = []
+    cloudwatch.meta.events.register(
+        "provide-client-params.cloudwatch.PutMetricData", lambda params, **_: sent.append(params)
+    )
+    with Stubber(cloudwatch) as stub:
+        stub.add_response("put_metric_data", {}, {"Namespace": "gpucloud", "MetricData": ANY})
+        hooks = AsgHooks(
+            autoscaling=autoscaling, cloudwatch=cloudwatch, instance_id="i-1", asg_name="dev-b", settings=settings
+        )
+        hooks.publish_backlog(unclaimed_slots=0, busy_nodes=0, other_groups={"a": (2, 4)})
+        stub.assert_no_pending_responses()
+    values = {(d["MetricName"], tuple(x["Value"] for x in d["Dimensions"])): d["Value"] for d in sent[0]["MetricData"]}
+    assert values == {
+        ("LiveAgents", ("dev",)): 1.0,
+        ("UnclaimedSlots", ("dev", "b")): 0.0,
+        ("BusyNodes", ("dev", "b")): 0.0,
+        ("UnclaimedSlots", ("dev", "a")): 2.0,
+        ("BusyNodes", ("dev", "a")): 4.0,
+    }

@@ -14,8 +14,11 @@ import textwrap
 import threading
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from gpucloud.checkpoint.placement import ClusterStorage, unreadable_reason
+from fuzzing import fuzz_settings
+from gpucloud.checkpoint.placement import ClusterStorage, refusal, unreadable_reason
 from gpucloud.jobs.model import AttemptState, JobState
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.jobs.supervisor import SupervisorConfig
@@ -245,3 +248,39 @@ def test_a_job_without_uri_on_a_clusters_queue_checkpoints_to_its_bucket_and_res
     code, out, _ = run(capsys, "job", "show", job_id, "--queue", aws_job_plane["uri"])
     assert f"checkpoints: {uri}" in out
     queue.close()
+
+
+# ------------------------------------------------------------------------------------ keep it found
+
+SEGMENTS = st.sampled_from(["fsx", "fsxdata", "efs", "scratch", "home", "ckpt", "..", ".", ""])
+MOUNTS = st.lists(st.sampled_from(["/fsx", "/fsx/", "//fsx", "/efs/team", "/fsx/ckpt/../shared"]), max_size=3)
+
+
+def resolved(path: str) -> list[str]:
+    """An absolute path's components after '.', '..' and repeated slashes (Linux's reading, without links)."""
+    parts: list[str] = []
+    for part in path.split("/"):
+        if part == "..":
+            parts = parts[:-1]
+        elif part not in ("", "."):
+            parts.append(part)
+    return parts
+
+
+@fuzz_settings(200)
+@given(
+    lead=st.sampled_from(["/", "//", "file:///", "file://localhost/", " /"]),
+    segments=st.lists(SEGMENTS, max_size=6),
+    mounts=MOUNTS,
+    nodes=st.integers(1, 16),
+)
+def test_fuzz_a_path_is_accepted_exactly_when_it_lies_under_a_shared_mount(lead, segments, mounts, nodes):
+    uri = lead + "/".join(segments)
+    storage = ClusterStorage.from_env({"GPUCLOUD_SHARED_PATHS": ":".join(mounts), "GPUCLOUD_SCRATCH_PATH": "/scratch"})
+    reason = unreadable_reason(uri, spans_hosts=True, nodes=nodes, storage=storage)
+    path = uri.strip().removeprefix("file://localhost").removeprefix("file://")
+    target = resolved(path)
+    under = any(target[: len(resolved(m))] == resolved(m) for m in mounts)
+    assert (reason is None) == under, (uri, mounts, reason)
+    if reason is not None:
+        assert "\n" not in refusal(uri, reason, storage)

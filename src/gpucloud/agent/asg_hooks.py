@@ -49,7 +49,9 @@ class FleetHooks(Protocol):
     def busy(self, busy: bool) -> None: ...
     def noticed(self, instance_id: str | None = None) -> str: ...
     def committed(self, instance_id: str | None = None, action: LifecycleAction | None = None) -> bool: ...
-    def publish_backlog(self, *, unclaimed_slots: int, busy_nodes: int) -> None: ...
+    def publish_backlog(
+        self, *, unclaimed_slots: int, busy_nodes: int, other_groups: dict[str, tuple[int, int]] | None = None
+    ) -> None: ...
     def scale_in(self, *, idle_for: float, unclaimed_slots: int) -> bool: ...
 
 
@@ -65,7 +67,9 @@ class OfflineHooks:
     def committed(self, instance_id: str | None = None, action: LifecycleAction | None = None) -> bool:
         return False
 
-    def publish_backlog(self, *, unclaimed_slots: int, busy_nodes: int) -> None:
+    def publish_backlog(
+        self, *, unclaimed_slots: int, busy_nodes: int, other_groups: dict[str, tuple[int, int]] | None = None
+    ) -> None:
         return None
 
     def scale_in(self, *, idle_for: float, unclaimed_slots: int) -> bool:
@@ -149,11 +153,17 @@ class AsgHooks:
             return self.instance_id, self.asg_name
         return instance_id, group_of(self._client, instance_id)
 
-    def publish_backlog(self, *, unclaimed_slots: int, busy_nodes: int) -> None:
-        if not (self.settings.cluster and self.settings.node_group):
+    def publish_backlog(
+        self, *, unclaimed_slots: int, busy_nodes: int, other_groups: dict[str, tuple[int, int]] | None = None
+    ) -> None:
+        """This group's counts, and ``other_groups``' ({group: (unclaimed, busy)}): every agent publishes
+        every group's, so a group with no node of its own still has its backlog published."""
+        cluster = self.settings.cluster
+        if not (cluster and self.settings.node_group):
             return
-        backlog = GroupBacklog(self.settings.cluster, self.settings.node_group, unclaimed_slots, busy_nodes)
-        self._cloudwatch.put_metric_data(**put_metric_data_request([backlog], dt.datetime.now(dt.timezone.utc)))
+        backlogs = [GroupBacklog(cluster, self.settings.node_group, unclaimed_slots, busy_nodes)]
+        backlogs += [GroupBacklog(cluster, g, u, b) for g, (u, b) in (other_groups or {}).items()]
+        self._cloudwatch.put_metric_data(**put_metric_data_request(backlogs, dt.datetime.now(dt.timezone.utc)))
 
     def scale_in(self, *, idle_for: float, unclaimed_slots: int) -> bool:
         if not self.settings.scale_in or unclaimed_slots > 0 or idle_for < self.settings.idle_seconds:

@@ -16,6 +16,13 @@ so the group converges on ``desired = busy + unclaimed`` (bounded by ``maxNodes`
 sends the same group-wide counts, so the alarm reads the ``Maximum`` of each minute: duplicates
 from several agents collapse instead of adding up (``Sum`` would multiply the backlog).
 
+Counts are per node group: a group's jobs (``submit --group``; its fallback jobs once they waited
+long enough) and the nodes whose agents serve it. Every agent publishes the counts of *every*
+group of the cluster (each reads the same job table), so a group at 0 nodes still gets its backlog
+published by the others, and an idle group's datapoints say 0 while another group is busy.
+``LiveAgents`` (cluster dimension only) tells the wake-up term of the alarms that some agent is up
+and publishing, so the job queue's own metric is not needed then (``infra/scaling_plan.py``).
+
 No AWS import here: the agents build the request without pulling in the stack's dependencies.
 """
 
@@ -28,6 +35,7 @@ from typing import Any
 NAMESPACE = "gpucloud"
 UNCLAIMED_SLOTS = "UnclaimedSlots"
 BUSY_NODES = "BusyNodes"
+LIVE_AGENTS = "LiveAgents"  # 1 from every running agent: someone publishes the groups' counts
 CLUSTER_DIMENSION = "ClusterName"
 NODE_GROUP_DIMENSION = "NodeGroup"
 STATISTIC = "Maximum"
@@ -37,6 +45,11 @@ UNIT = "Count"
 # Node settings for the agent's own scale-in (written to /etc/gpucloud/node.env by the stack).
 IDLE_MINUTES_ENV = "GPUCLOUD_IDLE_MINUTES"  # terminate this node, decrementing desired, after this idle time
 SCALE_IN_ENV = "GPUCLOUD_SCALE_IN"  # "1": idle agents scale in; "0": the group keeps its size
+
+
+def cluster_dimensions(cluster: str) -> list[dict[str, str]]:
+    """``LiveAgents``' dimension: the cluster alone (any agent of any group counts)."""
+    return [{"Name": CLUSTER_DIMENSION, "Value": cluster}]
 
 
 def dimensions(cluster: str, node_group: str) -> list[dict[str, str]]:
@@ -72,13 +85,23 @@ def put_metric_data_request(backlogs: list[GroupBacklog], timestamp: dt.datetime
     """Keyword arguments for CloudWatch ``PutMetricData``: both counts of every given group.
 
     Both metrics go in one call with one timestamp so the alarm's expression never sees one
-    without the other (a missing term would make the whole expression empty for that minute).
+    without the other (a missing term would make the whole expression empty for that minute),
+    with one ``LiveAgents`` datapoint per cluster named.
     """
     if not backlogs:
         raise ValueError("no node group backlog to publish")
     if timestamp.tzinfo is None:
         raise ValueError("timestamp must be timezone-aware (UTC)")
-    data = []
+    data: list[dict[str, Any]] = [
+        {
+            "MetricName": LIVE_AGENTS,
+            "Dimensions": cluster_dimensions(cluster),
+            "Timestamp": timestamp,
+            "Value": 1.0,
+            "Unit": UNIT,
+        }
+        for cluster in dict.fromkeys(b.cluster for b in backlogs)
+    ]
     for backlog in backlogs:
         dims = dimensions(backlog.cluster, backlog.node_group)
         for name, value in ((UNCLAIMED_SLOTS, backlog.unclaimed_slots), (BUSY_NODES, backlog.busy_nodes)):

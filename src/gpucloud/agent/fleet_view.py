@@ -57,3 +57,22 @@ def fleet_state(
         idle_nodes=sum(1 for n in live if n.state is NodeState.IDLE),
         launching_nodes=launching,
     )
+
+
+def group_counts(
+    queue: GangQueue, *, node_lease: float, groups: NodeGroups, now: float | None = None
+) -> dict[str, tuple[int, int]]:
+    """(unclaimed slots, busy nodes) of every group in ``groups.names``, from one read of the
+    table: what the agent publishes for each group's alarm (``backlog_metric``)."""
+    now = time.time() if now is None else now
+    queued = [
+        (job, len(gang.view(queue.slot_claims(job.id, job.attempt), job.spec.nodes, now).free_slots))
+        for job in queue.list_jobs([JobState.QUEUED])
+    ]
+    live = [n for n in queue.nodes() if now - n.updated_at <= node_lease and n.state in BUSY_STATES]
+    counts = {}
+    for name in groups.names:
+        member = NodeGroups(own=name, names=groups.names)
+        unclaimed = sum(free for job, free in queued if member.takes(job.spec, queued_for=gang.queued_for(job, now)))
+        counts[name] = (unclaimed, sum(1 for n in live if n.group == name))
+    return counts

@@ -84,6 +84,7 @@ def unreadable_reason(uri: str, *, spans_hosts: bool, nodes: int, storage: Clust
     """Why the next attempt (or another rank's node) could not read checkpoints at ``uri``; None if it can.
 
     ``uri`` is a path, ``file:///path`` or ``s3://bucket/prefix`` (its form is checked elsewhere)."""
+    uri = uri.strip()
     if uri.startswith("s3://") or not spans_hosts:
         return None
     path = _local_path(uri)
@@ -117,13 +118,15 @@ def refusal(uri: str, reason: str, storage: ClusterStorage) -> str:
 
 def _local_path(uri: str) -> str | None:
     if "://" not in uri:
-        return posixpath.expanduser(uri.strip())
-    parsed = urlparse(uri.strip())
-    return parsed.path if parsed.scheme == "file" else None
+        return posixpath.expanduser(uri)
+    parsed = urlparse(uri)
+    return parsed.path if parsed.scheme == "file" and parsed.netloc in ("", "localhost") else None
 
 
 def _normal(path: str) -> str:
-    return posixpath.normpath(path.strip())
+    path = posixpath.normpath(path.strip())
+    # normpath keeps a leading "//" (POSIX leaves its meaning to the system); Linux reads it as "/"
+    return "/" + path.lstrip("/") if path.startswith("/") else path
 
 
 def _under(path: str, mount: str) -> bool:

@@ -1,0 +1,61 @@
+"""Nodes install only the runtime: Pulumi and its providers are the `deploy` extra, which the
+README's setup installs on the operator's machine."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import tomllib
+from packaging.requirements import Requirement
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY_ONLY = {"pulumi", "pulumi-aws", "pulumi-policy"}
+# the commands a node runs (scripts/node-bootstrap.sh starts `gpucloud agent`, which runs attempts)
+NODE_COMMANDS = ("agent", "spot-train", "worker", "doctor", "submit", "job", "jobs", "nodes")
+BLOCK_PULUMI = """
+import importlib.abc, sys
+class NoPulumi(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in ("pulumi", "pulumi_aws", "pulumi_policy"):
+            raise ModuleNotFoundError(f"No module named {name!r} (a node has no deploy extra)", name=name)
+sys.meta_path.insert(0, NoPulumi())
+from gpucloud.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as done:
+    sys.exit(done.code)
+"""
+
+
+def project() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+
+
+def names(requirements: list[str]) -> set[str]:
+    return {Requirement(r).name for r in requirements}
+
+
+def test_pulumi_is_not_a_runtime_dependency() -> None:
+    assert not names(project()["dependencies"]) & DEPLOY_ONLY
+    assert names(project()["optional-dependencies"]["deploy"]) == DEPLOY_ONLY
+
+
+def test_the_setup_installs_the_deploy_extra() -> None:
+    setup = (REPO / "scripts" / "setup.sh").read_text()
+    assert 'extras="train,deploy"' in setup and 'extras="train,deploy,test"' in setup
+    assert "scripts/setup.sh" in (REPO / "README.md").read_text()
+
+
+def test_the_node_bootstrap_installs_no_extra() -> None:
+    bootstrap = (REPO / "scripts" / "node-bootstrap.sh").read_text()
+    assert 'pip" install --quiet "$requirement"' in bootstrap and "[deploy]" not in bootstrap
+
+
+def test_node_commands_run_without_pulumi() -> None:
+    for command in NODE_COMMANDS:
+        done = subprocess.run(
+            [sys.executable, "-c", BLOCK_PULUMI, command, "--help"], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, (command, done.stderr[-2000:])

@@ -317,3 +317,5 @@ def render_report(report) -> None:
         f"steps lost: {report.steps_lost}   GPU-hours used: {report.gpu_hours_used}   lost: {report.gpu_hours_lost}"
         + (f"\n[dim]{report.gpu_note}[/dim]" if report.gpu_note else "")
     )
+    for warning in getattr(report, "warnings", []):  # e.g. an emergency save that could not fit
+        console.print(f"warning: {warning}", markup=False, soft_wrap=True)

@@ -41,6 +41,7 @@ class Interruption(BaseModel):
     requeue_to_resume_s: float | None = None
     notice_to_resume_s: float | None = None
     stopped_with: str | None = None  # signal the supervisor had to send, if any
+    save_fits: bool | None = None  # at the notice, the last measured save fitted before commit_by (None: unknown)
 
 
 class AttemptRow(BaseModel):
@@ -78,6 +79,7 @@ class JobReport(BaseModel):
     gpu_hours_lost: float
     gpu_note: str | None
     timeline: list[TimelineRow]
+    warnings: list[str] = []  # e.g. an emergency save that could not fit in the notice
 
 
 def build_report(job: Job, attempts: list[Attempt], events: list[Event], *, now: float | None = None) -> JobReport:
@@ -145,6 +147,11 @@ def build_report(job: Job, attempts: list[Attempt], events: list[Event], *, now:
             else None
         ),
         timeline=[TimelineRow(at=e.at, attempt=e.attempt, kind=e.kind, detail=_detail(e)) for e in events],
+        warnings=[
+            f"attempt {e.attempt}: {_save_fit_detail(e)}"
+            for e in events
+            if e.kind == "save-fit" and e.data.get("fits") is False
+        ],
     )
 
 
@@ -193,6 +200,7 @@ def _interruption(
         else None,
         requeue_to_resume_s=_dt(requeue, resume),
         notice_to_resume_s=_dt(notice, resume),
+        save_fits=_save_fits(evs),
         stopped_with=kills[-1] if kills else None,
     )
 
@@ -236,6 +244,8 @@ def _checkpoint_uri(events: list[Event]) -> str | None:
 def _detail(event: Event) -> str:
     if event.kind == "stop-request":
         return _stop_request_detail(event)
+    if event.kind == "save-fit":
+        return _save_fit_detail(event)
     data = dict(event.data)
     data.pop("event_id", None)
     for key in ("deadline", "ack_by", "commit_by"):
@@ -243,6 +253,26 @@ def _detail(event: Event) -> str:
             data[key] = f"{data[key] - event.at:+.1f}s"
     parts = [f"{k}={' '.join(v) if isinstance(v, list) else v}" for k, v in data.items() if v is not None]
     return ", ".join(parts)
+
+
+def _save_fits(events: list[Event]) -> bool | None:
+    fit = _first(events, "save-fit")
+    fits = fit.data.get("fits") if fit is not None else None
+    return fits if isinstance(fits, bool) else None
+
+
+def _save_fit_detail(event: Event) -> str:
+    """e.g. "emergency save would NOT fit: the last save (step 40, 208.00 GB) took 357.0 s; 112.0 s were left"."""
+    data = event.data
+    left, needed, size, step = data.get("left_s"), data.get("needed_s"), data.get("bytes"), data.get("measured_step")
+    left_text = f"{left:.1f} s" if isinstance(left, (int, float)) else "unknown time"
+    if not isinstance(needed, (int, float)):
+        return f"emergency save: {left_text} left to commit; no earlier save of this job was measured"
+    verdict = "would fit" if data.get("fits") else "would NOT fit"
+    size_text = f", {size / 1e9:.2f} GB" if isinstance(size, int) else ""
+    return (
+        f"emergency save {verdict}: the last save (step {step}{size_text}) took {needed:.1f} s; {left_text} were left"
+    )
 
 
 def _stop_request_detail(event: Event) -> str:

@@ -28,12 +28,15 @@ from gpucloud.errors import UserError
 from gpucloud.jobs.model import AttemptEnd, AttemptState, Job, JobState
 from gpucloud.jobs.process_group import CommandNotFound, OutputSink, ProcessGroup
 from gpucloud.jobs.supervisor import (
+    SaveMeasure,
     StopPlan,
     SupervisorConfig,
     classify_exit,
     decide_stop,
+    last_save_from_events,
     phase_of,
     plan_stop,
+    save_fit,
     spot_train_exit_code,
     tighten,
 )
@@ -206,6 +209,8 @@ class _AttemptLoop:
         )
         self.next_heartbeat = started + config.lease_seconds / 4
         self.next_scan = started
+        self.last_save = _previous_save(queue, job)  # kept with the job: the timeline's last "saved"
+        self.save_recorded = False  # this attempt recorded a "saved" event (its first save always is)
 
     def run(self, notices: NoticeSource) -> int:
         """Supervise until the command and everything it started are gone; its exit code."""
@@ -241,7 +246,9 @@ class _AttemptLoop:
             self.queue.update_attempt(self.job.id, self.job.attempt, resumed_step=_step_of(payload))
             details = {k: v for k, v in payload.items() if k not in ("step", "written_at")}
             timeline.record("resume", at=_written_at(payload), step=_step_of(payload), **details)
-        seen.see_step(control.read(control_dir, control.PROGRESS))
+        progress = control.read(control_dir, control.PROGRESS)
+        seen.see_step(progress)
+        self._see_save(progress)
         if seen.acked is None and (payload := control.read(control_dir, control.ACK)) is not None:
             seen.acked = payload
             seen.see_step(payload)
@@ -250,6 +257,7 @@ class _AttemptLoop:
             seen.committed = payload
             seen.see_step(payload)
             timeline.record("commit", at=_written_at(payload), step=_step_of(payload))
+            self._see_save(payload)
         if seen.finished is None and (payload := control.read(control_dir, control.FINISHED)) is not None:
             seen.finished = payload
             seen.see_step(payload)
@@ -289,6 +297,19 @@ class _AttemptLoop:
         self.timeline.record(
             "flag", at=flagged_at, deadline=self.plan.deadline, ack_by=self.plan.ack_by, commit_by=self.plan.commit_by
         )
+        fit = save_fit(self.last_save, self.plan, flagged_at)
+        (log.warning if fit.fits is False else log.info)("job %s: %s", self.job.id, fit.describe())
+        self.timeline.record("save-fit", at=flagged_at, **fit.to_json())
+
+    def _see_save(self, payload: dict[str, Any] | None) -> None:
+        """A save the session measured: keep it, and record it with the job when it is news."""
+        measure = SaveMeasure.from_payload((payload or {}).get("last_save"))
+        if measure is None or measure == self.last_save:
+            return
+        if measure.differs_from(self.last_save) or not self.save_recorded:
+            self.timeline.record("saved", **measure.to_json())
+            self.save_recorded = True
+        self.last_save = measure
 
     def _renew_lease(self, now: float) -> None:
         self.next_heartbeat = now + self.config.lease_seconds / 4
@@ -453,6 +474,15 @@ def _latest_committed(job: Job) -> int | None:
         return latest_committed(checkpoint_uri_for(job.spec.checkpoint_uri), job.id)
     except Exception as err:  # noqa: BLE001 - informational only; the next attempt's restore decides
         log.warning("could not read the latest committed checkpoint of job %s: %s", job.id, err)
+        return None
+
+
+def _previous_save(queue: JobQueue, job: Job) -> SaveMeasure | None:
+    """The last save an earlier attempt measured (the job's timeline); None when unknown."""
+    try:
+        return last_save_from_events(queue.events(job.id))
+    except Exception as err:  # noqa: BLE001 - only the notice-time estimate is lost; the job runs on
+        log.warning("could not read the saves measured for job %s: %s", job.id, err)
         return None
 
 

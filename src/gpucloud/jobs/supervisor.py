@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
+from collections.abc import Iterable
+from typing import Any
 
 from gpucloud.jobenv import EXIT_OK, EXIT_REQUEUED
-from gpucloud.jobs.model import AttemptState
+from gpucloud.jobs.model import AttemptState, Event
 from gpucloud.signals.events import Notice
 
 
@@ -191,3 +194,89 @@ def spot_train_exit_code(state: AttemptState, command_exit: int | None) -> int:
     if command_exit is None or command_exit in (EXIT_OK, EXIT_REQUEUED):
         return 1
     return command_exit if command_exit > 0 else 128 - command_exit
+
+
+# ---------------------------------------------------------------------------------- save timing
+# A new measured save is recorded on the job's timeline (event "saved") when it is the attempt's
+# first or differs from the last recorded one by more than this share: the timeline stays short on
+# a job that saves every few minutes for days, and still follows a state that grows.
+SAVE_RECORD_CHANGE = 0.2
+
+
+@dataclasses.dataclass(frozen=True)
+class SaveMeasure:
+    """One committed save as the session measured it: its step, bytes, and start -> durable commit."""
+
+    step: int
+    bytes: int
+    seconds: float
+
+    @classmethod
+    def from_payload(cls, data: object) -> SaveMeasure | None:
+        """From a control file or event payload ({"step", "bytes", "seconds"}); None if not one."""
+        if not isinstance(data, dict):
+            return None
+        step, size, seconds = data.get("step"), data.get("bytes"), data.get("seconds")
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (step, size)):
+            return None
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+            return None
+        if seconds < 0:
+            return None
+        assert isinstance(step, int) and isinstance(size, int)
+        return cls(step=step, bytes=size, seconds=float(seconds))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"step": self.step, "bytes": self.bytes, "seconds": round(self.seconds, 3)}
+
+    def differs_from(self, other: SaveMeasure | None) -> bool:
+        if other is None:
+            return True
+        return any(
+            abs(new - old) > SAVE_RECORD_CHANGE * max(old, 1e-9)
+            for new, old in ((self.bytes, other.bytes), (self.seconds, other.seconds))
+        )
+
+
+def last_save_from_events(events: Iterable[Event]) -> SaveMeasure | None:
+    """The most recent save measured on the job's timeline (any attempt)."""
+    latest: SaveMeasure | None = None
+    for event in sorted((e for e in events if e.kind == "saved"), key=lambda e: e.at):
+        latest = SaveMeasure.from_payload(event.data) or latest
+    return latest
+
+
+@dataclasses.dataclass(frozen=True)
+class SaveFit:
+    """At a notice: will the emergency save commit before the commit deadline?"""
+
+    fits: bool | None  # None: no save of this job was measured yet
+    left_seconds: float  # notice handling -> commit_by
+    needed_seconds: float | None  # the previous save's duration (same state, same tier)
+    last: SaveMeasure | None
+
+    def describe(self) -> str:
+        if self.last is None or self.needed_seconds is None:
+            return f"emergency save: {self.left_seconds:.0f} s left to commit; no earlier save of this job was measured"
+        verdict = "fits" if self.fits else "will NOT fit"
+        return (
+            f"emergency save {verdict}: the last save (step {self.last.step}, {self.last.bytes / 1e9:.2f} GB) took "
+            f"{self.needed_seconds:.1f} s; {self.left_seconds:.1f} s left before the commit deadline"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fits": self.fits,
+            "left_s": round(self.left_seconds, 1),
+            "needed_s": None if self.needed_seconds is None else round(self.needed_seconds, 1),
+            "bytes": None if self.last is None else self.last.bytes,
+            "measured_step": None if self.last is None else self.last.step,
+        }
+
+
+def save_fit(last: SaveMeasure | None, plan: StopPlan, now: float) -> SaveFit:
+    """Compare the previous save's measured duration with the time left before ``plan.commit_by``."""
+    left = plan.commit_by - now
+    if last is None:
+        return SaveFit(fits=None, left_seconds=left, needed_seconds=None, last=None)
+    return SaveFit(fits=last.seconds <= left, left_seconds=left, needed_seconds=last.seconds, last=last)

@@ -30,7 +30,7 @@ from gpucloud.infra.scaling import (
     CapacityBlockWindDown,
     CapacityBlockWindDownArgs,
 )
-from gpucloud.infra.scaling_plan import default_lead_minutes
+from gpucloud.infra.scaling_plan import QueueTerm, default_lead_minutes
 from gpucloud.infra.tags import NODE_GROUP_TAG, Tagging
 from gpucloud.spec.model import NodeGroup as NodeGroupSpec
 
@@ -71,6 +71,7 @@ class NodeGroupArgs:
     root_device_name: pulumi.Input[str]
     user_data: pulumi.Input[str]
     job_queue_name: pulumi.Input[str]  # the backlog alarm counts this queue's visible slot messages
+    queue_term: QueueTerm = QueueTerm.COUNT  # how (scaling_plan.queue_terms: one queue, several groups)
     ssh_key_name: str | None = None
     # what must exist before a node can launch (the node role's policy): the group waits for it
     depends_on: Sequence[pulumi.Resource] = ()
@@ -178,6 +179,7 @@ class NodeGroup(pulumi.ComponentResource):
                     job_queue_name=args.job_queue_name,
                     max_nodes=g.max_nodes,
                     instance_warmup_seconds=g.scaling.instance_warmup_seconds,
+                    queue_term=args.queue_term,
                 ),
                 opts=child,
             )

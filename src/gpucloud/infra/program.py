@@ -21,6 +21,7 @@ from gpucloud.infra.iam import NodeAccessPolicy, NodeAccessPolicyArgs, NodeIdent
 from gpucloud.infra.jobplane import InterruptionEvents, InterruptionEventsArgs, JobPlane, JobPlaneArgs
 from gpucloud.infra.network import ClusterNetwork, ClusterNetworkArgs
 from gpucloud.infra.planning import ClusterPlan, plan_cluster
+from gpucloud.infra.scaling_plan import QueueTerm, queue_terms
 from gpucloud.infra.security import ClusterSecurity, ClusterSecurityArgs
 from gpucloud.infra.storage import CheckpointStore, CheckpointStoreArgs, SharedFilesystem, SharedFilesystemArgs
 from gpucloud.infra.tags import Tagging
@@ -150,6 +151,8 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
     )
 
     groups: dict[str, NodeGroup] = {}
+    # one job queue for every group: only one group's alarm may read it (scaling_plan's docstring)
+    terms = queue_terms([(gp.group.name, gp.group.scaling.enabled) for gp in plan.groups])
     for gp in plan.groups:
         settings: dict[str, pulumi.Input[str]] = {
             "GPUCLOUD_CLUSTER": cluster,
@@ -198,6 +201,7 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
                 root_device_name=image.root_device_name,
                 user_data=user_data_output(settings),
                 job_queue_name=jobs.job_queue.name,
+                queue_term=terms.get(gp.group.name, QueueTerm.NONE),
                 ssh_key_name=spec.access.ssh_key_name,
                 depends_on=[access.policy],
             ),

@@ -22,7 +22,7 @@ import pulumi_aws as aws
 
 from gpucloud.agent import backlog_metric as metric
 from gpucloud.infra import scaling_plan as plan
-from gpucloud.infra.scaling_plan import scale_out_steps, schedule_timestamp, wind_down_time
+from gpucloud.infra.scaling_plan import QueueTerm, scale_out_steps, schedule_timestamp, wind_down_time
 from gpucloud.infra.tags import Tagging
 
 # The ASG's own group metrics the alarm reads (collected at 1-minute granularity, free of charge);
@@ -36,9 +36,14 @@ GROUP_METRICS = (
 
 
 def shortfall_queries(
-    cluster: str, node_group: str, asg_name: pulumi.Input[str], job_queue_name: pulumi.Input[str]
+    cluster: str,
+    node_group: str,
+    asg_name: pulumi.Input[str],
+    job_queue_name: pulumi.Input[str],
+    queue_term: QueueTerm = QueueTerm.COUNT,
 ) -> list[aws.cloudwatch.MetricAlarmMetricQueryArgs]:
-    """The alarm's metric math: nodes wanted (busy + unclaimed) minus nodes already asked for."""
+    """The alarm's metric math: nodes wanted (busy + unclaimed) minus nodes already asked for.
+    ``queue_term``: how the cluster's one job queue counts for this group (``scaling_plan``)."""
 
     def stat(query_id: str, namespace: str, name: str, dims: dict) -> aws.cloudwatch.MetricAlarmMetricQueryArgs:
         return aws.cloudwatch.MetricAlarmMetricQueryArgs(
@@ -59,20 +64,45 @@ def shortfall_queries(
         return aws.cloudwatch.MetricAlarmMetricQueryArgs(id=query_id, expression=text, label=label, return_data=result)
 
     group_dims = {d["Name"]: d["Value"] for d in metric.dimensions(cluster, node_group)}
-    return [
+    own = [
         stat(plan.BUSY_NODES_ID, metric.NAMESPACE, metric.BUSY_NODES, group_dims),
         stat(plan.AGENT_UNCLAIMED_ID, metric.NAMESPACE, metric.UNCLAIMED_SLOTS, group_dims),
-        # One message per unclaimed gang slot; SQS publishes it with no node up.
+    ]
+    desired = stat(plan.DESIRED_ID, "AWS/AutoScaling", "GroupDesiredCapacity", {"AutoScalingGroupName": asg_name})
+    agents = expression(plan.AGENTS_ID, plan.AGENTS_EXPRESSION, "Unclaimed slots the agents count")
+    short = "Nodes short of busy + unclaimed"
+    if queue_term is QueueTerm.NONE:  # another group's slots share the queue: its own counts only
+        return [*own, desired, agents, expression(plan.SHORTFALL_ID, plan.OWN_SHORTFALL_EXPRESSION, short, True)]
+    # One message per unclaimed gang slot; SQS publishes it with no node up.
+    queued = [
         stat(
             plan.QUEUED_SLOTS_ID,
             plan.QUEUE_NAMESPACE,
             plan.QUEUE_VISIBLE_METRIC,
             {plan.QUEUE_DIMENSION: job_queue_name},
         ),
-        stat(plan.DESIRED_ID, "AWS/AutoScaling", "GroupDesiredCapacity", {"AutoScalingGroupName": asg_name}),
-        expression(plan.AGENTS_ID, plan.AGENTS_EXPRESSION, "Unclaimed slots the agents count"),
-        expression(plan.QUEUED_ID, plan.QUEUED_EXPRESSION, "Slot messages visible in the job queue"),
-        expression(plan.SHORTFALL_ID, plan.SHORTFALL_EXPRESSION, "Nodes short of busy + unclaimed", result=True),
+    ]
+    queued_expr = expression(plan.QUEUED_ID, plan.QUEUED_EXPRESSION, "Slot messages visible in the job queue")
+    if queue_term is QueueTerm.COUNT:
+        return [
+            *own,
+            *queued,
+            desired,
+            agents,
+            queued_expr,
+            expression(plan.SHORTFALL_ID, plan.SHORTFALL_EXPRESSION, short, result=True),
+        ]
+    cluster_dims = {d["Name"]: d["Value"] for d in metric.cluster_dimensions(cluster)}
+    return [
+        *own,
+        *queued,
+        stat(plan.LIVE_AGENTS_ID, metric.NAMESPACE, metric.LIVE_AGENTS, cluster_dims),
+        desired,
+        agents,
+        queued_expr,
+        expression(plan.WAITING_ID, plan.WAITING_EXPRESSION, "Any slot message visible (1) or none (0)"),
+        expression(plan.WAKE_ID, plan.WAKE_EXPRESSION, "One node when slots wait and no agent is up"),
+        expression(plan.SHORTFALL_ID, plan.WAKE_SHORTFALL_EXPRESSION, short, result=True),
     ]
 
 
@@ -84,6 +114,7 @@ class BacklogScalingArgs:
     job_queue_name: pulumi.Input[str]  # the cluster's job queue: its visible messages are unclaimed slots
     max_nodes: int
     instance_warmup_seconds: int
+    queue_term: QueueTerm = QueueTerm.COUNT  # several groups: WAKE for the first scaling group, else NONE
 
 
 class BacklogScaling(pulumi.ComponentResource):
@@ -122,7 +153,9 @@ class BacklogScaling(pulumi.ComponentResource):
             threshold=0,
             evaluation_periods=1,
             datapoints_to_alarm=1,
-            metric_queries=shortfall_queries(args.tagging.cluster, args.node_group, args.asg_name, args.job_queue_name),
+            metric_queries=shortfall_queries(
+                args.tagging.cluster, args.node_group, args.asg_name, args.job_queue_name, args.queue_term
+            ),
             # The shortfall has data whenever any input has (missing terms count as 0), and the
             # group's own GroupDesiredCapacity is published every minute: it is empty only when
             # AWS publishes nothing at all, which is no evidence of a backlog.

@@ -39,6 +39,24 @@ CloudWatch semantics this relies on (CloudWatch User Guide, "Using metric math")
   would turn a late datapoint into 0 at the newest minute, which AWS documents as keeping an alarm
   stuck in OK; a late ``desired`` read as 0 would instead buy the whole group again.
 
+Several node groups. The job queue is one for the cluster, so its visible messages are every
+group's unclaimed slots together: a group whose alarm counted them would scale out for the others'
+jobs and idle back in, over and over. So only a cluster of one group counts them as above
+(``QueueTerm.COUNT``). With several groups every agent publishes every group's counts (a group
+with no node is published for by the others: ``agent/backlog_metric.py``), and the queue only
+*wakes* the cluster when no agent is up at all: the first group with scaling (``QueueTerm.WAKE``)
+adds one node while slot messages are visible and no ``LiveAgents`` datapoint exists; that node's
+agent then publishes every group's real counts. The other groups' alarms read only their own
+counts (``QueueTerm.NONE``)::
+
+    waiting   = IF(queued > 0, 1, 0)
+    wake      = IF(waiting > live_agents, 1, 0)           gpucloud LiveAgents, Maximum, 60 s
+    shortfall = FILL(busy_nodes, REPEAT) + IF(agents > wake, agents, wake) - FILL(desired, REPEAT)
+
+The cost of waking one node of the first group for another group's job on an empty cluster is
+that node's boot and idle minutes; a gang of that group's own waits one boot more than with the
+count. Group B at 0 nodes beside a busy group A scales out within a minute of the submit.
+
 Lag of a scale-out from zero (nothing running, a job submitted): SQS publishes its metrics once a
 minute while the queue is active, that is, for six hours after it last held a message or served
 any call (agents long-poll it while any node runs). Within that window the submitted slots show
@@ -53,6 +71,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import enum
 import math
 
 # EC2 Auto Scaling quota: step adjustments per step scaling policy.
@@ -74,6 +93,47 @@ AGENTS_EXPRESSION = f"FILL({AGENT_UNCLAIMED_ID}, REPEAT)"
 QUEUED_EXPRESSION = f"FILL({QUEUED_SLOTS_ID}, REPEAT)"
 UNCLAIMED_EXPRESSION = f"IF({AGENTS_ID} > {QUEUED_ID}, {AGENTS_ID}, {QUEUED_ID})"  # pointwise maximum
 SHORTFALL_EXPRESSION = f"FILL({BUSY_NODES_ID}, REPEAT) + {UNCLAIMED_EXPRESSION} - FILL({DESIRED_ID}, REPEAT)"
+# Several groups (see the module docstring): the first scaling group wakes an empty cluster.
+LIVE_AGENTS_ID = "live_agents"  # gpucloud LiveAgents (cluster dimension), published by every agent
+WAITING_ID = "waiting"
+WAKE_ID = "wake"
+WAITING_EXPRESSION = f"IF({QUEUED_ID} > 0, 1, 0)"
+WAKE_EXPRESSION = f"IF({WAITING_ID} > {LIVE_AGENTS_ID}, 1, 0)"  # a missing live_agents compares as 0
+WAKE_SHORTFALL_EXPRESSION = (
+    f"FILL({BUSY_NODES_ID}, REPEAT) + IF({AGENTS_ID} > {WAKE_ID}, {AGENTS_ID}, {WAKE_ID}) - FILL({DESIRED_ID}, REPEAT)"
+)
+OWN_SHORTFALL_EXPRESSION = f"FILL({BUSY_NODES_ID}, REPEAT) + {AGENTS_ID} - FILL({DESIRED_ID}, REPEAT)"
+
+
+class QueueTerm(str, enum.Enum):
+    """How a group's alarm reads the cluster's job queue (one queue for every group)."""
+
+    COUNT = "count"  # the only group: every visible slot message is its unclaimed slot
+    WAKE = "wake"  # the first scaling group of several: one node when no agent is up to publish
+    NONE = "none"  # another group: only the counts the agents publish for it
+
+
+def queue_terms(groups: list[tuple[str, bool]]) -> dict[str, QueueTerm]:
+    """Each scaling group's ``QueueTerm``, from the stack's groups in order as (name, scaling on)."""
+    scaling = [name for name, enabled in groups if enabled]
+    if len(groups) == 1:
+        return {name: QueueTerm.COUNT for name in scaling}
+    return {name: QueueTerm.WAKE if i == 0 else QueueTerm.NONE for i, name in enumerate(scaling)}
+
+
+def shortfall(
+    term: QueueTerm, *, busy: int, agents_unclaimed: int, queued_visible: int, live_agents: int, desired: int
+) -> int:
+    """The alarm's value at one minute with every input present (the expressions above, in Python):
+    how many nodes the policy adds when positive."""
+    if term is QueueTerm.COUNT:
+        return busy + max(agents_unclaimed, queued_visible) - desired
+    if term is QueueTerm.WAKE:
+        wake = 1 if (1 if queued_visible > 0 else 0) > live_agents else 0
+        return busy + max(agents_unclaimed, wake) - desired
+    return busy + agents_unclaimed - desired
+
+
 QUEUE_NAMESPACE = "AWS/SQS"
 QUEUE_VISIBLE_METRIC = "ApproximateNumberOfMessagesVisible"
 QUEUE_DIMENSION = "QueueName"

@@ -4,8 +4,10 @@
   step scaling policy that adds that many nodes. ``unclaimed`` is the larger of the agents'
   ``UnclaimedSlots`` (names from ``gpucloud.agent.backlog_metric``, the agents' side of the contract) and
   the job queue's visible messages, which SQS publishes itself, so a group at 0 nodes still scales
-  out. The metric math, its CloudWatch semantics and the scale-from-zero lag, why step scaling and
-  why it never scales in: ``scaling_plan``'s docstring.
+  out. With several node groups the queue (one for all of them) only wakes an empty cluster, from
+  the first scaling group's alarm; each group otherwise reads its own counts (``QueueTerm``). The
+  metric math, its CloudWatch semantics and the scale-from-zero lag, why step scaling and why it
+  never scales in: ``scaling_plan``'s docstring.
 - ``CapacityBlockWindDown``: a one-time scheduled action that sets the group to 0 nodes (min, max
   and desired, so the backlog alarm cannot launch into the dying block) ahead of the block's end.
 

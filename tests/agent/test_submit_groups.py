@@ -9,7 +9,10 @@ import json
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from fuzzing import fuzz_settings
 from gpucloud.agent.node_groups import GROUPS_ENV, NodeGroups
 from gpucloud.cli import main
 from gpucloud.errors import UserError
@@ -122,3 +125,45 @@ def test_groups_the_agents_registered_are_known_without_node_env(submit, queue_u
 def test_bad_node_env_groups_are_named(env, message) -> None:
     with pytest.raises(UserError, match=message):
         NodeGroups.from_env(env)
+
+
+NAMES = st.sampled_from(["a", "b", "c"])
+FLAG_TEXT = st.one_of(
+    st.none(),
+    st.sampled_from(["0", "10", "-1", "nan", "inf", "1e3", "", " 5", "abc"]),
+    st.text(max_size=12),
+)
+
+
+@fuzz_settings(300)
+@given(
+    group=st.one_of(st.none(), NAMES, st.text(max_size=8)),
+    fallback=st.one_of(st.none(), NAMES, st.text(max_size=8)),
+    after=FLAG_TEXT,
+    queued_for=st.floats(min_value=0, max_value=1e6),
+    agent=NAMES,
+)
+def test_fuzz_group_flags_resolve_or_fail_in_one_line_and_a_job_runs_only_where_allowed(
+    group, fallback, after, queued_for, agent
+) -> None:
+    """Any flag text: a JobSpec that validates, or one UserError line. A resolved job runs on its
+    own group always, on its fallback exactly once it has waited, and on no third group."""
+    from gpucloud.agent.node_groups import resolve_job_groups
+    from gpucloud.jobs.model import JobSpec, spec_from_flags
+
+    cluster = NodeGroups(names=("a", "b"))
+    try:
+        resolved = resolve_job_groups(group, fallback, after, cluster=cluster)
+        spec = spec_from_flags(command=["x"], **dataclasses.asdict(resolved))
+    except UserError as err:
+        assert "\n" not in str(err) and str(err)
+        return
+    assert isinstance(spec, JobSpec) and spec.group in ("a", "b")
+    wait = 60 * (10.0 if spec.fallback_after_minutes is None else spec.fallback_after_minutes)
+    runs = NodeGroups(own=agent, names=("a", "b", "c")).takes(spec, queued_for=queued_for)
+    if agent == spec.group:
+        assert runs
+    elif agent == spec.fallback_group:
+        assert runs == (queued_for >= wait)
+    else:
+        assert not runs

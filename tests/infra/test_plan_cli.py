@@ -79,7 +79,7 @@ def test_plan_table_shows_tree_layout_and_cost(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "p4d-spot-group-a100-lt aws:ec2/launchTemplate:LaunchTemplate" in out
-    assert "EFA layout per node" in out and "efa-only" in out
+    assert "EFA layout per node" in out and "legacy" in out  # p4d: AWS documents no EFA-only layout
     assert "Hourly cost" in out and "$131.09" in out  # 4 x p4d.24xlarge at the catalog's on-demand price
 
 

@@ -16,10 +16,10 @@ from gpucloud.infra.iam import GroupScope, JobPlaneArns, node_policy_document
 from gpucloud.infra.userdata import USER_DATA_LIMIT, render_user_data
 
 
-def layout(name: str, efa: bool = True, mode: str = "efa-only"):
+def layout(name: str, efa: bool = True, mode: str | None = "efa-only"):
     return [
         (n.network_card_index, n.device_index, n.interface_type)
-        for n in plan_network_interfaces(get_instance_type(name), efa, mode)
+        for n in plan_network_interfaces(get_instance_type(name), efa, mode)  # type: ignore[arg-type]
     ]
 
 
@@ -36,17 +36,38 @@ def layout(name: str, efa: bool = True, mode: str = "efa-only"):
 )
 def test_efa_only_layout(name: str, cards: int) -> None:
     nics = layout(name)
-    # ENA primary carries the only IP, an EFA-only beside it on card 0, one EFA-only per further card
+    # the current EC2 guide: ENA primary carries the only IP, an EFA-only beside it at card 0 /
+    # device 1, then one EFA-only at device 0 of each further card
     assert nics[0] == (0, 0, "interface")
     assert nics[1] == (0, 1, "efa-only")
-    assert nics[2:] == [(card, 1, "efa-only") for card in range(1, cards)]
-    summary = summarize(get_instance_type(name), plan_network_interfaces(get_instance_type(name), True), "efa-only")
+    assert nics[2:] == [(card, 0, "efa-only") for card in range(1, cards)]
+    summary = summarize(
+        get_instance_type(name), plan_network_interfaces(get_instance_type(name), True, "efa-only"), "efa-only"
+    )
     assert (summary.network_cards, summary.efa_interfaces, summary.ip_interfaces) == (cards, cards, 1)
 
 
 @pytest.mark.parametrize(("name", "cards"), [("p4d.24xlarge", 4), ("p5.48xlarge", 32), ("p5en.48xlarge", 16)])
 def test_legacy_layout(name: str, cards: int) -> None:
     assert layout(name, mode="legacy") == [(0, 0, "efa")] + [(c, 1, "efa") for c in range(1, cards)]
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("p5.48xlarge", "efa-only"),
+        ("p5e.48xlarge", "efa-only"),
+        ("p5en.48xlarge", "efa-only"),
+        ("p4d.24xlarge", "legacy"),  # AWS documents no EFA-only layout for p4d/p4de
+        ("p4de.24xlarge", "legacy"),
+        ("g6e.48xlarge", "legacy"),
+        ("g5.48xlarge", "legacy"),
+    ],
+)
+def test_unset_layout_is_efa_only_only_where_aws_documents_it(name: str, expected: str) -> None:
+    itype = get_instance_type(name)
+    assert summarize(itype, plan_network_interfaces(itype, True), None).layout == expected
+    assert layout(name, mode=None) == layout(name, mode=expected)
 
 
 def test_no_efa_types_get_one_plain_interface() -> None:

@@ -59,6 +59,10 @@ def test_p5_capacity_block_launch_template(previews) -> None:
     nics = lt["networkInterfaces"]
     assert len(nics) == 33 and sum(n["interfaceType"] == "efa-only" for n in nics) == 32
     assert sorted({n["networkCardIndex"] for n in nics}) == list(range(32))
+    # the current EC2 guide: ENA primary at 0/0, EFA-only at 0/1, then EFA-only at device 0 of cards 1-31
+    layout = [(n["networkCardIndex"], n["deviceIndex"], n["interfaceType"]) for n in nics]
+    assert layout[:2] == [(0, 0, "interface"), (0, 1, "efa-only")]
+    assert layout[2:] == [(card, 0, "efa-only") for card in range(1, 32)]
     assert lt["instanceMarketOptions"] == {"marketType": "capacity-block"}
     assert lt["capacityReservationSpecification"]["capacityReservationTarget"] == {
         "capacityReservationId": "cr-0a1b2c3d4e5f60718"
@@ -74,7 +78,9 @@ def test_p4d_spot_asg(previews) -> None:
     preview = previews["p4d-spot"]
     lt = one(preview, LT).inputs
     assert "instanceMarketOptions" not in lt  # spot is chosen by the mixed instances policy
-    assert [n["interfaceType"] for n in lt["networkInterfaces"]] == ["interface"] + ["efa-only"] * 4
+    # AWS documents no EFA-only layout for p4d: a combined EFA on each of the 4 cards
+    nics = [(n["networkCardIndex"], n["deviceIndex"], n["interfaceType"]) for n in lt["networkInterfaces"]]
+    assert nics == [(0, 0, "efa"), (1, 1, "efa"), (2, 1, "efa"), (3, 1, "efa")]
     pg = one(preview, PG)
     assert pg.inputs["strategy"] == "cluster"
     assert lt["placement"] == {"groupName": pg.name}

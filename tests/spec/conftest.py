@@ -28,7 +28,7 @@ BASE_CONFIG: dict[str, Any] = {
             "minNodes": 0,
             "maxNodes": 2,
             "capacity": {"type": "spot", "onDemandBase": 1},
-            "efa": {"mode": "on", "layout": "efa-only"},
+            "efa": {"mode": "on", "layout": "legacy"},
         },
     ],
     "gpucloud:network": {"vpcCidr": "10.20.0.0/16"},

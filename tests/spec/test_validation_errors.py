@@ -73,6 +73,12 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         "gpucloud:nodeGroups[0].efa.mode",
         "g6.xlarge does not support EFA",
     ),
+    "efa-only-undocumented": (
+        "efa_only_layout_documented",
+        _set(f"{G1}.efa", {"mode": "on", "layout": "efa-only"}),
+        "gpucloud:nodeGroups[1].efa.layout = 'efa-only'",
+        "documents EFA-only interfaces for p5, p5e, p5en only, not p4d.24xlarge; allowed: 'legacy'",
+    ),
     "efa-several-subnets": (
         "efa_single_subnet",
         _set("gpucloud:network", {"vpcId": "vpc-0123abcd", "subnetIds": ["subnet-0123abcd", "subnet-0456abcd"]}),

@@ -83,7 +83,9 @@ class Capacity(SpecModel):
 
 class Efa(SpecModel):
     mode: EfaMode = "auto"  # auto: on when the instance type supports EFA
-    layout: EfaLayout = "efa-only"  # efa-only: ENA primary + EFA-only elsewhere (AWS's current advice)
+    # efa-only: ENA primary + EFA-only elsewhere (the EC2 guide's current layout, documented for
+    # P5/P5e/P5en); legacy: a combined EFA on every card. None: efa-only where documented, else legacy.
+    layout: EfaLayout | None = None
 
     @field_validator("mode", mode="before")
     @classmethod

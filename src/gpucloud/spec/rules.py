@@ -18,6 +18,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from gpucloud.catalog import Catalog, InstanceType
 from gpucloud.infra.cost import GroupSizing, estimate_cost
+from gpucloud.infra.efa_layout import EFA_ONLY_FAMILIES, efa_only_documented
 from gpucloud.infra.scaling_plan import default_lead_minutes, minimum_lead_minutes, wind_down_time
 from gpucloud.spec.decisions import efa_enabled
 from gpucloud.spec.model import RESERVED_CAPACITY, ClusterSpec, NodeGroup, S3Object
@@ -150,6 +151,19 @@ def efa_supported(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
                 key_path("nodeGroups", i, "efa", "mode"),
                 f"{itype.name} does not support EFA; allowed: 'off' or 'auto' (or an EFA instance type)",
                 "on",
+            )
+
+
+def efa_only_layout_documented(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    """EFA-only interfaces only where the EC2 guide documents them (``infra/efa_layout.py``)."""
+    for i, group, itype in _groups(spec, catalog):
+        if group.efa.layout == "efa-only" and efa_enabled(group, itype) and not efa_only_documented(itype):
+            families = ", ".join(sorted(EFA_ONLY_FAMILIES))
+            yield Problem(
+                key_path("nodeGroups", i, "efa", "layout"),
+                f"the EC2 guide documents EFA-only interfaces for {families} only, not {itype.name}; "
+                "allowed: 'legacy' (or omit the key)",
+                "efa-only",
             )
 
 
@@ -785,6 +799,7 @@ RULES: tuple[Rule, ...] = (
     node_counts,
     node_count_limit,
     efa_supported,
+    efa_only_layout_documented,
     efa_single_subnet,
     cluster_placement_supported,
     placement_group_with_capacity_block,

@@ -3,10 +3,14 @@ supervisor through the control files (issue 11 §2: the previous save's duration
 
 from __future__ import annotations
 
+import os
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from gpucloud import control
-from gpucloud.checkpoint.store import CheckpointStore
+from gpucloud.checkpoint.store import CheckpointStore, default_staging_root
 
 
 def test_a_periodic_save_reports_its_bytes_and_duration_in_progress(tmp_path, tiny_job):
@@ -36,3 +40,23 @@ def test_the_emergency_save_reports_its_own_measure_with_the_commit(tmp_path, ti
             job.session.step_done(step + 1)
     committed = control.read(ctl, control.COMMITTED)
     assert committed["last_save"]["step"] == 4 and committed["last_save"]["bytes"] > 0
+
+
+def test_an_s3_save_is_staged_on_the_nodes_nvme_scratch_not_the_root_volume(tmp_path, monkeypatch):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    uid = os.getuid()
+    node = {"GPUCLOUD_SCRATCH_PATH": str(scratch), "GPUCLOUD_NVME_SCRATCH": "1"}
+    assert default_staging_root(node) == scratch / f"gpucloud-checkpoints-{uid}"
+    temp = Path(tempfile.gettempdir()) / f"gpucloud-checkpoints-{uid}"
+    assert default_staging_root({**node, "GPUCLOUD_NVME_SCRATCH": "0"}) == temp  # the stack made no scratch
+    assert default_staging_root({"GPUCLOUD_SCRATCH_PATH": str(tmp_path / "absent")}) == temp  # not mounted
+    assert default_staging_root({}) == temp  # off a cluster
+
+
+def test_the_store_of_an_s3_job_stages_under_scratch(moto_s3, tmp_path, monkeypatch):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("GPUCLOUD_SCRATCH_PATH", str(scratch))
+    store = CheckpointStore("s3://ckpt-bucket/runs", "job")
+    assert store.local is not None and str(store.staging_path(1, "a0")).startswith(str(scratch))

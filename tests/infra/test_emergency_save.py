@@ -41,11 +41,20 @@ def test_s3_scales_with_the_number_of_nodes() -> None:
     assert four.max_bytes == pytest.approx(4 * one.max_bytes, rel=1e-9)
 
 
-def test_small_instance_s3_rate_is_its_own_line_rate_share() -> None:
-    g6 = es.Node("g6.xlarge")
+def test_small_instance_s3_rate_is_its_own_line_rate_share_after_the_nvme_staging() -> None:
+    g6 = es.Node("g6.xlarge", nvme_drives=1)
     e = es.estimate(70 * es.GB, 2, g6, es.S3Tier())
-    assert e.bytes_per_second == pytest.approx(2 * 2.5e9 / 8 * es.S3_LINE_EFFICIENCY)
+    upload = 2 * 2.5e9 / 8 * es.S3_LINE_EFFICIENCY
+    staging = 2 * es.NVME_GBPS_PER_DRIVE * es.GB
+    assert e.bytes_per_second == pytest.approx(1 / (1 / upload + 1 / staging))
     assert not e.fits
+
+
+def test_without_nvme_the_s3_save_is_staged_on_the_gp3_root_volume_and_slow() -> None:
+    with_nvme = es.estimate(208 * es.GB, 4, P4D, es.S3Tier())
+    without = es.estimate(208 * es.GB, 4, es.Node("p4d.24xlarge", nvme_drives=0), es.S3Tier())
+    assert with_nvme.fits and not without.fits
+    assert without.bytes_per_second < 4 * es.ROOT_GP3_BYTES_PER_SECOND
 
 
 def test_nvme_is_fast_but_not_durable_and_never_chosen_as_the_durable_copy() -> None:

@@ -74,6 +74,9 @@ S3_SOURCE = "https://repost.aws/articles/AR1Jqz-WmjRzCgVGa-uVSdLQ/maximizing-ama
 # Instance-store NVMe write rate per drive (drives striped). AWS publishes none. [estimate]
 # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instance-store-volumes.html
 NVME_GBPS_PER_DRIVE = 2.0  # GB/s
+# Without NVMe scratch, a save to S3 is staged on the gp3 root volume: 125 MiB/s baseline unless
+# provisioned higher (the stack does not). https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html
+ROOT_GP3_BYTES_PER_SECOND = 125 * 2**20
 
 TIERS = ("fsx", "s3", "nvme")
 DURABLE_TIERS = frozenset({"fsx", "s3"})
@@ -90,6 +93,11 @@ class Node:
     def ip_bytes_per_second(self) -> float:
         return IP_CARD_GBPS.get(self.instance_type, UNKNOWN_IP_CARD_GBPS) * GB / 8
 
+    @property
+    def staging_bytes_per_second(self) -> float:
+        """Where the runtime stages a save before uploading it: NVMe scratch, else the root volume."""
+        return self.nvme_drives * NVME_GBPS_PER_DRIVE * GB if self.nvme_drives else ROOT_GP3_BYTES_PER_SECOND
+
 
 @dataclasses.dataclass(frozen=True)
 class FsxTier:
@@ -98,6 +106,7 @@ class FsxTier:
     size_gib: int
     throughput_per_tib: int  # MB/s per TiB
     name: str = "fsx"
+    staged: bool = False  # written in place, committed by a rename
 
     def cluster_bytes_per_second(self, node: Node, nodes: int) -> float:
         file_system = self.size_gib * GIB / TIB * self.throughput_per_tib * MB
@@ -110,6 +119,9 @@ class S3Tier:
 
     line_efficiency: float = S3_LINE_EFFICIENCY
     name: str = "s3"
+    # The runtime writes the DCP files to a local directory first (checksummed there), then every
+    # rank uploads its own files at once (checkpoint/commit.py): the staging write comes first.
+    staged: bool = True
 
     def cluster_bytes_per_second(self, node: Node, nodes: int) -> float:
         return nodes * node.ip_bytes_per_second * self.line_efficiency
@@ -120,6 +132,7 @@ class NvmeTier:
     """The node's own instance store: fast, but lost when the instance terminates (not durable)."""
 
     name: str = "nvme"
+    staged: bool = False
 
     def cluster_bytes_per_second(self, node: Node, nodes: int) -> float:
         return nodes * node.nvme_drives * NVME_GBPS_PER_DRIVE * GB
@@ -134,7 +147,7 @@ class SaveEstimate:
     durable: bool
     state_bytes: int
     nodes: int
-    bytes_per_second: float  # the whole cluster's
+    bytes_per_second: float  # effective, the whole cluster's (a staged tier's staging write included)
     seconds: float  # notice -> commit
     budget_seconds: float  # notice lead minus the stop margin
     max_bytes: int  # the largest state that commits within the budget
@@ -180,7 +193,12 @@ def estimate(
         raise ValueError(f"nodes must be >= 1, got {nodes}")
     if state_bytes < 0:
         raise ValueError(f"state_bytes must be >= 0, got {state_bytes}")
-    rate = tier.cluster_bytes_per_second(node, nodes)
+    transfer = tier.cluster_bytes_per_second(node, nodes)
+    if tier.staged:  # staging then upload, one after the other: their times add up
+        staging = nodes * node.staging_bytes_per_second
+        rate = 1 / (1 / staging + 1 / transfer) if staging > 0 and transfer > 0 else 0.0
+    else:
+        rate = transfer
     budget = budget_seconds(lead, stop_margin)
     overhead = DETECT_SECONDS + COMMIT_SECONDS
     seconds = overhead + (state_bytes / rate if rate > 0 else float("inf"))

@@ -3,8 +3,9 @@
 Pure arithmetic, no I/O. Given the state to save (bytes, summed over the cluster), the number of
 nodes writing it, the instance type and the durable tier, it says how long notice -> durable commit
 takes, whether that fits in the notice, and the largest state that would. ``gpucloud plan`` prints
-it per node group and tier; the supervisor uses the same budget at a notice; the runtime picks the
-fastest tier with it.
+it per node group and tier and marks the fastest durable tier. For every shipped stack that is S3,
+the tier a job without a URI uses on a cluster (``checkpoint/placement.py``); at a notice the
+supervisor judges the same budget (lead minus stop margin) by the job's last measured save.
 
 Every rate is a named constant with its source. Figures marked [estimate] were not measured on
 AWS (no AWS and no P4d/P5 here): change them when a drill on real nodes says otherwise.

@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/bench_s3_writers.py [--size-mb 256] [--reps 3] [--threads 4]
 
 The same state (fp32 tensors, like weights + AdamW moments) is saved with each writer, round-robin
-so drift on a shared machine hits all of them alike; the median of ``--reps`` is reported in MB/s
-(10**6 bytes per second of tensor payload):
+so drift on a shared machine hits all of them alike; the median and the best of ``--reps`` are
+reported in MB/s (10**6 bytes per second of tensor payload):
 
 * ``raw_local``: the tensor bytes written to one local file with ``write`` + ``fsync`` (the baseline).
 * ``boto3_classic``: what the checkpoint store does today: DCP ``FileSystemWriter`` to a local
@@ -16,6 +16,8 @@ so drift on a shared machine hits all of them alike; the median of ``--reps`` is
   emulator closes (``AWS_IO_SOCKET_CLOSED``), so the bench builds the same manager with
   ``use_ssl=False``.
 * ``s3torchconnector``: AWS's DCP writer ``S3StorageWriter`` saving straight to S3 (no local copy).
+* ``s3torch_staged``: what the runtime does now: the local DCP staging of ``boto3_classic``, then
+  the S3 tier's upload through s3torchconnector (``GPUCLOUD_S3_UPLOADER``, default when installed).
 
 One moto server on 127.0.0.1 (tests/moto_process.py) stands in for S3, so the figures compare the
 clients against one emulator on this machine, not against S3: moto is a Python process, and on a
@@ -80,13 +82,13 @@ def dcp_local(state: dict[str, torch.Tensor], directory: Path, threads: int) -> 
     return sorted(p.name for p in directory.iterdir())
 
 
-def boto3_upload(directory: Path, names: list[str], prefix: str, *, crt: bool) -> None:
+def staged_upload(directory: Path, names: list[str], prefix: str, *, how: str) -> None:
     from gpucloud.checkpoint import layout
     from gpucloud.checkpoint.tiers import S3Tier, s3_transfer_settings
 
     settings = s3_transfer_settings({})
-    if not crt:
-        tier = S3Tier(layout.S3Location(bucket=BUCKET, prefix=prefix), **settings)
+    if how in ("boto3", "s3torchconnector"):  # the checkpoint store's own S3 tier, with either uploader
+        tier = S3Tier(layout.S3Location(bucket=BUCKET, prefix=prefix), **settings, uploader=how)
         tier.upload_files(directory, names, "job", 1)
         return
     # boto3's own CRT path (TransferConfig(preferred_transfer_client="crt")) hard-codes TLS
@@ -184,14 +186,14 @@ def run(args: argparse.Namespace) -> dict:
         shutil.rmtree(scratch / "warm-up")
         for rep in range(args.reps):
             timed("raw_local", lambda: raw_local(state, scratch))
-            for crt, name in ((False, "boto3_classic"), (True, "boto3_crt")):
+            for how, name in (("boto3", "boto3_classic"), ("crt", "boto3_crt"), ("s3torchconnector", "s3torch_staged")):
                 staging = scratch / f"dcp-{name}-{rep}"
                 start = time.perf_counter()
                 names = dcp_local(state, staging, args.threads)
                 local_s = time.perf_counter() - start
                 times.setdefault(f"{name}_local_dcp", []).append(local_s)
                 prefix = f"{name}-{rep}"
-                timed(f"{name}_upload", lambda: boto3_upload(staging, names, prefix, crt=crt))  # noqa: B023
+                timed(f"{name}_upload", lambda: staged_upload(staging, names, prefix, how=how))  # noqa: B023
                 if f"{name}_upload" in times and len(times[f"{name}_upload"]) == rep + 1:
                     times.setdefault(name, []).append(local_s + times[f"{name}_upload"][-1])
                 shutil.rmtree(staging)
@@ -204,8 +206,17 @@ def run(args: argparse.Namespace) -> dict:
                     errors["s3torchconnector"] = f"only {stored} of {nbytes} bytes stored"
             clear(prefix)
     mbps = {name: round(nbytes / statistics.median(ts) / 1e6, 1) for name, ts in times.items()}
-    summary = {"payload_mb": round(nbytes / 1e6, 1), "mb_per_s": mbps, "errors": errors, "boto3_crt_used": crt_really}
-    candidates = {k: v for k, v in mbps.items() if k in ("boto3_classic", "boto3_crt", "s3torchconnector")}
+    best = {name: round(nbytes / min(ts) / 1e6, 1) for name, ts in times.items()}
+    summary = {
+        "payload_mb": round(nbytes / 1e6, 1),
+        "mb_per_s": mbps,  # median over the reps
+        "best_mb_per_s": best,  # the shared machine's noise is one-sided: the best rep is the cleanest
+        "errors": errors,
+        "boto3_crt_used": crt_really,
+    }
+    candidates = {
+        k: v for k, v in mbps.items() if k in ("boto3_classic", "boto3_crt", "s3torchconnector", "s3torch_staged")
+    }
     summary["fastest_end_to_end"] = max(candidates, key=lambda k: candidates[k]) if candidates else None
     return {
         "benchmark": "s3-writers",

@@ -73,6 +73,37 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         "gpucloud:nodeGroups[0].efa.mode",
         "g6.xlarge does not support EFA",
     ),
+    "zone-and-zones": (
+        "cluster_zones",
+        _set("gpucloud:availabilityZones", ["us-east-1a", "us-east-1b"]),
+        "gpucloud:availabilityZones",
+        "give availabilityZone (one zone) or availabilityZones (several), not both",
+    ),
+    "efa-group-in-two-zones": (
+        "group_zones",
+        _both(
+            _drop("gpucloud:availabilityZone"),
+            _set("gpucloud:availabilityZones", ["us-east-1a", "us-east-1b"]),
+            _set(f"{G1}.availabilityZones", ["us-east-1a", "us-east-1b"]),
+        ),
+        "gpucloud:nodeGroups[1].availabilityZones",
+        "EFA traffic does not cross Availability Zones and a cluster placement group lies in one zone",
+    ),
+    "instance-types-not-spot": (
+        "instance_mix",
+        _both(
+            _set("gpucloud:nodeGroups.0.capacity", {"type": "on-demand"}),
+            _set("gpucloud:nodeGroups.0.instanceTypes", [{"instanceType": "g6.xlarge"}, {"instanceType": "g5.xlarge"}]),
+        ),
+        "gpucloud:nodeGroups[0].instanceTypes",
+        "several instance types are for spot groups",
+    ),
+    "instance-types-without-efa": (
+        "instance_mix_capabilities",
+        _set(f"{G1}.instanceTypes", [{"instanceType": "p4d.24xlarge"}, {"instanceType": "g6.xlarge"}]),
+        "gpucloud:nodeGroups[1].instanceTypes[1].instanceType",
+        "the group uses EFA (p4d.24xlarge has it) and g6.xlarge has none",
+    ),
     "efa-only-undocumented": (
         "efa_only_layout_documented",
         _set(f"{G1}.efa", {"mode": "on", "layout": "efa-only"}),

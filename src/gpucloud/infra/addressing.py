@@ -1,8 +1,12 @@
 """Carving the VPC CIDR into subnets: a pure function.
 
-One private subnet for the nodes (EFA and a cluster placement group need a single AZ), large
-because every ENA interface takes an address and legacy-layout p5 nodes take 32; one small public
-subnet that only holds the NAT gateway.
+One private node subnet per Availability Zone, large because every ENA interface takes an address
+and legacy-layout p5 nodes take 32; one small public subnet that only holds the NAT gateway.
+
+The first zone's subnet is the lower half of the VPC (EFA groups, placement groups and FSx live
+there; a one-zone stack has only it, so its addresses never move when zones are added). Further
+zones get one eighth of the VPC each, from the upper half, beside the NAT subnet: up to
+``MAX_ZONES`` zones.
 """
 
 from __future__ import annotations
@@ -10,17 +14,28 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 
+MAX_ZONES = 4  # the first zone's half plus three eighths of the upper half (its first eighth holds the NAT subnet)
+
 
 @dataclasses.dataclass(frozen=True)
 class SubnetPlan:
-    private: str
+    private: str  # the first zone's node subnet
     public: str
+    more_private: tuple[str, ...] = ()  # node subnets of the further zones, in zone order
+
+    @property
+    def node_subnets(self) -> tuple[str, ...]:
+        return (self.private, *self.more_private)
 
 
-def plan_subnets(vpc_cidr: str) -> SubnetPlan:
+def plan_subnets(vpc_cidr: str, zones: int = 1) -> SubnetPlan:
+    if not 1 <= zones <= MAX_ZONES:
+        raise ValueError(f"{zones} zones: a VPC is carved into 1 to {MAX_ZONES} node subnets")
     vpc = ipaddress.IPv4Network(vpc_cidr, strict=True)
     lower, upper = vpc.subnets(prefixlen_diff=1)
     # /20 for the NAT subnet in a /16 (4096 addresses is plenty); never smaller than /28 (AWS minimum)
     public_prefix = min(max(vpc.prefixlen + 4, 20), 28)
     public = next(upper.subnets(new_prefix=public_prefix))
-    return SubnetPlan(private=str(lower), public=str(public))
+    eighths = list(upper.subnets(prefixlen_diff=2))  # the first one holds the NAT subnet
+    more = tuple(str(net) for net in eighths[1:zones])
+    return SubnetPlan(private=str(lower), public=str(public), more_private=more)

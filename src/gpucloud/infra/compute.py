@@ -21,8 +21,8 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_aws as aws
 
-from gpucloud.catalog import InstanceType
 from gpucloud.infra.efa_layout import NicPlan
+from gpucloud.infra.instance_mix import TemplatePlan
 from gpucloud.infra.scaling import (
     GROUP_METRICS,
     BacklogScaling,
@@ -61,15 +61,16 @@ def launch_template_interfaces(
 class NodeGroupArgs:
     tagging: Tagging
     group: NodeGroupSpec
-    instance_type: InstanceType
-    nics: Sequence[NicPlan]
+    # one launch template per distinct interface layout of the group's instance types; the first
+    # holds the primary type (``infra/instance_mix.py``)
+    templates: Sequence[TemplatePlan]
     placement_group: bool
     subnet_ids: pulumi.Input[Sequence[str]]
     security_group_ids: Sequence[pulumi.Input[str]]
     instance_profile_arn: pulumi.Input[str]
     image_id: pulumi.Input[str]
     root_device_name: pulumi.Input[str]
-    user_data: pulumi.Input[str]
+    user_data: Sequence[pulumi.Input[str]]  # per template: its node settings differ (EFA count)
     job_queue_name: pulumi.Input[str]  # the backlog alarm counts this queue's visible slot messages
     queue_term: QueueTerm = QueueTerm.COUNT  # how (scaling_plan.queue_terms: one queue, several groups)
     ssh_key_name: str | None = None
@@ -78,7 +79,8 @@ class NodeGroupArgs:
 
 
 class NodeGroup(pulumi.ComponentResource):
-    launch_template: aws.ec2.LaunchTemplate
+    launch_template: aws.ec2.LaunchTemplate  # the primary type's
+    launch_templates: list[aws.ec2.LaunchTemplate]
     asg: aws.autoscaling.Group
     scaling: BacklogScaling | None
     wind_down: CapacityBlockWindDown | None
@@ -93,44 +95,11 @@ class NodeGroup(pulumi.ComponentResource):
             if args.placement_group
             else None
         )
-        self.launch_template = aws.ec2.LaunchTemplate(
-            f"{name}-lt",
-            description=f"gpucloud {args.tagging.cluster} {g.name}: {g.instance_type}",
-            image_id=args.image_id,
-            instance_type=g.instance_type,
-            iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=args.instance_profile_arn),
-            # interfaces carry the security groups; vpc_security_group_ids would conflict with them
-            network_interfaces=launch_template_interfaces(args.nics, args.security_group_ids),
-            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
-                http_endpoint="enabled",
-                http_tokens="required",
-                http_put_response_hop_limit=2,  # containers on the node reach IMDS through one more hop
-            ),
-            block_device_mappings=[
-                aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
-                    device_name=args.root_device_name,
-                    ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
-                        volume_size=g.root_volume_gib,
-                        volume_type="gp3",
-                        encrypted="true",
-                        delete_on_termination="true",
-                    ),
-                )
-            ],
-            instance_market_options=self._market_options(g),
-            capacity_reservation_specification=self._reservation(g),
-            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=pg.name) if pg is not None else None,
-            instance_initiated_shutdown_behavior="terminate",
-            key_name=args.ssh_key_name,
-            user_data=args.user_data,
-            update_default_version=True,
-            tag_specifications=[
-                aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags=tags)
-                for kind in ("instance", "volume", "network-interface")
-            ],
-            tags=tags,
-            opts=child,
-        )
+        self.launch_templates = [
+            self._launch_template(f"{name}-lt" if k == 0 else f"{name}-lt-{k + 1}", args, template, user_data, pg, tags)
+            for k, (template, user_data) in enumerate(zip(args.templates, args.user_data, strict=True))
+        ]
+        self.launch_template = self.launch_templates[0]
         version = self.launch_template.latest_version.apply(str)
         spot = g.capacity.type == "spot"
         self.asg = aws.autoscaling.Group(
@@ -141,7 +110,7 @@ class NodeGroup(pulumi.ComponentResource):
             vpc_zone_identifiers=args.subnet_ids,
             placement_group=pg.name if pg is not None else None,
             capacity_rebalance=spot,  # launch a replacement when AWS recommends rebalancing
-            mixed_instances_policy=self._spot_mix(g, version) if spot else None,
+            mixed_instances_policy=self._spot_mix(g, args.templates, version) if spot else None,
             launch_template=None
             if spot
             else aws.autoscaling.GroupLaunchTemplateArgs(id=self.launch_template.id, version=version),
@@ -202,6 +171,55 @@ class NodeGroup(pulumi.ComponentResource):
         )
         self.register_outputs({"launchTemplateId": self.launch_template.id, "asgName": self.asg.name})
 
+    def _launch_template(
+        self,
+        resource_name: str,
+        args: NodeGroupArgs,
+        template: TemplatePlan,
+        user_data: pulumi.Input[str],
+        pg: aws.ec2.PlacementGroup | None,
+        tags: dict[str, str],
+    ) -> aws.ec2.LaunchTemplate:
+        g = args.group
+        return aws.ec2.LaunchTemplate(
+            resource_name,
+            description=f"gpucloud {args.tagging.cluster} {g.name}: {template.instance_type}",
+            image_id=args.image_id,
+            instance_type=template.instance_type,
+            iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=args.instance_profile_arn),
+            # interfaces carry the security groups; vpc_security_group_ids would conflict with them
+            network_interfaces=launch_template_interfaces(template.nics, args.security_group_ids),
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled",
+                http_tokens="required",
+                http_put_response_hop_limit=2,  # containers on the node reach IMDS through one more hop
+            ),
+            block_device_mappings=[
+                aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                    device_name=args.root_device_name,
+                    ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                        volume_size=g.root_volume_gib,
+                        volume_type="gp3",
+                        encrypted="true",
+                        delete_on_termination="true",
+                    ),
+                )
+            ],
+            instance_market_options=self._market_options(g),
+            capacity_reservation_specification=self._reservation(g),
+            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=pg.name) if pg is not None else None,
+            instance_initiated_shutdown_behavior="terminate",
+            key_name=args.ssh_key_name,
+            user_data=user_data,
+            update_default_version=True,
+            tag_specifications=[
+                aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags=tags)
+                for kind in ("instance", "volume", "network-interface")
+            ],
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+
     @staticmethod
     def _market_options(g: NodeGroupSpec) -> aws.ec2.LaunchTemplateInstanceMarketOptionsArgs | None:
         if g.capacity.type == "capacity-block":
@@ -218,7 +236,9 @@ class NodeGroup(pulumi.ComponentResource):
             ),
         )
 
-    def _spot_mix(self, g: NodeGroupSpec, version: pulumi.Output[str]) -> aws.autoscaling.GroupMixedInstancesPolicyArgs:
+    def _spot_mix(
+        self, g: NodeGroupSpec, templates: Sequence[TemplatePlan], version: pulumi.Output[str]
+    ) -> aws.autoscaling.GroupMixedInstancesPolicyArgs:
         c = g.capacity
         return aws.autoscaling.GroupMixedInstancesPolicyArgs(
             instances_distribution=aws.autoscaling.GroupMixedInstancesPolicyInstancesDistributionArgs(
@@ -233,8 +253,31 @@ class NodeGroup(pulumi.ComponentResource):
                         launch_template_id=self.launch_template.id, version=version
                     )
                 ),
-                overrides=[
-                    aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateOverrideArgs(instance_type=g.instance_type)
-                ],
+                overrides=self._overrides(g, templates),
             ),
         )
+
+    def _overrides(
+        self, g: NodeGroupSpec, templates: Sequence[TemplatePlan]
+    ) -> list[aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateOverrideArgs]:
+        """One override per instance type: its weight (when the group lists several types: AWS wants
+        a weight on every override or on none) and, off the primary template, its own template."""
+        weighted = bool(g.instance_types)
+        overrides = []
+        for k, (template, lt) in enumerate(zip(templates, self.launch_templates, strict=True)):
+            own_template = (
+                aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateOverrideLaunchTemplateSpecificationArgs(
+                    launch_template_id=lt.id, version=lt.latest_version.apply(str)
+                )
+                if k > 0
+                else None
+            )
+            for choice in template.choices:
+                overrides.append(
+                    aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateOverrideArgs(
+                        instance_type=choice.instance_type.name,
+                        weighted_capacity=str(choice.weight) if weighted else None,
+                        launch_template_specification=own_template,
+                    )
+                )
+        return overrides

@@ -1,5 +1,6 @@
-"""Network: a VPC with one private node subnet in one AZ, S3 (and DynamoDB) gateway endpoints, and
-either a NAT gateway or interface endpoints for SSM and SQS; or an existing VPC and subnets.
+"""Network: a VPC with a private node subnet in each of its AZs (one by default), S3 and DynamoDB
+gateway endpoints, and either a NAT gateway or an interface endpoint for every other AWS API the
+nodes call; or an existing VPC and subnets.
 
 Nodes never get public IPs: multi-card instance types cannot have them, and SSM needs none.
 """
@@ -38,6 +39,7 @@ class ClusterNetworkArgs:
     region: str
     availability_zone: pulumi.Input[str]
     egress: str = "nat"  # "nat" | "endpoints"
+    more_availability_zones: Sequence[str] = ()  # a node subnet in each of these zones too
     vpc_cidr: str | None = None  # create a VPC with this CIDR ...
     existing_vpc_id: str | None = None  # ... or use this VPC
     existing_subnet_ids: Sequence[str] = ()
@@ -63,7 +65,8 @@ class ClusterNetwork(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         t = args.tagging
         cidr = args.vpc_cidr or "10.0.0.0/16"
-        plan = plan_subnets(cidr)
+        zones = [args.availability_zone, *args.more_availability_zones]
+        plan = plan_subnets(cidr, len(zones))
         vpc = aws.ec2.Vpc(
             f"{name}-vpc",
             cidr_block=cidr,
@@ -72,23 +75,28 @@ class ClusterNetwork(pulumi.ComponentResource):
             tags=t.tags("vpc"),
             opts=child,
         )
-        private = aws.ec2.Subnet(
-            f"{name}-nodes",
-            vpc_id=vpc.id,
-            cidr_block=plan.private,
-            availability_zone=args.availability_zone,
-            map_public_ip_on_launch=False,
-            tags=t.tags("nodes"),
-            opts=child,
-        )
         private_routes = aws.ec2.RouteTable(f"{name}-nodes-rt", vpc_id=vpc.id, tags=t.tags("nodes"), opts=child)
-        aws.ec2.RouteTableAssociation(
-            f"{name}-nodes-rta", subnet_id=private.id, route_table_id=private_routes.id, opts=child
-        )
+        node_subnets = []
+        for index, (zone, block) in enumerate(zip(zones, plan.node_subnets, strict=True)):
+            suffix = "" if index == 0 else f"-z{index + 1}"  # the first zone keeps the one-zone names
+            subnet = aws.ec2.Subnet(
+                f"{name}-nodes{suffix}",
+                vpc_id=vpc.id,
+                cidr_block=block,
+                availability_zone=zone,
+                map_public_ip_on_launch=False,
+                tags=t.tags(f"nodes{suffix}"),
+                opts=child,
+            )
+            # one route table for every zone: the NAT gateway (or the endpoints) serve them all
+            aws.ec2.RouteTableAssociation(
+                f"{name}-nodes{suffix}-rta", subnet_id=subnet.id, route_table_id=private_routes.id, opts=child
+            )
+            node_subnets.append(subnet)
         if args.egress == "nat":
             self._nat(name, args, vpc, plan.public, private_routes)
         else:
-            self._interface_endpoints(name, args, vpc, cidr, private)
+            self._interface_endpoints(name, args, vpc, cidr, node_subnets)
         # Gateway endpoints are free and keep checkpoint and job-table traffic off the NAT gateway.
         for service in GATEWAY_SERVICES:
             aws.ec2.VpcEndpoint(
@@ -102,7 +110,7 @@ class ClusterNetwork(pulumi.ComponentResource):
             )
         self.vpc_id = vpc.id
         self.vpc_cidr = vpc.cidr_block
-        self.node_subnet_ids = pulumi.Output.all(private.id).apply(list)
+        self.node_subnet_ids = pulumi.Output.all(*(subnet.id for subnet in node_subnets)).apply(list)
 
     def _nat(
         self,
@@ -152,7 +160,7 @@ class ClusterNetwork(pulumi.ComponentResource):
         )
 
     def _interface_endpoints(
-        self, name: str, args: ClusterNetworkArgs, vpc: aws.ec2.Vpc, cidr: str, private: aws.ec2.Subnet
+        self, name: str, args: ClusterNetworkArgs, vpc: aws.ec2.Vpc, cidr: str, subnets: Sequence[aws.ec2.Subnet]
     ) -> None:
         child = pulumi.ResourceOptions(parent=self)
         t = args.tagging
@@ -180,7 +188,7 @@ class ClusterNetwork(pulumi.ComponentResource):
                 vpc_id=vpc.id,
                 vpc_endpoint_type="Interface",
                 service_name=f"com.amazonaws.{args.region}.{service}",
-                subnet_ids=[private.id],
+                subnet_ids=[subnet.id for subnet in subnets],  # one endpoint interface per zone
                 security_group_ids=[sg.id],
                 private_dns_enabled=True,
                 tags=t.tags(f"{service}-endpoint"),

@@ -23,6 +23,7 @@ from pulumi.runtime.mocks import MockMonitor
 from gpucloud.catalog import Catalog
 from gpucloud.infra.cost import CostEstimate
 from gpucloud.infra.efa_layout import EfaLayoutSummary
+from gpucloud.infra.instance_mix import plan_instance_mix
 from gpucloud.infra.planning import EmergencySavePlan
 from gpucloud.spec.model import ClusterSpec
 
@@ -282,7 +283,12 @@ def preview_stack(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
         region=spec.region,
         resources=recorded_resources(monitor),
         invokes=list(mocks.invokes),
-        efa_layouts=[GroupLayout(g.group.name, g.placement_group, g.efa_layout) for g in plan.groups],
+        # one row per instance type of each group: a spot group's types each have their own layout
+        efa_layouts=[
+            GroupLayout(g.group.name, g.placement_group, t.efa_layout)
+            for g in plan.groups
+            for t in plan_instance_mix(g.group, g.efa, catalog)
+        ],
         cost=plan.cost,
         emergency_saves=[g.emergency_save for g in plan.groups],
     )

@@ -18,6 +18,7 @@ from gpucloud.catalog import Catalog
 from gpucloud.infra.ami import resolve_image
 from gpucloud.infra.compute import DRAIN_HOOK, NodeGroup, NodeGroupArgs
 from gpucloud.infra.iam import NodeAccessPolicy, NodeAccessPolicyArgs, NodeIdentity, NodeIdentityArgs
+from gpucloud.infra.instance_mix import group_zone_indices, plan_instance_mix, plan_templates
 from gpucloud.infra.jobplane import InterruptionEvents, InterruptionEventsArgs, JobPlane, JobPlaneArgs
 from gpucloud.infra.network import ClusterNetwork, ClusterNetworkArgs
 from gpucloud.infra.planning import ClusterPlan, plan_cluster
@@ -80,7 +81,10 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
     plan = plan_cluster(spec, catalog)
     cluster = spec.name_for(stack_name)
     tagging = Tagging(stack=stack_name, cluster=cluster, extra=dict(spec.tags))
-    az: pulumi.Input[str] = spec.availability_zone or aws.get_availability_zones_output(state="available").names[0]
+    zones = list(spec.availability_zones)
+    az: pulumi.Input[str] = (
+        zones[0] if zones else spec.availability_zone or aws.get_availability_zones_output(state="available").names[0]
+    )
 
     network = ClusterNetwork(
         f"{cluster}-network",
@@ -88,6 +92,7 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
             tagging=tagging,
             region=spec.region,
             availability_zone=az,
+            more_availability_zones=zones[1:],
             egress=spec.network.egress,
             vpc_cidr=spec.network.vpc_cidr,
             existing_vpc_id=spec.network.vpc_id,
@@ -169,7 +174,6 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
             "GPUCLOUD_LIFECYCLE_HOOK": DRAIN_HOOK,
             # the hook's heartbeat timeout: how long a dead agent's peers may take to commit
             "GPUCLOUD_LIFECYCLE_TIMEOUT": str(gp.group.drain_timeout_seconds),
-            "GPUCLOUD_EFA_INTERFACES": str(gp.efa_layout.efa_interfaces),
             "GPUCLOUD_NVME_SCRATCH": "1" if spec.storage.nvme_scratch else "0",
             "GPUCLOUD_SCRATCH_PATH": spec.storage.scratch_path,
             # empty: the AMI brings gpucloud (the validators require a package on a DLAMI)
@@ -185,21 +189,25 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
                     "GPUCLOUD_FSX_MOUNT_PATH": fsx_settings.mount_path,
                 }
             )
+        templates = plan_templates(plan_instance_mix(gp.group, gp.efa, catalog))
+        # EFA and a cluster placement group need one zone; other groups may spread over the cluster's
+        zone_indices = group_zone_indices(spec, gp.group, single_zone=gp.efa or gp.placement_group)
         groups[gp.group.name] = NodeGroup(
             f"{cluster}-group-{gp.group.name}",
             NodeGroupArgs(
                 tagging=tagging,
                 group=gp.group,
-                instance_type=gp.instance_type,
-                nics=gp.nics,
+                templates=templates,
                 placement_group=gp.placement_group,
-                # EFA needs one subnet (one AZ); other groups may spread over the given subnets
-                subnet_ids=network.node_subnet_ids.apply(_subnets_for(gp.efa)),
+                subnet_ids=network.node_subnet_ids.apply(_pick(zone_indices)),
                 security_group_ids=[security.node_group_id],
                 instance_profile_arn=identity.profile.arn,
                 image_id=image.image_id,
                 root_device_name=image.root_device_name,
-                user_data=user_data_output(settings),
+                # per template: the node checks for the EFA devices its own type has
+                user_data=[
+                    user_data_output(settings | {"GPUCLOUD_EFA_INTERFACES": str(t.efa_interfaces)}) for t in templates
+                ],
                 job_queue_name=jobs.job_queue.name,
                 queue_term=terms.get(gp.group.name, QueueTerm.NONE),
                 ssh_key_name=spec.access.ssh_key_name,
@@ -233,9 +241,9 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
     )
 
 
-def _subnets_for(efa: bool) -> Callable[[list[str]], list[str]]:
-    """EFA needs one subnet (one AZ); other groups may spread over the given subnets."""
-    return lambda ids: ids[:1] if efa else ids
+def _pick(indices: list[int]) -> Callable[[list[str]], list[str]]:
+    """The group's subnets among the cluster's node subnets (one per zone, in zone order)."""
+    return lambda ids: [ids[i] for i in indices]
 
 
 def _agent_package_arn(spec: ClusterSpec) -> pulumi.Output[str] | None:

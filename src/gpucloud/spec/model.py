@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 CapacityType = Literal["spot", "on-demand", "capacity-block", "capacity-reservation"]
@@ -108,9 +108,35 @@ class Scaling(SpecModel):
     instance_warmup_seconds: Int = 180
 
 
+class InstanceTypeChoice(SpecModel):
+    """One instance type a spot group may launch, and the capacity units one node of it counts for
+    (ASG instance weighting: https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-mixed-instances-groups-instance-weighting.html)."""
+
+    instance_type: str
+    weight: Int = 1
+
+
+def _primary_from_choices(value: object) -> object:
+    """``instanceTypes`` alone: the first one is the group's ``instanceType`` (its launch template's)."""
+    if not isinstance(value, dict) or "instanceType" in value or "instance_type" in value:
+        return value
+    choices = value.get("instanceTypes", value.get("instance_types"))
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        first = choices[0].get("instanceType", choices[0].get("instance_type"))
+        if isinstance(first, str):
+            return {**value, "instanceType": first}
+    return value
+
+
 class NodeGroup(SpecModel):
     name: str
     instance_type: str
+    # spot groups: several instance types (the first is instanceType), each with its weight; the group
+    # launches whichever has capacity (price-capacity-optimized). Empty: instanceType alone, weight 1.
+    instance_types: list[InstanceTypeChoice] = []
+    # zones of the cluster's availabilityZones this group launches in; None: EFA and placement-group
+    # groups the first zone (they cannot span zones), other groups every zone
+    availability_zones: list[str] | None = None
     min_nodes: Int = 0
     desired_nodes: Int | None = None  # defaults to minNodes
     max_nodes: Int = 1
@@ -126,6 +152,16 @@ class NodeGroup(SpecModel):
     @property
     def desired(self) -> int:
         return self.min_nodes if self.desired_nodes is None else self.desired_nodes
+
+    @property
+    def instance_mix(self) -> list[InstanceTypeChoice]:
+        """Every instance type the group may launch, with its weight (the first is ``instance_type``)."""
+        return list(self.instance_types) or [InstanceTypeChoice(instance_type=self.instance_type)]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _instance_type_from_choices(cls, value: object) -> object:
+        return _primary_from_choices(value)
 
 
 class Fsx(SpecModel):
@@ -234,6 +270,9 @@ class JobPlane(SpecModel):
 class ClusterSpec(SpecModel):
     region: str
     availability_zone: str | None = None  # None: the region's first available AZ
+    # new VPC: a node subnet in each of these zones (instead of availabilityZone); EFA groups, placement
+    # groups and FSx use the first. Spot groups without EFA spread over all: more pools, fewer interruptions.
+    availability_zones: list[str] = []
     cluster_name: str | None = None  # None: the stack name
     node_groups: list[NodeGroup]
     network: Network = Network()

@@ -17,10 +17,11 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from gpucloud.catalog import Catalog, InstanceType
+from gpucloud.infra.addressing import MAX_ZONES
 from gpucloud.infra.cost import GroupSizing, estimate_cost
 from gpucloud.infra.efa_layout import EFA_ONLY_FAMILIES, efa_only_documented
 from gpucloud.infra.scaling_plan import default_lead_minutes, minimum_lead_minutes, wind_down_time
-from gpucloud.spec.decisions import efa_enabled
+from gpucloud.spec.decisions import efa_enabled, uses_placement_group
 from gpucloud.spec.model import RESERVED_CAPACITY, ClusterSpec, NodeGroup, S3Object
 from gpucloud.spec.problems import Problem, key_path
 
@@ -47,6 +48,7 @@ TAG_VALUE_MAX_CHARS = 256  # https://docs.aws.amazon.com/tag-editor/latest/userg
 MAX_GROUP_NODES = 5000  # far above any GPU quota; keeps cost and capacity arithmetic in range
 DRAIN_TIMEOUT_RANGE = (30, 7200)  # lifecycle hook heartbeat, seconds
 LEAD_MINUTES_MAX = 1440
+MAX_WEIGHT = 999  # ASG WeightedCapacity range, https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_LaunchTemplateOverrides.html
 EXPECTED_CHECKPOINT_GIB_MAX = 1_048_576  # 1 PiB: far above any job; keeps the arithmetic in range
 IPV4_PREFIX_RE = re.compile(r"\d{1,3}(\.\d{1,3}){3}/\d{1,2}")  # 10.0.0.0/16, not 10.0.0.0/255.255.0.0
 CIDR_PREFIX_RE = re.compile(r"[0-9A-Fa-f.:]+/\d{1,3}")  # IPv4 or IPv6 with a prefix length
@@ -72,6 +74,127 @@ def availability_zone_in_region(spec: ClusterSpec, catalog: Catalog) -> Iterator
             f"must be a zone of region {spec.region}, e.g. '{spec.region}a'",
             az,
         )
+
+
+def cluster_zones(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    zones = spec.availability_zones
+    if not zones:
+        return
+    key = key_path("availabilityZones")
+    if spec.availability_zone is not None:
+        yield Problem(key, "give availabilityZone (one zone) or availabilityZones (several), not both", zones)
+    elif spec.network.existing:
+        yield Problem(key, "with an existing VPC the node subnets (network.subnetIds) set the zones; remove it", zones)
+    elif len(set(zones)) != len(zones) or not 1 <= len(zones) <= MAX_ZONES:
+        yield Problem(key, f"allowed: 1 to {MAX_ZONES} different zones (a node subnet is carved for each)", zones)
+    else:
+        for j, zone in enumerate(zones):
+            if not re.fullmatch(re.escape(spec.region) + r"[a-z]", zone):
+                yield Problem(
+                    key_path("availabilityZones", j),
+                    f"must be a zone of region {spec.region}, e.g. '{spec.region}a'",
+                    zone,
+                )
+
+
+def group_zones(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    """A group's zones: among the cluster's, and one only where EFA or a placement group is used."""
+    known = list(spec.availability_zones)
+    for i, group in enumerate(spec.node_groups):
+        zones = group.availability_zones
+        if zones is None:
+            continue
+        key = key_path("nodeGroups", i, "availabilityZones")
+        if spec.network.existing or not known:
+            yield Problem(
+                key,
+                "list the cluster's zones in availabilityZones first (a new VPC only); a group picks among them",
+                zones,
+            )
+        elif not zones or len(set(zones)) != len(zones) or not set(zones) <= set(known):
+            yield Problem(key, f"allowed: one or more different zones of availabilityZones ({', '.join(known)})", zones)
+        elif len(zones) > 1 and _needs_one_zone(group, catalog):
+            yield Problem(
+                key,
+                "EFA traffic does not cross Availability Zones and a cluster placement group lies in one zone; "
+                "give one zone (or set efa.mode: off and placementGroup: false to spread)",
+                zones,
+            )
+
+
+def _needs_one_zone(group: NodeGroup, catalog: Catalog) -> bool:
+    itype = catalog.instance_types.get(group.instance_type)
+    if itype is None:
+        return group.efa.mode == "on" or bool(group.placement_group)
+    return efa_enabled(group, itype) or uses_placement_group(group, itype)
+
+
+def instance_mix(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    """Several instance types: spot groups only, known types, each once, weights ASG accepts."""
+    known = ", ".join(sorted(catalog.instance_types))
+    for i, group in enumerate(spec.node_groups):
+        choices = group.instance_types
+        if not choices:
+            continue
+        key = key_path("nodeGroups", i, "instanceTypes")
+        names = [c.instance_type for c in choices]
+        if len(choices) > 1 and group.capacity.type != "spot":
+            yield Problem(
+                key,
+                "several instance types are for spot groups (a mixed instances policy); "
+                f"give one instanceType for '{group.capacity.type}' capacity",
+                names,
+            )
+        if group.instance_type != names[0]:
+            yield Problem(
+                key_path("nodeGroups", i, "instanceType"),
+                f"must be the first of instanceTypes ({names[0]}), the launch template's own type; or omit it",
+                group.instance_type,
+            )
+        if len(set(names)) != len(names):
+            yield Problem(key, "each instance type at most once", names)
+        for j, choice in enumerate(choices):
+            if choice.instance_type not in catalog.instance_types:
+                yield Problem(
+                    key_path("nodeGroups", i, "instanceTypes", j, "instanceType"),
+                    f"unknown instance type; known types: {known}",
+                    choice.instance_type,
+                )
+            if not 1 <= choice.weight <= MAX_WEIGHT:
+                yield Problem(
+                    key_path("nodeGroups", i, "instanceTypes", j, "weight"),
+                    f"allowed: 1 to {MAX_WEIGHT} capacity units a node of this type counts for",
+                    choice.weight,
+                )
+
+
+def instance_mix_capabilities(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    """Every type of a group can do what the group asks: EFA, cluster placement, spot."""
+    for i, group, primary in _groups(spec, catalog):
+        efa = efa_enabled(group, primary)
+        placement = uses_placement_group(group, primary)
+        for j, choice in enumerate(group.instance_types[1:], start=1):
+            itype = catalog.instance_types.get(choice.instance_type)
+            if itype is None:
+                continue
+            key = key_path("nodeGroups", i, "instanceTypes", j, "instanceType")
+            if efa and not (itype.efa_supported and itype.max_efa_interfaces > 0):
+                yield Problem(
+                    key,
+                    f"the group uses EFA ({primary.name} has it) and {itype.name} has none; list EFA types only",
+                    itype.name,
+                )
+            elif placement and not itype.supports_cluster_placement:
+                yield Problem(key, f"{itype.name} does not support the group's cluster placement group", itype.name)
+            elif "spot" not in itype.usage_classes:
+                yield Problem(key, f"{itype.name} is not offered as spot", itype.name)
+            elif group.efa.layout == "efa-only" and efa and not efa_only_documented(itype):
+                yield Problem(
+                    key,
+                    f"the EC2 guide documents EFA-only interfaces for {', '.join(sorted(EFA_ONLY_FAMILIES))} only; "
+                    "set efa.layout: legacy, or omit it (each type then gets its documented layout)",
+                    itype.name,
+                )
 
 
 def at_least_one_group(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
@@ -792,10 +915,14 @@ def sizing_for(group: NodeGroup, itype: InstanceType) -> GroupSizing:
 RULES: tuple[Rule, ...] = (
     region_format,
     availability_zone_in_region,
+    cluster_zones,
     cluster_name_format,
     at_least_one_group,
     group_names,
     known_instance_type,
+    instance_mix,
+    instance_mix_capabilities,
+    group_zones,
     node_counts,
     node_count_limit,
     efa_supported,

@@ -194,10 +194,14 @@ class AutoScaling:
             raise
         return Replacement.DETACHED
 
-    def scale_in_self(self, instance_id: str) -> ScaleIn:
-        """TerminateInstanceInAutoScalingGroup with decrement, for an agent idle past its limit."""
+    def scale_in_self(self, instance_id: str, *, decrement: bool = True) -> ScaleIn:
+        """TerminateInstanceInAutoScalingGroup: with decrement for an agent idle past its limit;
+        without, for a node leaving a group whose desired capacity is already 0 (a capacity block's
+        wind-down), where a decrement would go below the minimum and be refused.
+        https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_TerminateInstanceInAutoScalingGroup.html
+        """
         check_instance_id(instance_id)
-        request = {"InstanceId": instance_id, "ShouldDecrementDesiredCapacity": True}
+        request = {"InstanceId": instance_id, "ShouldDecrementDesiredCapacity": decrement}
         try:
             self._call(
                 "terminate_instance_in_auto_scaling_group", "TerminateInstanceInAutoScalingGroup", request, instance_id

@@ -7,7 +7,13 @@ On a cluster node (an instance id from IMDS that is a member of an ASG) the agen
   decrement), so the lost node's successor boots while the gang is still saving;
 * completes the termination lifecycle action (CONTINUE) only after the checkpoint is committed;
 * publishes the backlog metric (``backlog_metric``) and, idle past ``GPUCLOUD_IDLE_MINUTES`` with
-  ``GPUCLOUD_SCALE_IN=1``, terminates itself with a decrement (``fleet.scaling.idle_scale_in``).
+  ``GPUCLOUD_SCALE_IN=1``, terminates itself with a decrement (``fleet.scaling.idle_scale_in``) and
+  completes its own lifecycle action (CONTINUE: nothing to save);
+* while running an attempt, watches its group for a wind-down (``wind_down_notice``): a capacity
+  block's scheduled action sets min, max and desired to 0, but Auto Scaling never scale-in
+  terminates a protected instance, so a busy node would run on until EC2 reclaims the block,
+  unsaved. The agent treats it as its own stop notice (save, requeue), then ``leave``s: protection
+  lifted, terminated without decrement, its lifecycle action completed.
 
 Off EC2, or on an instance in no group, ``OfflineHooks`` does nothing: that is how a laptop and the
 fleet simulation run the same agent.
@@ -27,6 +33,7 @@ from gpucloud.agent.asg import AutoScaling, ScaleIn
 from gpucloud.agent.backlog_metric import IDLE_MINUTES_ENV, SCALE_IN_ENV, GroupBacklog, put_metric_data_request
 from gpucloud.agent.scaling import idle_scale_in
 from gpucloud.errors import UserError
+from gpucloud.signals.events import Notice, event_id_for
 from gpucloud.signals.lifecycle_action import LifecycleAction
 
 log = logging.getLogger("gpucloud.agent")
@@ -35,6 +42,8 @@ LIFECYCLE_HOOK_ENV = "GPUCLOUD_LIFECYCLE_HOOK"
 REGION_ENV = "GPUCLOUD_REGION"
 CLUSTER_ENV = "GPUCLOUD_CLUSTER"
 NODE_GROUP_ENV = "GPUCLOUD_NODE_GROUP"
+LIFECYCLE_TIMEOUT_ENV = "GPUCLOUD_LIFECYCLE_TIMEOUT"  # the drain hook's heartbeat timeout (s)
+WIND_DOWN = "wind-down"  # Notice.action of a group wind-down seen by this node's agent
 # After TerminateInstanceInAutoScalingGroup the instance moves to Terminating:Wait and only then has
 # a lifecycle action to complete; retry "no active action" for this long, this often.
 OWN_ACTION_WAIT = 60.0
@@ -53,6 +62,8 @@ class FleetHooks(Protocol):
         self, *, unclaimed_slots: int, busy_nodes: int, other_groups: dict[str, tuple[int, int]] | None = None
     ) -> None: ...
     def scale_in(self, *, idle_for: float, unclaimed_slots: int) -> bool: ...
+    def group_ending(self) -> Notice | None: ...
+    def leave(self) -> str: ...
 
 
 class OfflineHooks:
@@ -75,6 +86,12 @@ class OfflineHooks:
     def scale_in(self, *, idle_for: float, unclaimed_slots: int) -> bool:
         return False
 
+    def group_ending(self) -> Notice | None:
+        return None
+
+    def leave(self) -> str:
+        return "no Auto Scaling group: nothing to leave"
+
 
 @dataclasses.dataclass(frozen=True)
 class NodeSettings:
@@ -85,6 +102,7 @@ class NodeSettings:
     lifecycle_hook: str | None
     scale_in: bool
     idle_seconds: float
+    drain_seconds: float = 600.0  # the drain hook's heartbeat timeout: a wound-down node's time to save
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> NodeSettings:
@@ -101,12 +119,20 @@ class NodeSettings:
             raise UserError(
                 f"{SCALE_IN_ENV}={scale_in!r} must be 1 (idle nodes scale in) or 0 (the group keeps its size)"
             )
+        raw_drain = env.get(LIFECYCLE_TIMEOUT_ENV) or "600"
+        try:
+            drain = float(raw_drain)
+        except ValueError:
+            drain = -1.0
+        if not 30 <= drain <= 7200:
+            raise UserError(f"{LIFECYCLE_TIMEOUT_ENV}={raw_drain!r} is not a number of seconds from 30 to 7200")
         return cls(
             cluster=env.get(CLUSTER_ENV) or None,
             node_group=env.get(NODE_GROUP_ENV) or None,
             lifecycle_hook=env.get(LIFECYCLE_HOOK_ENV) or None,
             scale_in=scale_in == "1",
             idle_seconds=minutes * 60,
+            drain_seconds=drain,
         )
 
 
@@ -188,6 +214,24 @@ class AsgHooks:
         self.complete_own_action("idle: nothing to save")
         return True
 
+    def group_ending(self) -> Notice | None:
+        """A stop notice for this node when its group has been wound down (see ``wind_down_notice``)."""
+        groups = self._client.describe_auto_scaling_groups(AutoScalingGroupNames=[self.asg_name])["AutoScalingGroups"]
+        if not groups:
+            return None
+        return wind_down_notice(groups[0], self.instance_id, now=time.time(), drain_seconds=self.settings.drain_seconds)
+
+    def leave(self) -> str:
+        """After a wind-down's save: lift protection, terminate this instance without decrement (the
+        group's desired capacity is already 0) and complete its lifecycle action (nothing left to save)."""
+        self._protected = None  # ask again whatever we believe: the lift is what lets the node go
+        self.busy(False)
+        outcome = self.asg.scale_in_self(self.instance_id, decrement=False)
+        if outcome is not ScaleIn.TERMINATING:
+            return outcome.value
+        completed = self.complete_own_action("the group wound down; the attempt was saved and requeued")
+        return outcome.value + ("; lifecycle action completed" if completed else "")
+
     def complete_own_action(self, why: str) -> bool:
         """CONTINUE this node's own termination lifecycle action, once it exists.
 
@@ -218,6 +262,36 @@ class AsgHooks:
                 )
                 return False
             self.sleep(OWN_ACTION_INTERVAL)
+
+
+def wind_down_notice(group: dict[str, Any], instance_id: str, *, now: float, drain_seconds: float) -> Notice | None:
+    """A stop notice when ``group`` (a DescribeAutoScalingGroups entry) can hold no node at all:
+    MaxSize and DesiredCapacity 0, as the capacity block's scheduled wind-down sets them.
+
+    Scale-in never terminates an instance protected from scale-in, so a busy node would stay until
+    EC2 reclaims the block's instances (from 30 minutes before its end), with no save:
+    https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-instance-protection.html
+    https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-using.html
+    The wind-down is scheduled the drain timeout plus a margin before that reclaim, so the node has
+    ``drain_seconds`` to save: the notice's deadline.
+    """
+    if group.get("MaxSize") != 0 or group.get("DesiredCapacity") != 0:
+        return None
+    name = str(group.get("AutoScalingGroupName", "?"))
+    key = {"instance-id": instance_id, "group": name, "wind-down": True}
+    return Notice(
+        kind="asg-terminate",
+        source="asg",
+        deadline=now + drain_seconds,
+        received_at=now,
+        event_id=event_id_for("asg-terminate", key),
+        action=WIND_DOWN,
+        payload={
+            "instance-id": instance_id,
+            "AutoScalingGroupName": name,
+            "reason": f"group {name} was wound down to 0 nodes (min/max/desired 0) while this node was busy",
+        },
+    )
 
 
 def group_of(autoscaling: Any, instance_id: str) -> str | None:

@@ -10,6 +10,10 @@ This module only sequences them and keeps the node's record in the queue current
 * running: torchrun as member ``slot`` with rank 0's address as the rendezvous, under the
   supervisor; scale-in protection held; a stop notice asks for this node's replacement at once and
   completes the lifecycle action only after the commit; then the agent takes no more work.
+  While running it also checks its group every ``group_check_interval``: a wound-down group (a
+  capacity block's end) is a stop notice like any other, and once saved the node leaves the group;
+* stopped by the group (drain hook) while holding no work: the lifecycle action is completed at
+  once (CONTINUE), since there is nothing to save.
 """
 
 from __future__ import annotations
@@ -23,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from gpucloud.agent.asg import InstanceNotInGroup
-from gpucloud.agent.asg_hooks import FleetHooks
+from gpucloud.agent.asg_hooks import WIND_DOWN, FleetHooks
 from gpucloud.agent.backlog_metric import PERIOD_SECONDS
-from gpucloud.agent.fleet_view import fleet_state, group_counts
+from gpucloud.agent.fleet_view import fleet_state
 from gpucloud.agent.identity import NodeIdentity
 from gpucloud.agent.node_groups import NodeGroups
 from gpucloud.agent.noncritical import NonCritical
@@ -60,10 +64,13 @@ class AgentOptions:
     local_checkpoint_dir: str | None = None
     run_root: Path | None = None  # per-attempt control directories (default $GPUCLOUD_HOME/run)
     groups: NodeGroups = dataclasses.field(default_factory=NodeGroups)  # the group served: claims, counts
+    group_check_interval: float = 60.0  # while running: is the group wound down? (DescribeAutoScalingGroups)
 
     def __post_init__(self) -> None:
         if self.slot_lease <= 0 or self.gang_timeout <= 0 or self.poll_interval <= 0:
             raise UserError("--slot-lease, --gang-timeout and --poll-interval must be more than 0 seconds")
+        if self.group_check_interval <= 0:
+            raise UserError(f"group check interval {self.group_check_interval} must be more than 0 seconds")
         if not 1 <= self.rendezvous_port <= 65535:
             raise UserError(f"--rendezvous-port {self.rendezvous_port} is not a TCP port (1..65535)")
 
@@ -104,8 +111,12 @@ class _SlotKeeper:
         self._thread.join(timeout=10)
 
     def _run(self) -> None:
-        interval = self.agent.options.slot_lease / 4
+        interval = min(self.agent.options.slot_lease / 4, self.agent.options.group_check_interval)
+        next_group_check = 0.0  # monotonic; the first check as soon as the attempt runs
         while not self._stop.wait(interval):
+            if self.agent.state is NodeState.RUNNING and time.monotonic() >= next_group_check:
+                next_group_check = time.monotonic() + self.agent.options.group_check_interval
+                self.agent.check_group()
             try:
                 # A refused renewal means the slot changed hands while forming (our lease had run
                 # out); _wait_for_gang sees that from the stored members and does not start.
@@ -149,6 +160,7 @@ class Agent:
         self.current: SlotClaim | None = None
         self.stop_notice: Notice | None = None
         self.ran: list[RanAttempt] = []
+        self._idle_at_stop = False  # the stop notice came while this node held no slot
         # Gangs this agent gave up waiting for -> when it may try again (monotonic): meanwhile
         # other jobs get their turn, and the idle clock keeps running.
         self._backoff: dict[tuple[str, int], float] = {}
@@ -199,6 +211,7 @@ class Agent:
             first = self.stop_notice is None
             if first:
                 self.stop_notice = notice
+                self._idle_at_stop = self.current is None
         if not first:
             return
         claim = self.current
@@ -248,11 +261,40 @@ class Agent:
                     continue
                 if self._take(claim):
                     idle_since = time.monotonic()
+            self._leave_after_stop()
         finally:
             self.current = None
             self.report(NodeState.STOPPED)
         stopped = self.stop_notice.kind if self.stop_notice else None
         return AgentSummary(self.identity.worker, tuple(self.ran), stopped, EXIT_STOPPED if stopped else 0)
+
+    def check_group(self) -> None:
+        """While running: a wound-down group stops this node like a notice (the gang saves and requeues).
+
+        Only while running: a gang still forming gives its slot back within ``gang_timeout``, and an
+        idle node is not protected, so the group's own scale-in reaches it through the drain hook."""
+        notice = self.noncritical.call(
+            "checking the group for a wind-down (DescribeAutoScalingGroups)", self.hooks.group_ending, default=None
+        )
+        if notice is not None:
+            log.warning("%s: stopping the attempt now, while it can still be saved", notice.payload.get("reason"))
+            self._on_stop(notice)
+
+    def _leave_after_stop(self) -> None:
+        """What the group needs from a stopped node that no one else will do.
+
+        * wound down: the saved node leaves the group now rather than run on, protected and idle,
+          until EC2 reclaims the capacity block;
+        * terminated by the group while holding no work: CONTINUE at once, or the instance waits out
+          the hook's heartbeat timeout (a stop during an attempt is completed after its commit)."""
+        notice = self.stop_notice
+        if notice is None or notice.kind != "asg-terminate":
+            return
+        if notice.action == WIND_DOWN:
+            outcome = self.noncritical.call("leaving the wound-down group", self.hooks.leave, default="failed")
+            self.report(NodeState.STOPPING, left=outcome)
+        elif self._idle_at_stop:
+            self.noncritical.call("completing this idle node's lifecycle action", self.hooks.committed, default=False)
 
     def _idle(self, idle_for: float) -> bool:
         """One idle round; True when the agent should exit."""
@@ -265,9 +307,7 @@ class Agent:
             self._publish_at = time.monotonic() + PERIOD_SECONDS
             self.noncritical.call(
                 "publishing the backlog metric (CloudWatch PutMetricData)",
-                lambda: self.hooks.publish_backlog(
-                    unclaimed_slots=unclaimed, busy_nodes=fleet.busy_nodes, other_groups=self._other_groups()
-                ),
+                lambda: self.hooks.publish_backlog(unclaimed_slots=unclaimed, busy_nodes=fleet.busy_nodes),
                 default=None,
             )
         if self.noncritical.call(
@@ -281,12 +321,6 @@ class Agent:
             return True
         self.notices.get(timeout=self.options.poll_interval)  # wakes early for a stop notice
         return False
-
-    def _other_groups(self) -> dict[str, tuple[int, int]]:
-        """The other groups' (unclaimed, busy): published too, so a group with no node still scales out."""
-        groups = self.options.groups
-        counts = group_counts(self.queue, node_lease=self.options.slot_lease, groups=groups)
-        return {name: c for name, c in counts.items() if name != groups.own}
 
     def _take(self, claim: SlotClaim) -> bool:
         """Wait for the gang of ``claim`` and run its attempt; False when it never ran here."""

@@ -29,7 +29,7 @@ from typing import Any
 from gpucloud.agent.asg import InstanceNotInGroup
 from gpucloud.agent.asg_hooks import WIND_DOWN, FleetHooks
 from gpucloud.agent.backlog_metric import PERIOD_SECONDS
-from gpucloud.agent.fleet_view import fleet_state
+from gpucloud.agent.fleet_view import fleet_state, group_counts
 from gpucloud.agent.identity import NodeIdentity
 from gpucloud.agent.node_groups import NodeGroups
 from gpucloud.agent.noncritical import NonCritical
@@ -307,7 +307,9 @@ class Agent:
             self._publish_at = time.monotonic() + PERIOD_SECONDS
             self.noncritical.call(
                 "publishing the backlog metric (CloudWatch PutMetricData)",
-                lambda: self.hooks.publish_backlog(unclaimed_slots=unclaimed, busy_nodes=fleet.busy_nodes),
+                lambda: self.hooks.publish_backlog(
+                    unclaimed_slots=unclaimed, busy_nodes=fleet.busy_nodes, other_groups=self._other_groups()
+                ),
                 default=None,
             )
         if self.noncritical.call(
@@ -321,6 +323,12 @@ class Agent:
             return True
         self.notices.get(timeout=self.options.poll_interval)  # wakes early for a stop notice
         return False
+
+    def _other_groups(self) -> dict[str, tuple[int, int]]:
+        """The other groups' (unclaimed, busy): published too, so a group with no node still scales out."""
+        groups = self.options.groups
+        counts = group_counts(self.queue, node_lease=self.options.slot_lease, groups=groups)
+        return {name: c for name, c in counts.items() if name != groups.own}
 
     def _take(self, claim: SlotClaim) -> bool:
         """Wait for the gang of ``claim`` and run its attempt; False when it never ran here."""

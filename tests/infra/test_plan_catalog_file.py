@@ -75,7 +75,7 @@ def test_a_catalog_without_the_stacks_instance_type(tmp_path: Path, capsys) -> N
     code, _, err = run(["plan", "--stack", "dev", "--catalog-file", str(path)], capsys)
     assert code == 2
     (line,) = err.strip().splitlines()
-    assert "gpucloud:nodeGroups[0].instanceType = 'g6.xlarge': unknown instance type" in line
+    assert "gpucloud:nodeGroups[0].instanceTypes[0].instanceType = 'g6.xlarge': unknown instance type" in line
 
 
 @pytest.mark.parametrize(

@@ -233,7 +233,8 @@ def test_job_plane(previews, stack: str) -> None:
     assert rules["asg-terminate"]["detail"]["AutoScalingGroupName"] == [r.name for r in preview.of_type(ASG)]
     events_arn = f"arn:aws:sqs:us-east-1:123456789012:{c}-jobplane-events"
     targets = preview.of_type(TARGET)
-    assert len(targets) == 3 and all(t.inputs["arn"] == events_arn for t in targets)
+    assert rules["capacity-block-expiry"]["detail-type"][0] == "Capacity Block Reservation Expiration Warning"
+    assert len(targets) == 4 and all(t.inputs["arn"] == events_arn for t in targets)
     policy = json.loads(one(preview, "aws:sqs/queuePolicy:QueuePolicy").inputs["policy"])["Statement"][0]
     assert policy["Principal"] == {"Service": "events.amazonaws.com"} and policy["Resource"] == events_arn
     assert sorted(policy["Condition"]["ArnEquals"]["aws:SourceArn"]) == sorted(
@@ -291,7 +292,8 @@ def _resource_name(arn: str) -> str:
 def load_az(stack: str) -> str:
     from gpucloud.spec import load_stack_file, stack_file_for
 
-    return load_stack_file(stack_file_for(stack)).availability_zone or ""
+    spec = load_stack_file(stack_file_for(stack))
+    return spec.availability_zone or spec.availability_zones[0]
 
 
 def load_agent_package(stack: str) -> str:

@@ -45,6 +45,7 @@ SPEC_KEYS = [
     "costCeilingUsdPerHour",
     "clusterName",
     "availabilityZone",
+    "availabilityZones",
 ]
 
 # Values that broke the reader or the rules once, and their relatives.

@@ -229,7 +229,8 @@ def cluster_name_format(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem
 def known_instance_type(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     known = ", ".join(sorted(catalog.instance_types))
     for i, group in enumerate(spec.node_groups):
-        if group.instance_type not in catalog.instance_types:
+        # a group that lists instanceTypes has each checked where it is written (``instance_mix``)
+        if group.instance_type not in catalog.instance_types and not group.instance_types:
             yield Problem(
                 key_path("nodeGroups", i, "instanceType"),
                 f"unknown instance type; known types: {known}",

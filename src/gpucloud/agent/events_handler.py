@@ -18,7 +18,13 @@ one to ``FleetEventHandler``:
     record is marked stopped with the reason, a spot warning asks for the replacement at once
     (detach without decrement), and an ASG termination's lifecycle action is completed (CONTINUE)
     once the attempt ended or its deadline is near;
-  - a rebalance recommendation asks for nothing (Capacity Rebalancing replaces the node).
+  - a rebalance recommendation asks for nothing (Capacity Rebalancing replaces the node);
+  - a capacity block's expiration warning names a reservation: ``on_reservation`` finds its
+    running instances (EC2 DescribeInstances, filter ``capacity-reservation-id``) and handles one
+    stop notice per instance as above, so the gangs on them save and requeue before EC2 terminates
+    them (10 minutes after the warning). No lifecycle action is completed for these: the instances
+    are InService, and EC2, not the group, ends them. It backs up the group's wind-down, which the
+    busy agents see themselves, earlier (``asg_hooks.wind_down_notice``).
 
 * the handler carries it out and returns only when done, so the consumer deletes the message only
   then; a failure raises, and the message comes back after the visibility timeout. Every step is
@@ -46,7 +52,7 @@ from gpucloud.errors import UserError
 from gpucloud.jobs.model import Job, JobState, NodeRecord, NodeState
 from gpucloud.queue.gang import GangQueue
 from gpucloud.queue.protocol import UnknownJob
-from gpucloud.signals.eventbridge import QueueRules, instance_of
+from gpucloud.signals.eventbridge import CAPACITY_BLOCK_ACTION, QueueRules, ReservationExpiring, instance_of
 from gpucloud.signals.events import Notice
 from gpucloud.signals.lifecycle_action import lifecycle_action_of
 
@@ -123,8 +129,10 @@ def decide(
             + ("its agent is dead" if mine else "no agent of this fleet runs there")
             + "; nothing to do (Capacity Rebalancing replaces the node)",
         )
+    # EC2 ends a capacity block's instances itself: no lifecycle action of the group to complete.
+    group_action = notice.kind == "asg-terminate" and notice.action != CAPACITY_BLOCK_ACTION
     if not mine:
-        if notice.kind == "asg-terminate":
+        if group_action:
             return FleetAction(
                 instance,
                 False,
@@ -138,7 +146,7 @@ def decide(
     newest = max(mine, key=lambda r: r.updated_at)
     silent = f"silent for {now - newest.updated_at:.0f}s" if newest.state is not NodeState.STOPPED else "stopped"
     replace = notice.kind in REPLACE_KINDS
-    complete = notice.kind == "asg-terminate"
+    complete = group_action
     steps = [f"gang stop of {held} requested" if running else "it held no running attempt"]
     if replace:
         steps.append("replacement requested")
@@ -186,6 +194,7 @@ class FleetEventHandler:
         marked_by: str,
         lifecycle_margin: float = LIFECYCLE_MARGIN,
         poll_interval: float = 0.5,
+        reservation_instances: Callable[[str], list[str]] | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -195,6 +204,22 @@ class FleetEventHandler:
         self.node_lease, self.max_wait, self.marked_by = node_lease, max_wait, marked_by
         self.lifecycle_margin, self.poll_interval = lifecycle_margin, poll_interval
         self._clock, self._sleep = clock, sleep
+        self.reservation_instances = reservation_instances
+
+    def on_reservation(self, expiring: ReservationExpiring) -> list[FleetAction]:
+        """A capacity block is ending: every running instance in it gets its stop notice."""
+        if self.reservation_instances is None:
+            raise UserError(
+                f"capacity block {expiring.reservation_id} is expiring, but this handler cannot list its instances"
+            )
+        instances = self.reservation_instances(expiring.reservation_id)
+        log.warning(
+            "events queue: capacity block %s ends; EC2 terminates its %d instance(s) from %s: stopping their work",
+            expiring.reservation_id,
+            len(instances),
+            time.strftime("%H:%M:%SZ", time.gmtime(expiring.deadline)),
+        )
+        return [self(expiring.notice_for(instance)) for instance in instances]
 
     def __call__(self, notice: Notice) -> FleetAction:
         instance = instance_of(notice)
@@ -335,6 +360,27 @@ def lifecycle_timeout(env: Mapping[str, str] | None = None) -> float:
     return value
 
 
+def ec2_reservation_instances(ec2_client: Any) -> Callable[[str], list[str]]:
+    """The pending or running instances launched into a capacity reservation (DescribeInstances,
+    filter ``capacity-reservation-id``; needs ``ec2:DescribeInstances`` on the node role).
+    https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeInstances.html"""
+
+    def instances(reservation_id: str) -> list[str]:
+        found: list[str] = []
+        pages = ec2_client.get_paginator("describe_instances").paginate(
+            Filters=[
+                {"Name": "capacity-reservation-id", "Values": [reservation_id]},
+                {"Name": "instance-state-name", "Values": ["pending", "running"]},
+            ]
+        )
+        for page in pages:
+            for reservation in page.get("Reservations", []):
+                found.extend(i["InstanceId"] for i in reservation.get("Instances", []))
+        return sorted(set(found))
+
+    return instances
+
+
 def watch_events_queue(
     queue_url: str,
     queue: GangQueue,
@@ -345,6 +391,7 @@ def watch_events_queue(
     wait_seconds: int = 20,
     visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT,
     sqs_client: Any = None,
+    ec2_client: Any = None,
 ) -> FleetEventsWatcher:
     """Start consuming ``queue_url`` (fleet level: every instance's notices) in the background."""
     if visibility_timeout <= VISIBILITY_SLACK:
@@ -352,17 +399,25 @@ def watch_events_queue(
             f"events queue visibility timeout {visibility_timeout}s must exceed {VISIBILITY_SLACK:.0f}s "
             "(a handler waits for the attempt to end within it)"
         )
-    if sqs_client is None:
+    if sqs_client is None or ec2_client is None:
         import boto3
 
-        sqs_client = boto3.session.Session(region_name=queue_region(queue_url)).client("sqs")
+        session = boto3.session.Session(region_name=queue_region(queue_url))
+        sqs_client = sqs_client or session.client("sqs")
+        ec2_client = ec2_client or session.client("ec2")
     handler = FleetEventHandler(
-        queue, hooks, node_lease=node_lease, max_wait=visibility_timeout - VISIBILITY_SLACK, marked_by=worker
+        queue,
+        hooks,
+        node_lease=node_lease,
+        max_wait=visibility_timeout - VISIBILITY_SLACK,
+        marked_by=worker,
+        reservation_instances=ec2_reservation_instances(ec2_client),
     )
     consumer = EventsQueueConsumer(
         sqs_client,
         queue_url,
         on_notice=handler,
+        on_reservation=handler.on_reservation,
         instance_ids=None,
         wait_seconds=wait_seconds,
         visibility_timeout=visibility_timeout,

@@ -8,6 +8,8 @@
   dies, the message reappears after the visibility timeout and is handled again (the notice's
   ``event_id`` is stable, so a hub or job table dedupes the second delivery);
 - skips (hook test notifications, launch actions, reports) are deleted;
+- a capacity block's expiration warning names a reservation, not an instance: it goes to
+  ``on_reservation`` (fleet level), acknowledged the same way as a notice;
 - unreadable bodies are logged as one line and kept: after the queue's maxReceiveCount they move
   to the dead-letter queue, where a person can read them; nothing is lost, nothing crashes, and
   the other messages of the same receive are handled as if it were not there (each message is
@@ -35,7 +37,14 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from gpucloud.aws_ids import check_instance_id
 from gpucloud.errors import UserError
-from gpucloud.signals.eventbridge import QueueRules, Skipped, UnreadableEvent, instance_of, parse_message
+from gpucloud.signals.eventbridge import (
+    QueueRules,
+    ReservationExpiring,
+    Skipped,
+    UnreadableEvent,
+    instance_of,
+    parse_message,
+)
 from gpucloud.signals.events import Notice
 
 log = logging.getLogger("gpucloud.agent")
@@ -51,6 +60,7 @@ class PollResult:
 
     received: int = 0
     handled: list[Notice] = dataclasses.field(default_factory=list)  # on_notice returned; deleted
+    reservations: list[ReservationExpiring] = dataclasses.field(default_factory=list)  # on_reservation returned
     failed: list[str] = dataclasses.field(default_factory=list)  # on_notice raised; kept for redelivery
     skipped: list[str] = dataclasses.field(default_factory=list)  # nothing to do; deleted
     unreadable: list[str] = dataclasses.field(default_factory=list)  # bad body; kept for the DLQ
@@ -64,6 +74,7 @@ class EventsQueueConsumer:
         queue_url: str,
         *,
         on_notice: Callable[[Notice], object],
+        on_reservation: Callable[[ReservationExpiring], object] | None = None,
         instance_ids: Iterable[str] | None = None,
         wait_seconds: int = 20,
         visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT,
@@ -80,6 +91,7 @@ class EventsQueueConsumer:
         self._sqs = sqs_client
         self._url = queue_url
         self._on_notice = on_notice
+        self._on_reservation = on_reservation
         self._instances = None if instance_ids is None else frozenset(check_instance_id(i) for i in instance_ids)
         self._wait = wait_seconds
         self._visibility = visibility_timeout
@@ -136,6 +148,9 @@ class EventsQueueConsumer:
             result.skipped.append(f"{ref}: {parsed.reason}")
             self._delete(message, ref)
             return
+        if isinstance(parsed, ReservationExpiring):
+            self._reservation(message, ref, parsed, result)
+            return
         instance = instance_of(parsed)
         if self._instances is not None and instance not in self._instances:
             result.passed_on.append(f"{ref}: {parsed.kind} for {instance}")
@@ -153,6 +168,26 @@ class EventsQueueConsumer:
             result.failed.append(line)
             return
         result.handled.append(parsed)
+        self._delete(message, ref)
+
+    def _reservation(
+        self, message: dict[str, Any], ref: str, expiring: ReservationExpiring, result: PollResult
+    ) -> None:
+        if self._on_reservation is None:
+            result.skipped.append(f"{ref}: capacity block {expiring.reservation_id} expiring; no fleet handler here")
+            self._release(message, ref)
+            return
+        if self._visibility > self._receive_visibility and not self._hide(message, ref):
+            result.failed.append(f"{ref}: could not be kept hidden for its handler; left to be delivered again")
+            return
+        try:
+            self._on_reservation(expiring)
+        except Exception as err:  # noqa: BLE001 - as for notices: redelivery retries it
+            line = f"{ref}: handler failed for capacity block {expiring.reservation_id}: {_one_line(err)}"
+            log.error("events queue: %s; left to reappear after %ds", line, self._visibility)
+            result.failed.append(line)
+            return
+        result.reservations.append(expiring)
         self._delete(message, ref)
 
     def _delete(self, message: dict[str, Any], ref: str) -> None:

@@ -1,9 +1,12 @@
 """Job plane: the job queue (with a dead-letter queue), the job table, and the interruption events.
 
-EventBridge delivers three AWS events into an events queue the node agents read in queue mode:
+EventBridge delivers four AWS events into an events queue the node agents read in queue mode:
 spot interruption warnings, rebalance recommendations (both account-wide: their detail names only
-the instance, so consumers match instances to jobs), and terminate lifecycle actions of this
-cluster's autoscaling groups.
+the instance, so consumers match instances to jobs), terminate lifecycle actions of this cluster's
+autoscaling groups, and capacity blocks' expiration warnings (account-wide too: the detail names
+only the reservation; the consumer lists the reservation's instances). EC2 sends the last one 40
+minutes before a block ends, 10 minutes before it starts terminating the block's instances:
+https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-monitor.html
 """
 
 from __future__ import annotations
@@ -17,12 +20,16 @@ import pulumi_aws as aws
 
 from gpucloud.infra.tags import Tagging
 from gpucloud.queue.aws import schema as aws_schema
+from gpucloud.signals.eventbridge import CAPACITY_BLOCK_WARNINGS
 
 DLQ_RETENTION_SECONDS = 14 * 24 * 3600  # the SQS maximum: time to inspect poisoned jobs
 EVENTS_RETENTION_SECONDS = 3600  # an interruption event older than an hour is useless
 
 SPOT_WARNING = {"source": ["aws.ec2"], "detail-type": ["EC2 Spot Instance Interruption Warning"]}
 REBALANCE = {"source": ["aws.ec2"], "detail-type": ["EC2 Instance Rebalance Recommendation"]}
+# Both names AWS's page gives the event ("Capacity Block Reservation Expiration Warning" and, in one
+# version of the example, "Capacity Block Expiration Warning"); the consumer reads both.
+CAPACITY_BLOCK_EXPIRY = {"source": ["aws.ec2"], "detail-type": list(CAPACITY_BLOCK_WARNINGS)}
 
 
 def lifecycle_pattern(asg_names: Sequence[str]) -> dict:
@@ -136,6 +143,7 @@ class InterruptionEvents(pulumi.ComponentResource):
         patterns = {
             "spot-warning": pulumi.Output.from_input(json.dumps(SPOT_WARNING)),
             "rebalance": pulumi.Output.from_input(json.dumps(REBALANCE)),
+            "capacity-block-expiry": pulumi.Output.from_input(json.dumps(CAPACITY_BLOCK_EXPIRY)),
             "asg-terminate": pulumi.Output.all(*args.asg_names).apply(lambda n: json.dumps(lifecycle_pattern(n))),
         }
         rules = []
@@ -159,7 +167,7 @@ class InterruptionEvents(pulumi.ComponentResource):
                 opts=child,
             )
             rules.append(rule)
-        # EventBridge may only send to the queue on behalf of these three rules.
+        # EventBridge may only send to the queue on behalf of these rules.
         aws.sqs.QueuePolicy(
             f"{name}-events-policy",
             queue_url=args.events_queue_url,

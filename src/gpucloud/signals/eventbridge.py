@@ -14,6 +14,14 @@ What arrives on the events queue (reference: spot-signals-and-emulation.md §2):
   (``gpucloud.signals.lifecycle_action``) so the handler can complete the action after the commit. The
   instance is held in ``Terminating:Wait`` until the hook's heartbeat timeout, which the event does
   not carry: deadline = event time + ``QueueRules.lifecycle_timeout`` (the stack's hook timeout).
+- EventBridge ``Capacity Block Reservation Expiration Warning`` (AWS's English page also shows it
+  as ``Capacity Block Expiration Warning``; both are read) -> ``ReservationExpiring``: it names a
+  capacity reservation, not an instance, so the handler finds the reservation's instances and
+  makes one ``Notice`` per instance (``notice_for``). EC2 sends it 40 minutes before the block
+  ends; its instances "will begin to terminate in 10 minutes": deadline = event time + 600 s.
+  https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-monitor.html
+  The page's example spells the envelope key ``detail_type``; EventBridge's own envelope, which
+  rules match on, is ``detail-type``. Both are read.
 - A body wrapped by SNS (``{"Type": "Notification", "Message": "<json>"}``) is unwrapped once.
 - Skipped (to be deleted): the hook's ``autoscaling:TEST_NOTIFICATION``, launch lifecycle actions,
   and the EC2/ASG events that report rather than warn (state changes, launch/terminate results).
@@ -33,6 +41,7 @@ both through EventBridge and directly, is acted on once, and two instances never
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from gpucloud import payload
@@ -58,9 +67,19 @@ REBALANCE = "EC2 Instance Rebalance Recommendation"
 TERMINATE_ACTION = "EC2 Instance-terminate Lifecycle Action"
 LAUNCH_ACTION = "EC2 Instance-launch Lifecycle Action"
 TEST_NOTIFICATION = "autoscaling:TEST_NOTIFICATION"
+CAPACITY_BLOCK_EXPIRING = "Capacity Block Reservation Expiration Warning"
+CAPACITY_BLOCK_WARNINGS = (CAPACITY_BLOCK_EXPIRING, "Capacity Block Expiration Warning")
+CAPACITY_BLOCK_ACTION = "capacity-block-expiring"  # Notice.action of the per-instance notices
+CAPACITY_BLOCK_TERMINATE_AFTER = 600.0  # s: "will begin to terminate in 10 minutes"
+_RESERVATION_ID = re.compile(r"cr-(?:[0-9a-f]{8}|[0-9a-f]{17})")
 
 # detail-type -> the only source that sends it
-_ACTIONABLE = {SPOT_WARNING: "aws.ec2", REBALANCE: "aws.ec2", TERMINATE_ACTION: "aws.autoscaling"}
+_ACTIONABLE = {
+    SPOT_WARNING: "aws.ec2",
+    REBALANCE: "aws.ec2",
+    TERMINATE_ACTION: "aws.autoscaling",
+    **dict.fromkeys(CAPACITY_BLOCK_WARNINGS, "aws.ec2"),
+}
 _REPORTS = frozenset(
     {
         LAUNCH_ACTION,
@@ -92,13 +111,39 @@ class QueueRules:
 
 
 @dataclasses.dataclass(frozen=True)
+class ReservationExpiring:
+    """A capacity block is about to end: every instance in ``reservation_id`` must save and leave
+    by ``deadline`` (EC2 starts terminating them then)."""
+
+    reservation_id: str
+    deadline: float
+    received_at: float
+    event_id: str
+    end_date: float | None  # the block's end (detail ``end-date``), when given
+    payload: dict[str, Any]
+
+    def notice_for(self, instance_id: str) -> Notice:
+        """The stop notice of one instance in the reservation (the group is removing it, as at a
+        wind-down: ``asg-terminate``, so no replacement is asked for)."""
+        return Notice(
+            kind="asg-terminate",
+            source=SOURCE,
+            deadline=self.deadline,
+            received_at=self.received_at,
+            event_id=event_id_for("asg-terminate", {"instance-id": instance_id, "reservation": self.event_id}),
+            action=CAPACITY_BLOCK_ACTION,
+            payload={**self.payload, "instance-id": instance_id},
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class Skipped:
     """A well-formed message that asks for no action; ``reason`` says which kind it was."""
 
     reason: str
 
 
-def parse_message(body: str, *, now: float, rules: QueueRules = QueueRules()) -> Notice | Skipped:
+def parse_message(body: str, *, now: float, rules: QueueRules = QueueRules()) -> Notice | Skipped | ReservationExpiring:
     """The notice in ``body``, or a skip; ``UnreadableEvent`` (one line) and nothing else otherwise."""
     try:
         return _parse(body, now, rules)
@@ -115,8 +160,10 @@ def _body_preview(body: object) -> str:
     return repr(body[: payload.PREVIEW_CHARS] if isinstance(body, str) else type(body).__name__)
 
 
-def _parse(body: str, now: float, rules: QueueRules) -> Notice | Skipped:
+def _parse(body: str, now: float, rules: QueueRules) -> Notice | Skipped | ReservationExpiring:
     data = _unwrap_sns(_json_object(body, "message body"))
+    if "detail-type" not in data and isinstance(data.get("detail_type"), str):
+        data = {**data, "detail-type": data["detail_type"]}  # the capacity-block page's spelling
     if "detail-type" in data:
         return _eventbridge(data, now, rules)
     if data.get("Event") == TEST_NOTIFICATION:
@@ -142,7 +189,7 @@ def _unwrap_sns(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _eventbridge(event: dict[str, Any], now: float, rules: QueueRules) -> Notice | Skipped:
+def _eventbridge(event: dict[str, Any], now: float, rules: QueueRules) -> Notice | Skipped | ReservationExpiring:
     detail_type = _text(event, "detail-type", "event")
     if detail_type in _REPORTS:
         return Skipped(f"{detail_type} (a report, not a warning)")
@@ -160,10 +207,12 @@ def _eventbridge(event: dict[str, Any], now: float, rules: QueueRules) -> Notice
     emitted = _time(event, "time", detail_type, now, rules)
     meta = {
         "detail-type": detail_type,
-        "event-id": event.get("id"),
+        "event-id": event.get("id", event.get("customer_event_id")),
         "event-time": format_rfc3339(emitted),
         "region": event.get("region"),
     }
+    if detail_type in CAPACITY_BLOCK_WARNINGS:
+        return _capacity_block(detail, emitted, now, meta)
     if detail_type == SPOT_WARNING:
         return _spot_warning(detail, emitted, now, meta)
     if detail_type == REBALANCE:
@@ -212,6 +261,32 @@ def _rebalance(detail: dict[str, Any], emitted: float, now: float, meta: dict[st
         event_id=event_id_for("rebalance", key),
         action="rebalance",
         payload={**meta, "instance-id": instance},
+    )
+
+
+def _capacity_block(detail: dict[str, Any], emitted: float, now: float, meta: dict[str, Any]) -> ReservationExpiring:
+    what = meta["detail-type"]
+    reservation = _text(detail, "capacity-reservation-id", what)
+    if not _RESERVATION_ID.fullmatch(reservation):
+        raise UnreadableEvent(f"{what} capacity-reservation-id {reservation[:80]!r} is not a cr-... id")
+    end: float | None = None
+    if "end-date" in detail:
+        try:
+            end = parse_rfc3339(_text(detail, "end-date", what))
+        except MalformedPayload as err:
+            raise UnreadableEvent(f"{what} end-date: {err}") from None
+    # Termination starts 10 minutes after the warning, and 30 minutes before the end at the latest.
+    deadline = emitted + CAPACITY_BLOCK_TERMINATE_AFTER
+    if end is not None:
+        deadline = min(deadline, end - 1800.0)
+    key = {"capacity-reservation-id": reservation, "time": meta["event-time"]}
+    return ReservationExpiring(
+        reservation_id=reservation,
+        deadline=deadline,
+        received_at=now,
+        event_id=event_id_for("capacity-block-expiring", key),
+        end_date=end,
+        payload={**meta, "capacity-reservation-id": reservation, "end-date": detail.get("end-date")},
     )
 
 

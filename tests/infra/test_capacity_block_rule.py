@@ -1,0 +1,46 @@
+"""Issue 11 §3: the stack's EventBridge rule forwards a capacity block's expiration warning to the
+events queue, and what arrives there is read as the warning. The rule's pattern is the one
+``InterruptionEvents`` deploys; EventBridge and SQS are moto's (rule pattern -> SQS delivery is
+faithful there; moto accepts an ``aws.ec2`` source, real AWS would not from PutEvents)."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+
+from gpucloud.infra.jobplane import CAPACITY_BLOCK_EXPIRY, REBALANCE
+from gpucloud.signals.eventbridge import ReservationExpiring, parse_message
+from gpucloud.signals.interpret import parse_rfc3339
+
+RESERVATION = "cr-0123456789abcdef0"
+DETAIL = {"capacity-reservation-id": RESERVATION, "end-date": "2026-11-24T10:00:00Z"}
+
+
+def test_the_expiration_warning_reaches_the_events_queue_and_is_read_as_one(fresh_aws_account):
+    sqs, events = boto3.client("sqs"), boto3.client("events")
+    url = sqs.create_queue(QueueName="events")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    for name, pattern in {"capacity-block-expiry": CAPACITY_BLOCK_EXPIRY, "rebalance": REBALANCE}.items():
+        events.put_rule(Name=name, EventPattern=json.dumps(pattern), State="ENABLED")
+        events.put_targets(Rule=name, Targets=[{"Id": "events-queue", "Arn": arn}])
+    sent = events.put_events(
+        Entries=[
+            {
+                "Source": "aws.ec2",
+                "DetailType": "Capacity Block Reservation Expiration Warning",
+                "Detail": json.dumps(DETAIL),
+                "Resources": [f"arn:aws:ec2:us-east-1:123456789012:capacity-reservation/{RESERVATION}"],
+            },
+            # a capacity-block event the agents need not hear about: matched by no rule
+            {"Source": "aws.ec2", "DetailType": "Capacity Block Delivered", "Detail": json.dumps(DETAIL)},
+        ]
+    )
+    assert sent["FailedEntryCount"] == 0
+    messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", [])
+    assert len(messages) == 1
+    body = messages[0]["Body"]
+    event_time = parse_rfc3339(json.loads(body)["time"])
+    parsed = parse_message(body, now=event_time + 1)
+    assert isinstance(parsed, ReservationExpiring) and parsed.reservation_id == RESERVATION
+    assert parsed.deadline == min(event_time + 600, parse_rfc3339(DETAIL["end-date"]) - 1800)

@@ -18,11 +18,13 @@ from gpucloud.jobs.model import Event, JobSpec
 from gpucloud.jobs.report import build_report
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.jobs.supervisor import (
+    SAVE_RECORD_EVERY_S,
     SaveMeasure,
     StopPlan,
     SupervisorConfig,
     last_save_from_events,
     save_fit,
+    should_record_save,
 )
 from gpucloud.queue.sqlite import SqliteQueue
 
@@ -168,6 +170,16 @@ def test_only_a_significant_change_is_news() -> None:
     assert not SaveMeasure(step=9, bytes=1100, seconds=11.0).differs_from(base)
     assert SaveMeasure(step=9, bytes=1000, seconds=13.0).differs_from(base)
     assert SaveMeasure(step=9, bytes=2000, seconds=10.0).differs_from(base)
+
+
+def test_a_new_save_is_recorded_first_then_only_when_it_changed_and_not_too_often() -> None:
+    first = SaveMeasure(step=2, bytes=1000, seconds=10.0)
+    same = SaveMeasure(step=4, bytes=1000, seconds=10.5)
+    grown = SaveMeasure(step=6, bytes=5000, seconds=50.0)
+    assert should_record_save(first, None, None, now=0.0)
+    assert not should_record_save(same, first, 0.0, now=10_000.0)  # no news
+    assert not should_record_save(grown, first, 0.0, now=60.0)  # news, but a record was just made
+    assert should_record_save(grown, first, 0.0, now=SAVE_RECORD_EVERY_S)
 
 
 def test_report_without_a_save_fit_event_has_no_warning(q) -> None:

@@ -37,6 +37,7 @@ from gpucloud.jobs.supervisor import (
     phase_of,
     plan_stop,
     save_fit,
+    should_record_save,
     spot_train_exit_code,
     tighten,
 )
@@ -210,7 +211,7 @@ class _AttemptLoop:
         self.next_heartbeat = started + config.lease_seconds / 4
         self.next_scan = started
         self.last_save = _previous_save(queue, job)  # kept with the job: the timeline's last "saved"
-        self.save_recorded = False  # this attempt recorded a "saved" event (its first save always is)
+        self.save_recorded: tuple[SaveMeasure, float] | None = None  # this attempt's last "saved" event
 
     def run(self, notices: NoticeSource) -> int:
         """Supervise until the command and everything it started are gone; its exit code."""
@@ -306,9 +307,11 @@ class _AttemptLoop:
         measure = SaveMeasure.from_payload((payload or {}).get("last_save"))
         if measure is None or measure == self.last_save:
             return
-        if measure.differs_from(self.last_save) or not self.save_recorded:
-            self.timeline.record("saved", **measure.to_json())
-            self.save_recorded = True
+        now = time.time()
+        recorded, recorded_at = self.save_recorded or (None, None)
+        if should_record_save(measure, recorded, recorded_at, now):
+            self.timeline.record("saved", at=now, **measure.to_json())
+            self.save_recorded = (measure, now)
         self.last_save = measure
 
     def _renew_lease(self, now: float) -> None:

@@ -201,6 +201,7 @@ def spot_train_exit_code(state: AttemptState, command_exit: int | None) -> int:
 # first or differs from the last recorded one by more than this share: the timeline stays short on
 # a job that saves every few minutes for days, and still follows a state that grows.
 SAVE_RECORD_CHANGE = 0.2
+SAVE_RECORD_EVERY_S = 600.0  # ... and at most this often after the attempt's first
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,6 +237,16 @@ class SaveMeasure:
             abs(new - old) > SAVE_RECORD_CHANGE * max(old, 1e-9)
             for new, old in ((self.bytes, other.bytes), (self.seconds, other.seconds))
         )
+
+
+def should_record_save(
+    measure: SaveMeasure, recorded: SaveMeasure | None, recorded_at: float | None, now: float
+) -> bool:
+    """Whether a newly measured save goes on the job's timeline: the attempt's first always; later
+    ones when they changed noticeably and the last record is SAVE_RECORD_EVERY_S old."""
+    if recorded is None or recorded_at is None:
+        return True
+    return measure.differs_from(recorded) and now - recorded_at >= SAVE_RECORD_EVERY_S
 
 
 def last_save_from_events(events: Iterable[Event]) -> SaveMeasure | None:

@@ -69,3 +69,20 @@ def test_public_ip_policy_survives_odd_shapes():
     # a missing or malformed interface list must not crash the policy
     assert check_resource("no-public-ips", LT, {"networkInterfaces": None}) == []
     assert check_resource("no-public-ips", LT, {"networkInterfaces": ["not-a-mapping"]}) == []
+
+
+ASG = "aws:autoscaling/group:Group"
+
+
+def test_placement_group_with_one_subnet_passes():
+    props = {"placementGroup": "pg-1", "vpcZoneIdentifiers": ["subnet-a"]}
+    assert check_resource("placement-group-one-zone", ASG, props) == []
+    spread = {"vpcZoneIdentifiers": ["subnet-a", "subnet-b", "subnet-c"]}  # no placement group: may spread
+    assert check_resource("placement-group-one-zone", ASG, spread) == []
+
+
+@pytest.mark.parametrize("subnets", [["subnet-a", "subnet-b"], [], None])
+def test_placement_group_over_several_zones_fails(subnets):
+    props = {"placementGroup": "pg-1", "vpcZoneIdentifiers": subnets}
+    (message,) = check_resource("placement-group-one-zone", ASG, props)
+    assert "a cluster placement group lies in one Availability Zone" in message

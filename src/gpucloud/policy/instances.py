@@ -1,4 +1,4 @@
-"""Node-level rules: IMDSv2 only, and no public IP addresses on nodes."""
+"""Node-level rules: IMDSv2 only, no public IP addresses on nodes, a placement group in one zone."""
 
 from __future__ import annotations
 
@@ -43,3 +43,18 @@ def no_public_ips(args: ResourceValidationArgs, report: ReportViolation) -> None
     elif args.resource_type == rt.SUBNET:
         if is_true(args.props.get("mapPublicIpOnLaunch")):
             report("mapPublicIpOnLaunch is true; subnets must not hand out public IPs (omit it or set false)", None)
+
+
+def placement_group_in_one_zone(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    """A cluster placement group lies in one Availability Zone, and EFA groups use one (EFA traffic
+    does not cross zones): an autoscaling group with a placement group gets exactly one subnet.
+    https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/placement-strategies.html#placement-groups-cluster"""
+    if args.resource_type != rt.AUTOSCALING_GROUP or not args.props.get("placementGroup"):
+        return
+    subnets = [s for s in (args.props.get("vpcZoneIdentifiers") or []) if isinstance(s, str)]
+    if len(subnets) != 1:
+        report(
+            f"uses placement group {args.props.get('placementGroup')!r} with {len(subnets)} subnets; a cluster "
+            "placement group lies in one Availability Zone: give the group exactly one subnet",
+            None,
+        )

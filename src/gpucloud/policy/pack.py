@@ -9,7 +9,7 @@ from gpucloud.policy.efa_security_group import efa_security_group_self_rules
 from gpucloud.policy.encryption import storage_encrypted
 from gpucloud.policy.events_queue import events_queue_senders
 from gpucloud.policy.iam_statements import no_wildcard_admin
-from gpucloud.policy.instances import imdsv2_required, no_public_ips
+from gpucloud.policy.instances import imdsv2_required, no_public_ips, placement_group_in_one_zone
 from gpucloud.policy.network_access import no_open_ingress
 from gpucloud.policy.tagging import tagged_with_stack
 
@@ -27,6 +27,12 @@ POLICIES: list[Policy] = [
         name="no-public-ips",
         description="Nodes get no public IP: no associatePublicIpAddress on interfaces or mapPublicIpOnLaunch subnets.",
         validate=no_public_ips,
+        enforcement_level=MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="placement-group-one-zone",
+        description="An autoscaling group in a cluster placement group (EFA groups) has exactly one subnet.",
+        validate=placement_group_in_one_zone,
         enforcement_level=MANDATORY,
     ),
     ResourceValidationPolicy(

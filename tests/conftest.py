@@ -36,6 +36,13 @@ NODE_ENV = (
     "GPUCLOUD_JOB_TABLE",
     "GPUCLOUD_JOB_QUEUE_URL",
     "GPUCLOUD_EVENTS_QUEUE_URL",
+    # where checkpoints may go and which group a node is in: the cluster's, never the test's
+    "GPUCLOUD_CHECKPOINT_BUCKET",
+    "GPUCLOUD_FSX_MOUNT_PATH",
+    "GPUCLOUD_SHARED_PATHS",
+    "GPUCLOUD_SCRATCH_PATH",
+    "GPUCLOUD_NODE_GROUP",
+    "GPUCLOUD_NODE_GROUPS",
 )
 
 

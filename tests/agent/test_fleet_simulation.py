@@ -17,16 +17,18 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud import control
-from gpucloud.jobs.demo import EXAMPLE, weights_identical
+from gpucloud.jobs.demo import weights_identical
 from gpucloud.jobs.model import JobState, NodeState
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.imds_emulator import ImdsEmulator
 from jobqueue.aws_fixtures import aws_job_plane  # noqa: F401  (fixture: the job plane on the session moto server)
 
 from .conftest import CLI, wait_for
+from .gated_train import held_marker
 
 STEPS = 30
+# The example, held at a step boundary until the notice is out (run_noticed_gang opens the gate).
+GATED_EXAMPLE = Path(__file__).with_name("gated_train.py")
 NODES = ("a", "b", "standby")  # a and b form the gang; a is noticed; the standby joins attempt 2
 
 
@@ -43,7 +45,7 @@ def train(*, out: Path, nproc: int, standalone: bool, step_seconds: float) -> li
         "torch.distributed.run",
         *(["--standalone"] if standalone else []),
         f"--nproc-per-node={nproc}",
-        str(EXAMPLE),
+        str(GATED_EXAMPLE),
         "--steps",
         str(STEPS),
         "--seed",
@@ -114,8 +116,13 @@ def run_noticed_gang(
     """The simulation (this test and ``benchmarks/bench_fleet.py``): agents a and b, each with its own
     IMDS emulator as its node, take the 2-node gang ``job_id``; once node a's rank passed
     ``notice_after_step`` the standby agent joins, a's emulator announces a spot interruption, and
-    all three agents run until they exit. Agents still running after ``exit_timeout`` are killed."""
+    all three agents run until they exit. Agents still running after ``exit_timeout`` are killed.
+
+    Attempt 1 is held past ``notice_after_step`` until the notice is out (``gated_train.py``): on a
+    loaded machine the standby agent can take longer to start than the rest of the training."""
     port = free_port()
+    gate = work / "notice-sent"
+    env = {**env, "GPUCLOUD_TEST_GATE": str(gate), "GPUCLOUD_TEST_GATE_AFTER": str(notice_after_step)}
     emulators = {
         name: ImdsEmulator(
             instance_id=f"i-00000000000000{n:03d}", instance_type="g5.xlarge", instance_life_cycle="spot"
@@ -128,17 +135,13 @@ def run_noticed_gang(
             procs[name] = start_agent(env, work, name, emulators[name], port)
         wait_for(lambda: queue.get(job_id).state is JobState.RUNNING, 60, "the gang of a and b to start")
         gang = {c.slot: c.worker for c in queue.slot_claims(job_id, 1)}
-        progress = work / "a" / "run" / job_id / "attempt-1" / "control"
-        wait_for(
-            lambda: (p := control.read(progress, control.PROGRESS)) is not None and p["step"] >= notice_after_step,
-            90,
-            f"attempt 1 to reach step {notice_after_step} on node a",
-        )
+        wait_for(held_marker(gate).exists, 90, f"attempt 1 to finish step {notice_after_step} and wait at the gate")
         # The standby node joins the fleet while the gang trains: idle, nothing to claim.
         procs["standby"] = start_agent(env, work, "standby", emulators["standby"], port)
         wait_for(lambda: len(queue.nodes()) == len(NODES), 60, "the standby agent to report itself")
         noticed_at = time.time()
         emulators["a"].spot_interruption("terminate", lead_seconds=notice_lead)
+        gate.touch()
         outputs = {name: proc.communicate(timeout=exit_timeout) for name, proc in procs.items()}
     finally:
         for proc in procs.values():
@@ -172,7 +175,9 @@ def test_a_noticed_gang_member_is_replaced_by_the_standby_and_the_job_ends_bitwi
         plane = request.getfixturevalue("aws_job_plane")
         queue = open_queue(plane["uri"])
         # os.environ now has the moto server's endpoint and fake credentials (set by the fixture).
-        env = {**env, **os.environ, "GPUCLOUD_QUEUE": plane["uri"]}
+        # tmp_path stands in for the cluster's shared file system: the queue is AWS, so a local
+        # checkpoint path must be declared shared for the next attempt's nodes to be allowed it.
+        env = {**env, **os.environ, "GPUCLOUD_QUEUE": plane["uri"], "GPUCLOUD_SHARED_PATHS": str(tmp_path)}
     request.addfinalizer(queue.close)
     from gpucloud.jobs.model import JobSpec
 

@@ -203,8 +203,8 @@ def _print_emergency_save(plans: list[Any]) -> None:
             )
     Console().print(table)
     Console().print(
-        "* the tier the runtime writes the durable copy to. Set gpucloud:expectedCheckpointGiB "
-        "(stack or node group) to check a size.",
+        "* the fastest durable tier (S3 ranks include staging on the NVMe first). A job without "
+        "--checkpoint-uri uses the bucket. Set gpucloud:expectedCheckpointGiB (stack or node group) to check a size.",
         markup=False,
         soft_wrap=True,
     )

@@ -149,6 +149,8 @@ def test_the_group_is_found_from_the_instance(clients):
         ({"GPUCLOUD_IDLE_MINUTES": "ten"}, "GPUCLOUD_IDLE_MINUTES='ten' is not a number"),
         ({"GPUCLOUD_IDLE_MINUTES": "0"}, "more than 0 minutes"),
         ({"GPUCLOUD_SCALE_IN": "yes"}, "GPUCLOUD_SCALE_IN='yes' must be 1"),
+        ({"GPUCLOUD_LIFECYCLE_TIMEOUT": "10m"}, "GPUCLOUD_LIFECYCLE_TIMEOUT='10m' is not a number of seconds"),
+        ({"GPUCLOUD_LIFECYCLE_TIMEOUT": "9000"}, "from 30 to 7200"),
     ],
 )
 def test_bad_node_settings_are_named(env, message):

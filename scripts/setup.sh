@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Create the project virtualenv (.venv, the one Pulumi.yaml names) and install gpucloud into it.
 #   scripts/setup.sh          runtime + training + deploy extras (`gpucloud demo`, `gpucloud plan`, `pulumi up`)
-#   scripts/setup.sh --test   the same plus the test tools (pytest, moto server)
+#   scripts/setup.sh --test   the same plus the test tools (pytest, moto server) and the s3 extra the tests exercise
 # Nodes install gpucloud without extras (scripts/node-bootstrap.sh): no Pulumi there.
 # Only python3 is required. torch is pinned to the CPU build so no CUDA packages are pulled.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="train,deploy"
-if [[ "${1:-}" == "--test" ]]; then extras="train,deploy,test"; fi
+if [[ "${1:-}" == "--test" ]]; then extras="train,deploy,test,s3"; fi
 if [[ ! -x .venv/bin/python ]]; then
   python3 -m venv .venv
 fi
 # This workplace's pip config lists mirror folders that may be absent; hide those warnings only.
-pip_install() { .venv/bin/python -m pip install --quiet "$@" 2> >(grep -v "^WARNING: Location" >&2); }
+# --no-compile: byte-compiling all of torch up front took a minute of CPU; Python compiles what it
+# imports on first use.
+pip_install() { .venv/bin/python -m pip install --quiet --no-compile "$@" 2> >(grep -v "^WARNING: Location" >&2); }
 pip_install "torch==2.13.0" -e ".[${extras}]"
 echo "gpucloud installed in .venv ($(.venv/bin/python -c 'import gpucloud; print(gpucloud.__version__)'))" >&2

@@ -124,5 +124,31 @@ def sns_wrapped(inner: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+RESERVATION = "cr-0123456789abcdef0"
+
+
+def capacity_block_expiring(
+    reservation: str = RESERVATION, time: str = EVENT_TIME, *, documented: bool = False
+) -> dict[str, Any]:
+    """The Capacity Block expiration warning from
+    https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-monitor.html: as the page
+    prints it (``documented``: ``customer_event_id``, ``detail_type``), or in EventBridge's envelope."""
+    head: dict[str, Any] = (
+        {"customer_event_id": f"{reservation}-approaching-expiry", "detail_type": "Capacity Block Expiration Warning"}
+        if documented
+        else {"version": "0", "id": "7bf73129-1428-4cd3-a780-95db273d1602"}
+    )
+    if not documented:
+        head["detail-type"] = "Capacity Block Reservation Expiration Warning"
+    return {
+        **head,
+        "source": "aws.ec2",
+        "account": "123456789012",
+        "time": time,
+        "resources": [f"arn:aws:ec2:us-east-1:123456789012:capacity-reservation/{reservation}"],
+        "detail": {"capacity-reservation-id": reservation, "end-date": "2026-11-21T09:02:00Z"},
+    }
+
+
 def body(data: dict[str, Any]) -> str:
     return json.dumps(data)

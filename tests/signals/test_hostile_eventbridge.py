@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fuzzing import fuzz_settings
-from gpucloud.signals.eventbridge import Skipped, UnreadableEvent, parse_message
+from gpucloud.signals.eventbridge import ReservationExpiring, Skipped, UnreadableEvent, parse_message
 from gpucloud.signals.events import Notice
 
 from . import eventbridge_samples as s
@@ -90,6 +90,8 @@ SAMPLES = [
     s.hook_test_notification(),
     s.state_change(),
     s.sns_wrapped(s.direct_lifecycle()),
+    s.capacity_block_expiring(),
+    s.capacity_block_expiring(documented=True),
 ]
 RAW_VALUES = [DEEP, DEEP_OBJECT, BIG_INT, "-" + BIG_INT, "1e999999", "NaN", "Infinity", "null", "[]", "{}"]
 json_leaf = st.one_of(
@@ -165,6 +167,6 @@ def test_fuzz_eventbridge_bodies_fail_only_as_unreadable_events(body):
     except UnreadableEvent as err:
         assert "\n" not in str(err)
         return
-    assert isinstance(result, (Notice, Skipped))
-    if isinstance(result, Notice) and result.deadline is not None:
+    assert isinstance(result, (Notice, Skipped, ReservationExpiring))
+    if isinstance(result, (Notice, ReservationExpiring)) and result.deadline is not None:
         assert math.isfinite(result.deadline) and result.deadline <= NOW + 3600 + 7200

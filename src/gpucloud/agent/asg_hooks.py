@@ -271,7 +271,7 @@ def wind_down_notice(group: dict[str, Any], instance_id: str, *, now: float, dra
     Scale-in never terminates an instance protected from scale-in, so a busy node would stay until
     EC2 reclaims the block's instances (from 30 minutes before its end), with no save:
     https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-instance-protection.html
-    https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-using.html
+    https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-monitor.html
     The wind-down is scheduled the drain timeout plus a margin before that reclaim, so the node has
     ``drain_seconds`` to save: the notice's deadline.
     """

@@ -158,3 +158,41 @@ def test_an_idle_node_the_group_terminates_completes_its_lifecycle_action_at_onc
     summary = agent.run()
     assert summary.stopped_by == "asg-terminate"
     assert hooks.completed == 1
+
+
+def test_an_idle_node_of_a_wound_down_group_takes_no_more_work_and_leaves(tmp_path, monkeypatch):
+    # Otherwise it could claim the attempt a busy peer of the same block just requeued, and lose it
+    # again when EC2 reclaims the block.
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+        monkeypatch.setenv(key, value)
+    autoscaling = boto3.client("autoscaling", region_name="us-east-1")
+    cloudwatch = boto3.client("cloudwatch", region_name="us-east-1")
+    with Stubber(autoscaling) as asg, Stubber(cloudwatch):
+        protection = {"InstanceIds": [INSTANCE], "AutoScalingGroupName": GROUP}
+        asg.add_response("set_instance_protection", {}, {**protection, "ProtectedFromScaleIn": False})
+        asg.add_response(
+            "describe_auto_scaling_groups",
+            {"AutoScalingGroups": [group(min_size=0, max_size=0, desired=0)]},
+            {"AutoScalingGroupNames": [GROUP]},
+        )
+        asg.add_response("set_instance_protection", {}, {**protection, "ProtectedFromScaleIn": False})
+        asg.add_response(
+            "terminate_instance_in_auto_scaling_group",
+            {},
+            {"InstanceId": INSTANCE, "ShouldDecrementDesiredCapacity": False},
+        )
+        asg.add_response("complete_lifecycle_action", {}, own_action())
+        hooks = AsgHooks(
+            autoscaling=autoscaling, cloudwatch=cloudwatch, instance_id=INSTANCE, asg_name=GROUP, settings=SETTINGS
+        )
+        agent = Agent(
+            SqliteQueue(tmp_path / "queue.db"),
+            NodeIdentity(worker="idle-block-node", address="127.0.0.1", instance_id=INSTANCE),
+            Inbox(),
+            hooks,
+            CONFIG,
+            AgentOptions(slot_lease=4.0, poll_interval=0.1, run_root=tmp_path / "run", idle_exit=60.0),
+        )
+        summary = agent.run()
+        asg.assert_no_pending_responses()
+    assert (summary.stopped_by, summary.ran) == ("asg-terminate", ())

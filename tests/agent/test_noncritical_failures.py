@@ -81,12 +81,15 @@ def test_a_failing_put_metric_data_is_logged_once_and_the_agent_keeps_running_jo
             )
         else:
             cw.deactivate()  # the real HTTP path: connection refused -> EndpointConnectionError
-        for protected in (False, True, False):  # idle, running the job, idle again
-            asg.add_response(
-                "set_instance_protection",
-                {},
-                {"InstanceIds": [INSTANCE], "AutoScalingGroupName": GROUP, "ProtectedFromScaleIn": protected},
-            )
+        protection = {"InstanceIds": [INSTANCE], "AutoScalingGroupName": GROUP}
+        asg.add_response("set_instance_protection", {}, {**protection, "ProtectedFromScaleIn": False})  # idle
+        asg.add_response(  # the idle look for a wind-down: a group in service
+            "describe_auto_scaling_groups",
+            {"AutoScalingGroups": [_group_in_service()]},
+            {"AutoScalingGroupNames": [GROUP]},
+        )
+        for protected in (True, False):  # running the job, then done
+            asg.add_response("set_instance_protection", {}, {**protection, "ProtectedFromScaleIn": protected})
         hooks = AsgHooks(
             autoscaling=autoscaling, cloudwatch=cloudwatch, instance_id=INSTANCE, asg_name=GROUP, settings=SETTINGS
         )
@@ -103,6 +106,19 @@ def test_a_failing_put_metric_data_is_logged_once_and_the_agent_keeps_running_jo
     assert outcome["summary"].exit_code == 0 and [r.state for r in outcome["summary"].ran] == ["finished"]
     assert queue.get(job.id).state is JobState.FINISHED
     assert len(_warnings(caplog, "PutMetricData")) == 1
+
+
+def _group_in_service() -> dict:
+    return {
+        "AutoScalingGroupName": GROUP,
+        "MinSize": 0,
+        "MaxSize": 4,
+        "DesiredCapacity": 1,
+        "DefaultCooldown": 300,
+        "AvailabilityZones": ["us-east-1a"],
+        "HealthCheckType": "EC2",
+        "CreatedTime": "2026-01-01T00:00:00Z",
+    }
 
 
 class FlakyNodeRecords(SqliteQueue):

@@ -165,6 +165,7 @@ class Agent:
         # other jobs get their turn, and the idle clock keeps running.
         self._backoff: dict[tuple[str, int], float] = {}
         self._publish_at = 0.0  # next backlog datapoint (monotonic)
+        self._group_check_at = 0.0  # next idle look at the group (monotonic)
         self._lock = threading.Lock()
         self.noncritical = NonCritical()  # metrics, node record, protection lift: logged once, retried
 
@@ -269,10 +270,12 @@ class Agent:
         return AgentSummary(self.identity.worker, tuple(self.ran), stopped, EXIT_STOPPED if stopped else 0)
 
     def check_group(self) -> None:
-        """While running: a wound-down group stops this node like a notice (the gang saves and requeues).
-
-        Only while running: a gang still forming gives its slot back within ``gang_timeout``, and an
-        idle node is not protected, so the group's own scale-in reaches it through the drain hook."""
+        """A wound-down group stops this node like a notice: while running, the gang saves and
+        requeues; while idle, the node takes no more work (a requeued attempt must not land on a node
+        the block is about to lose). Either way the node then leaves the group (``_leave_after_stop``).
+        Not while a gang forms: its slot goes back within ``gang_timeout``."""
+        if self.stop_notice is not None:
+            return
         notice = self.noncritical.call(
             "checking the group for a wind-down (DescribeAutoScalingGroups)", self.hooks.group_ending, default=None
         )
@@ -312,6 +315,11 @@ class Agent:
                 ),
                 default=None,
             )
+        if time.monotonic() >= self._group_check_at:
+            self._group_check_at = time.monotonic() + self.options.group_check_interval
+            self.check_group()
+            if self.stop_notice is not None:
+                return True
         if self.noncritical.call(
             "the idle scale-in check",
             lambda: self.hooks.scale_in(idle_for=idle_for, unclaimed_slots=unclaimed),

@@ -170,6 +170,20 @@ install_agent_package() {
     log "agent: ERROR this AMI has no $venv/bin/gpucloud and the stack sets no gpucloud:agent.package; set it to an s3://bucket/key.whl wheel or a pip requirement, or boot the gpucloud image"
     return 1
   fi
+  if [[ "$requirement" == s3://*/ ]]; then
+    # A wheelhouse: gpucloud and every dependency, installed with no package index (egress:
+    # endpoints has none; the S3 gateway endpoint reaches the bucket).
+    if ! command -v aws >/dev/null 2>&1; then
+      log "agent: ERROR the AWS CLI, needed to copy $GPUCLOUD_PACKAGE, is not installed on this AMI"
+      return 1
+    fi
+    install -d -m 0755 "$AGENT_DIR/wheelhouse"
+    retry aws s3 cp --recursive --only-show-errors --region "$GPUCLOUD_REGION" "$GPUCLOUD_PACKAGE" "$AGENT_DIR/wheelhouse/"
+    python3 -m venv "$venv"
+    retry "$venv/bin/pip" install --quiet --no-index --find-links "$AGENT_DIR/wheelhouse" gpucloud
+    log "agent: installed gpucloud from the wheelhouse $GPUCLOUD_PACKAGE into $venv"
+    return 0
+  fi
   if [[ "$requirement" == s3://* ]]; then
     if ! command -v aws >/dev/null 2>&1; then
       log "agent: ERROR the AWS CLI, needed to copy $GPUCLOUD_PACKAGE, is not installed on this AMI"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from gpucloud.errors import UserError
 from gpucloud.infra.preview import StackPreview, preview_stack
 from gpucloud.policy.pack import POLICIES
 from gpucloud.policy.runner import run_policies
@@ -118,7 +119,10 @@ echo x >> "$CALLS.aws"
 # fail AWS_FAIL times (403: the role's grant not visible yet, or never there)
 [ "$(wc -l < "$CALLS.aws")" -gt "${AWS_FAIL:-0}" ] || { echo "fatal error: An error occurred (403) when calling the HeadObject operation: Forbidden" >&2; exit 1; }
 for last; do :; done
-echo wheel > "$last"
+case "$last" in
+  */) mkdir -p "$last" && echo wheel > "${last}gpucloud-0.1.0-py3-none-any.whl" ;;  # cp --recursive into a folder
+  *) echo wheel > "$last" ;;
+esac
 """
 STUB_PYTHON = """#!/bin/sh
 echo "python3 $*" >> "$CALLS"
@@ -250,3 +254,38 @@ def test_bootstrap_needs_the_aws_cli_for_an_s3_wheel(tmp_path: Path) -> None:
     code, out, calls = bootstrap(tmp_path, WHEEL, with_aws=False)
     assert (code, calls) == (1, [])
     assert "the AWS CLI" in out and "is not installed" in out
+
+
+HOUSE = "s3://wheels-bucket/wheelhouse/gpucloud-0.1.0/"
+
+
+def test_bootstrap_installs_a_wheelhouse_without_an_index(tmp_path: Path) -> None:
+    code, out, calls = bootstrap(tmp_path, HOUSE)
+    assert code == 0, out
+    assert calls == [
+        f"aws s3 cp --recursive --only-show-errors --region us-west-2 {HOUSE} AGENT_DIR/wheelhouse/",
+        "python3 -m venv AGENT_DIR/venv",
+        "pip install --quiet --no-index --find-links AGENT_DIR/wheelhouse gpucloud",
+    ]
+
+
+def test_a_wheelhouse_is_listed_and_read_under_its_folder_only() -> None:
+    p = preview(**{"gpucloud:agent": {"package": HOUSE}})
+    by_sid = statements(p)
+    assert "AgentPackage" not in by_sid
+    assert by_sid["AgentWheelhouseList"] == {
+        "Sid": "AgentWheelhouseList",
+        "Effect": "Allow",
+        "Action": ["s3:ListBucket"],
+        "Resource": ["arn:aws:s3:::wheels-bucket"],
+        "Condition": {"StringLike": {"s3:prefix": ["wheelhouse/gpucloud-0.1.0/*"]}},
+    }
+    assert by_sid["AgentWheelhouse"]["Resource"] == ["arn:aws:s3:::wheels-bucket/wheelhouse/gpucloud-0.1.0/*"]
+    assert [v.describe() for v in run_policies(p.resources, stack="agentpkg", policies=POLICIES)] == []
+
+
+@pytest.mark.parametrize("package", ["s3://wheels-bucket/wheel*/", "s3://Bad_Bucket/house/"])
+def test_a_bad_wheelhouse_uri_is_one_line(package: str) -> None:
+    with pytest.raises(UserError) as refused:
+        spec_from_config(config(**{"gpucloud:agent": {"package": package}}), "Pulumi.f.yaml")
+    assert "\n" not in str(refused.value) and "gpucloud:agent.package" in str(refused.value)

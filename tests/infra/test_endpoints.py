@@ -84,3 +84,12 @@ def test_nat_egress_may_install_the_agent_with_pip() -> None:
         "gpucloud:agent": {"package": "gpucloud==0.1.0"},
     }
     assert spec_from_config(config, "test").agent.package == "gpucloud==0.1.0"
+
+
+def test_endpoint_egress_installs_the_agent_from_a_wheelhouse() -> None:
+    """A DLAMI (no agent in the image) with egress: endpoints: the wheelhouse in S3 comes through the
+    S3 gateway endpoint and pip installs it with --no-index."""
+    config = {**OFFLINE, "gpucloud:agent": {"package": "s3://wheels-bucket/wheelhouse/gpucloud-0.1.0/"}}
+    del config["gpucloud:ami"]
+    spec = spec_from_config(config, "Pulumi.offline.yaml")
+    assert spec.agent.s3_wheelhouse is not None and spec.agent.s3_wheel is None

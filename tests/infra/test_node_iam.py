@@ -97,3 +97,10 @@ def test_every_group_waits_for_the_node_policy(monkeypatch) -> None:
     assert asgs and all(policy.urn in dependencies[asg.urn] for asg in asgs)
     order = [r.urn for r in preview.resources]
     assert all(order.index(policy.urn) < order.index(asg.urn) for asg in asgs)
+
+
+def test_only_a_capacity_block_stack_may_describe_instances(previews) -> None:
+    """agent/events_handler.py looks up a block's instances at its expiry warning (DescribeInstances)."""
+    for stack, expected in (("p5-capacity-block", True), ("p4d-spot", False), ("dev", False)):
+        actions = {a for s in statements(previews[stack]) for a in s["Action"]}
+        assert ("ec2:DescribeInstances" in actions) is expected, stack

@@ -84,6 +84,8 @@ def node_policy_document(
     jobs: JobPlaneArns,
     groups: GroupScope | None,
     agent_package_arn: str | None = None,
+    agent_wheelhouse: tuple[str, str] | None = None,
+    describe_instances: bool = False,
 ) -> dict:
     """The node role's inline policy: a pure function of the ARNs it may touch (no wildcards but the
     autoscaling groups, which are scoped by this stack's tags)."""
@@ -166,9 +168,35 @@ def node_policy_document(
         statements.append(
             {"Sid": "AgentPackage", "Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [agent_package_arn]}
         )
+    if agent_wheelhouse is not None:
+        # agent.package = s3://bucket/folder/: the bootstrap lists and copies that folder, nothing else
+        # (ListBucket limited by the s3:prefix condition:
+        # https://docs.aws.amazon.com/AmazonS3/latest/userguide/amazon-s3-policy-keys.html)
+        house_bucket_arn, prefix = agent_wheelhouse
+        statements += [
+            {
+                "Sid": "AgentWheelhouseList",
+                "Effect": "Allow",
+                "Action": ["s3:ListBucket"],
+                "Resource": [house_bucket_arn],
+                "Condition": {"StringLike": {"s3:prefix": [f"{prefix}*"]}},
+            },
+            {
+                "Sid": "AgentWheelhouse",
+                "Effect": "Allow",
+                "Action": ["s3:GetObject"],
+                "Resource": [f"{house_bucket_arn}/{prefix}*"],
+            },
+        ]
+    if describe_instances:
+        # Stacks with a capacity block: at the block's expiry warning the agent finds the block's
+        # instances (agent/events_handler.py). Describe actions take no resource-level permission.
+        # Gang peers never need it: they publish their own address with their slot claim.
+        statements.append(
+            {"Sid": "FindBlockInstances", "Effect": "Allow", "Action": ["ec2:DescribeInstances"], "Resource": ["*"]}
+        )
     # PutMetricData has no resource type either; the namespace condition limits it to our backlog
-    # metric. No ec2:DescribeInstances: gang peers publish their own private address with their
-    # slot claim (from their IMDS), so no node needs to look other instances up.
+    # metric.
     statements.append(
         {
             "Sid": "PublishBacklog",
@@ -234,7 +262,11 @@ class NodeAccessPolicyArgs:
     stack: str
     cluster: str
     with_groups: bool = True  # grant the agent's autoscaling calls (on this stack's groups, by tag)
+    describe_instances: bool = False  # a capacity-block group: the agent looks up the block's instances
     agent_package_arn: pulumi.Input[str] | None = None  # the agent wheel's S3 object, when there is one
+    # or the agent's wheelhouse: its bucket's ARN and the folder (prefix, ending in "/")
+    agent_wheelhouse_bucket_arn: pulumi.Input[str] | None = None
+    agent_wheelhouse_prefix: str | None = None
 
 
 class NodeAccessPolicy(pulumi.ComponentResource):
@@ -250,7 +282,7 @@ class NodeAccessPolicy(pulumi.ComponentResource):
         account = aws.get_caller_identity_output(opts=invoke).account_id
 
         def render(v: list[Any]) -> str:
-            bucket, job_queue, dlq, events, table, package, part, acct = v
+            bucket, job_queue, dlq, events, table, package, house_bucket, part, acct = v
             groups = (
                 GroupScope(
                     f"arn:{part}:autoscaling:{args.region}:{acct}:autoScalingGroup:*:autoScalingGroupName/*",
@@ -261,7 +293,17 @@ class NodeAccessPolicy(pulumi.ComponentResource):
                 else None
             )
             jobs = JobPlaneArns(job_queue, dlq, events, table)
-            return json.dumps(node_policy_document(bucket, jobs, groups, agent_package_arn=package))
+            house = None if house_bucket is None else (house_bucket, args.agent_wheelhouse_prefix or "")
+            return json.dumps(
+                node_policy_document(
+                    bucket,
+                    jobs,
+                    groups,
+                    agent_package_arn=package,
+                    agent_wheelhouse=house,
+                    describe_instances=args.describe_instances,
+                )
+            )
 
         document = pulumi.Output.all(
             args.bucket_arn,
@@ -270,6 +312,7 @@ class NodeAccessPolicy(pulumi.ComponentResource):
             args.events_queue_arn,
             args.table_arn,
             args.agent_package_arn,
+            args.agent_wheelhouse_bucket_arn,
             partition,
             account,
         ).apply(render)

@@ -28,7 +28,9 @@ GATEWAY_SERVICES = ("s3", "dynamodb")
 # https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/cloudwatch-and-interface-VPC.html
 # https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-vpc-endpoints.html
 # https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-internetwork-traffic-privacy.html
-ENDPOINT_SERVICES = ("ssm", "ssmmessages", "ec2messages", "sqs", "autoscaling", "logs", "monitoring")
+# The agent also calls EC2 (DescribeInstances: the instances of a Capacity Block whose expiry
+# warning arrived): https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/interface-vpc-endpoints.html
+ENDPOINT_SERVICES = ("ssm", "ssmmessages", "ec2messages", "sqs", "autoscaling", "logs", "monitoring", "ec2")
 # boto3 client names whose endpoint service is named differently
 ENDPOINT_FOR_CLIENT = {"cloudwatch": "monitoring"}
 

@@ -151,7 +151,10 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
             stack=stack_name,
             cluster=cluster,
             with_groups=bool(plan.groups),
+            describe_instances=any(g.capacity.type == "capacity-block" for g in spec.node_groups),
             agent_package_arn=_agent_package_arn(spec),
+            agent_wheelhouse_bucket_arn=_agent_wheelhouse_bucket_arn(spec),
+            agent_wheelhouse_prefix=spec.agent.s3_wheelhouse.key if spec.agent.s3_wheelhouse else None,
         ),
     )
 
@@ -253,6 +256,15 @@ def _agent_package_arn(spec: ClusterSpec) -> pulumi.Output[str] | None:
         return None
     partition = aws.get_partition_output().partition
     return pulumi.Output.concat("arn:", partition, ":s3:::", wheel.bucket, "/", wheel.key)
+
+
+def _agent_wheelhouse_bucket_arn(spec: ClusterSpec) -> pulumi.Output[str] | None:
+    """The bucket ARN of the stack's agent wheelhouse (``agent.package = s3://bucket/folder/``)."""
+    house = spec.agent.s3_wheelhouse
+    if house is None:
+        return None
+    partition = aws.get_partition_output().partition
+    return pulumi.Output.concat("arn:", partition, ":s3:::", house.bucket)
 
 
 def _image_pipeline(

@@ -221,6 +221,11 @@ class S3Object(BaseModel):
     def file_name(self) -> str:
         return self.key.rsplit("/", 1)[-1]
 
+    @property
+    def is_folder(self) -> bool:
+        """``s3://bucket/folder/``: a prefix, not an object (``s3://bucket/`` alone is neither)."""
+        return self.key.endswith("/") and self.key.strip("/") != ""
+
     @classmethod
     def parse(cls, uri: str | None) -> S3Object | None:
         """Split an ``s3://`` URI (None for anything else; validity: ``rules._s3_wheel_problems``)."""
@@ -236,13 +241,22 @@ class Agent(SpecModel):
     # 's3://bucket/key.whl': a wheel (pip wheel --no-deps .) the node copies with its instance role;
     # the stack grants s3:GetObject on exactly that object. Or a pip requirement for gpucloud:
     # 'gpucloud==0.1.0' from your index, 'gpucloud @ https://.../gpucloud-0.1.0-py3-none-any.whl'.
+    # 's3://bucket/folder/': a wheelhouse (pip download gpucloud -d folder, for the nodes' platform):
+    # installed with no package index, so it also works with egress: endpoints.
     # None: the AMI already has it in /opt/gpucloud/venv (the gpucloud image, ami.parameter).
     package: str | None = None
 
     @property
     def s3_wheel(self) -> S3Object | None:
-        """The wheel's bucket and key when ``package`` is an ``s3://`` URI (validity: ``rules.py``)."""
-        return S3Object.parse(self.package)
+        """The wheel's bucket and key when ``package`` is an ``s3://`` URI of one object (validity: ``rules.py``)."""
+        found = S3Object.parse(self.package)
+        return None if found is not None and found.is_folder else found
+
+    @property
+    def s3_wheelhouse(self) -> S3Object | None:
+        """The folder's bucket and prefix when ``package`` is an ``s3://bucket/folder/`` URI."""
+        found = S3Object.parse(self.package)
+        return found if found is not None and found.is_folder else None
 
 
 class Network(SpecModel):

@@ -730,6 +730,10 @@ def agent_package(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
                 f"gpucloud: give {AGENT_PACKAGE_EXAMPLES}, or boot the gpucloud image (ami.parameter)",
             )
         return
+    house = spec.agent.s3_wheelhouse
+    if house is not None:
+        yield from _wheelhouse_problems(key, package, house.bucket, house.key)
+        return
     wheel = spec.agent.s3_wheel
     if wheel is not None:
         yield from _s3_wheel_problems(key, package, wheel.bucket, wheel.key)
@@ -762,15 +766,31 @@ def agent_package(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
 
 def agent_installable_offline(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     """With ``egress: endpoints`` the nodes reach AWS APIs only, never a package index: pip cannot
-    fetch a requirement, nor the dependencies of an s3:// wheel. The agent must come in the AMI."""
+    fetch a requirement, nor the dependencies of an s3:// wheel. The agent comes in the AMI, or from
+    a wheelhouse in S3 (reached through the S3 gateway endpoint) installed with ``--no-index``."""
     if spec.network.egress != "endpoints" or spec.network.existing:
         return
-    if spec.agent.package is not None:
+    if spec.agent.package is not None and spec.agent.s3_wheelhouse is None:
         yield Problem(
             key_path("agent", "package"),
             "egress 'endpoints' has no route to a package index, and pip needs one to install it (and "
-            "gpucloud's dependencies); remove it and boot the gpucloud image (ami.parameter), or use egress 'nat'",
+            "gpucloud's dependencies); give a wheelhouse (s3://bucket/folder/ holding gpucloud and every "
+            "dependency), boot the gpucloud image (ami.parameter) without it, or use egress 'nat'",
             spec.agent.package,
+        )
+
+
+def _wheelhouse_problems(key: str, package: str, bucket: str, prefix: str) -> Iterator[Problem]:
+    if not BUCKET_RE.fullmatch(bucket) or "//" in prefix:
+        yield Problem(
+            key, "a wheelhouse URI names a bucket and a folder, e.g. 's3://my-artifacts/wheelhouse/gpucloud-0.1.0/'", package
+        )
+    elif "*" in prefix or "?" in prefix:
+        yield Problem(
+            key,
+            "no '*' or '?' in the folder: the stack grants s3:GetObject under exactly it, and IAM would read them "
+            "as wildcards",
+            package,
         )
 
 

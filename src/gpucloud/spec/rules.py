@@ -783,7 +783,9 @@ def agent_installable_offline(spec: ClusterSpec, catalog: Catalog) -> Iterator[P
 def _wheelhouse_problems(key: str, package: str, bucket: str, prefix: str) -> Iterator[Problem]:
     if not BUCKET_RE.fullmatch(bucket) or "//" in prefix:
         yield Problem(
-            key, "a wheelhouse URI names a bucket and a folder, e.g. 's3://my-artifacts/wheelhouse/gpucloud-0.1.0/'", package
+            key,
+            "a wheelhouse URI names a bucket and a folder, e.g. 's3://my-artifacts/wheelhouse/gpucloud-0.1.0/'",
+            package,
         )
     elif "*" in prefix or "?" in prefix:
         yield Problem(

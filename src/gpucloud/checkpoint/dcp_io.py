@@ -22,6 +22,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.filesystem import FileSystem
+from torch.distributed.checkpoint.metadata import Metadata
 
 from gpucloud.checkpoint.manifest import FileEntry, new_hasher
 
@@ -136,10 +137,14 @@ def load(state: dict[str, Any], directory: Path, *, process_group=None) -> None:
     )
 
 
+def read_metadata(directory: Path) -> Metadata:
+    """DCP's metadata of a checkpoint: every flattened key with its global shape (no tensor data read)."""
+    return FileSystemReader(directory).read_metadata()
+
+
 def saved_keys(directory: Path) -> set[str]:
     """The flattened keys a checkpoint holds (e.g. ``rng.rank1.torch``), read from its metadata."""
-    metadata = FileSystemReader(directory).read_metadata()
-    return set(metadata.state_dict_metadata.keys())
+    return set(read_metadata(directory).state_dict_metadata.keys())
 
 
 class StagingCache:

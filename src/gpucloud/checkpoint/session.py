@@ -32,7 +32,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 
 from gpucloud import control, jobenv
 from gpucloud.checkpoint import commit as commit_protocol
-from gpucloud.checkpoint import dcp_io, state
+from gpucloud.checkpoint import dcp_io, fit, state
 from gpucloud.checkpoint.manifest import Manifest, ManifestError, verify_directory
 from gpucloud.checkpoint.policy import SaveHistory, SavePolicy, should_save
 from gpucloud.checkpoint.ranks import Ranks
@@ -99,15 +99,7 @@ class TrainingSession:
             raise UserError(f"writer_threads must be a whole number >= 1, got {writer_threads!r}")
         if not (isinstance(mtbi_hours, (int, float)) and not isinstance(mtbi_hours, bool)):
             raise UserError(f"mtbi_hours must be a number of hours > 0, got {mtbi_hours!r}")
-        extra = dict(extra_state or {})
-        for name, obj in extra.items():
-            if not isinstance(name, str) or not name or "." in name:
-                raise UserError(f"extra_state key {name!r} is not usable; use a non-empty name without '.'")
-            if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
-                raise UserError(
-                    f"extra_state[{name!r}] ({type(obj).__name__}) has no state_dict()/load_state_dict(); "
-                    "pass objects such as a sampler, data-loader position or LR scheduler"
-                )
+        extra = validate_extra_state(extra_state)
         self.model = model
         self.optimizer = optimizer
         self.extra = extra
@@ -126,6 +118,8 @@ class TrainingSession:
         )
         self.ranks = Ranks()
         self.step = 0
+        self.restored = False  # step_done() and saves need restore() first: see _require_restored
+        self.finished = False
         self.history = SaveHistory()
         self.last_committed: int | None = None
         self.save_count = 0
@@ -187,6 +181,7 @@ class TrainingSession:
             self.last_committed = step
             log.info("restored %s from the %s tier (attempt %d)", f"step-{step}", source_tier, self.attempt)
         self.step = step
+        self.restored = True
         self.history = SaveHistory(last_step=step, last_time=time.monotonic())
         if self.ranks.is_node_leader and self.control_dir:
             control.write(
@@ -229,6 +224,7 @@ class TrainingSession:
         target = state.template(
             self.model, self.optimizer, restorable, source_rank=source_rank, has_extra=bool(restorable)
         )
+        check_fits(target, directory, sections=fit.CHECKED_SECTIONS)
         try:
             dcp_io.load(target, directory, process_group=self.ranks.checkpoint_group)
         except CheckpointException as exc:  # a BaseException: `except Exception` misses it
@@ -240,6 +236,13 @@ class TrainingSession:
         """Call after every completed step (``step`` = number of steps done). See module docs."""
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise UserError(f"step_done() takes the number of completed steps (int >= 0), got {step!r}")
+        self._require_restored(f"step_done({step})")
+        if step < self.step:
+            # A save of the smaller step would replace LATEST with older weights under a newer name.
+            raise UserError(
+                f"step_done({step}) after step {self.step}: steps never go backwards; "
+                "pass the number of completed steps (step + 1 in `for step in range(start, total)`)"
+            )
         self.step = step
         self._reap_finished()
         preempt = control.exists(self.control_dir, control.PREEMPT)
@@ -252,6 +255,17 @@ class TrainingSession:
         if save_all and self.last_committed != step and (self._pending is None or self._pending.step != step):
             self._start_async_save(step)
         self._report_progress(step)
+
+    def _require_restored(self, call: str) -> None:
+        """A save before restore() would commit over the job's newer checkpoints; one after finish()
+        has no writer thread left."""
+        if self.finished:
+            raise UserError(f"{call} after finish(): the session is finished; create a new TrainingSession")
+        if not self.restored:
+            raise UserError(
+                f"{call} before restore(): call `start = sess.restore()` first "
+                "(it loads the newest committed checkpoint and returns the step to start from, 0 on a fresh job)"
+            )
 
     def _history_including_pending(self, now: float) -> SaveHistory:
         """A save in flight counts as the last save: time-based triggers run from its start,
@@ -431,6 +445,7 @@ class TrainingSession:
         """Synchronously save and commit ``step`` (default: the last completed step), e.g. a
         final checkpoint after the loop. A collective: call it on every rank."""
         step = self.step if step is None else step
+        self._require_restored("save_now()")
         self.wait()
         if self.last_committed == step:
             return None
@@ -467,11 +482,19 @@ class TrainingSession:
         raise SystemExit(jobenv.EXIT_REQUEUED)
 
     # ------------------------------------------------------------------------------ finish
-    def finish(self) -> None:
-        """Wait for the save in flight, then record that the loop finished at ``self.step``."""
+    def finish(self, *, save: bool = False) -> None:
+        """Wait for the save in flight, then record that the loop finished at ``self.step``.
+
+        ``save=True`` first commits ``self.step`` (a collective: every rank), so the final weights
+        are a committed checkpoint that ``gpucloud.checkpoint.load`` can read for evaluation."""
+        if self.finished:
+            return
+        if save:
+            self.save_now(self.step)
         self.wait()
         if self.ranks.is_node_leader and self.control_dir:
             control.write(self.control_dir, control.FINISHED, {"step": self.step})
+        self.finished = True
         self._shutdown()
 
     def _shutdown(self) -> None:
@@ -479,6 +502,28 @@ class TrainingSession:
             self._hook.remove()
             self._hook = None
         self._executor.shutdown(wait=True)
+
+
+def validate_extra_state(extra_state: dict[str, Any] | None) -> dict[str, Any]:
+    """The extra_state objects, checked: names usable as DCP keys, each with state_dict()/load_state_dict()."""
+    extra = dict(extra_state or {})
+    for name, obj in extra.items():
+        if not isinstance(name, str) or not name or "." in name:
+            raise UserError(f"extra_state key {name!r} is not usable; use a non-empty name without '.'")
+        if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
+            raise UserError(
+                f"extra_state[{name!r}] ({type(obj).__name__}) has no state_dict()/load_state_dict(); "
+                "pass objects such as a sampler, data-loader position or LR scheduler"
+            )
+    return extra
+
+
+def check_fits(target: dict[str, Any], directory: Path, *, sections: tuple[str, ...]) -> None:
+    """UserError (one line, naming what differs) when the checkpoint's keys or shapes under
+    ``sections`` are not the live state's."""
+    diffs = fit.differences(target, dcp_io.read_metadata(directory), sections=sections)
+    if diffs:
+        raise UserError(f"checkpoint {directory} does not fit this model/optimizer: {fit.summary(diffs)}")
 
 
 def _attempt_from_env() -> int | None:

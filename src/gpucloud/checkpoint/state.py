@@ -109,14 +109,26 @@ def apply(
     *,
     source_rank: int,
 ) -> int:
-    """Put loaded state back into the live objects; return the restored step."""
+    """Put loaded state back into the live objects (RNG included); return the restored step."""
+    apply_weights(loaded, model, optimizer, extra, source_rank=source_rank)
+    set_rng_state(loaded["rng"][f"rank{source_rank}"])
+    return int(loaded["meta"]["step"])
+
+
+def apply_weights(
+    loaded: dict[str, Any],
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    extra: dict[str, Stateful],
+    *,
+    source_rank: int,
+) -> None:
+    """Put loaded model, optimizer and extra state back into the live objects (not the RNG)."""
     if optimizer is not None:
         set_state_dict(model, optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"])
     else:
         set_model_state_dict(model, loaded["model"])
-    set_rng_state(loaded["rng"][f"rank{source_rank}"])
     saved_extra = loaded.get("extra", {}).get(f"rank{source_rank}", {})
     for name, obj in extra.items():
         if name in saved_extra:
             obj.load_state_dict(copy.deepcopy(saved_extra[name]))
-    return int(loaded["meta"]["step"])

@@ -11,7 +11,7 @@ from gpucloud.commands.options import queue_option
 from gpucloud.errors import UserError
 from gpucloud.output import output_option, print_json, print_table
 
-_STATES = ("queued", "running", "finished", "failed")
+_STATES = ("queued", "running", "finished", "failed", "cancelled")
 
 
 def _when(epoch: float | None) -> str:
@@ -162,6 +162,7 @@ def _job_row(job) -> dict[str, Any]:
         "updated_at": job.updated_at,
         "command": job.spec.command,
         "reason": job.reason,
+        "cancel_requested_at": job.cancel_requested_at,
         "group": job.spec.group,
         "fallback_group": job.spec.fallback_group,
     }
@@ -194,7 +195,7 @@ def jobs(queue_uri, states, output) -> None:
             [
                 j.id,
                 j.spec.name or "",
-                j.state.value,
+                _state_text(j),
                 j.attempt,
                 j.worker or "",
                 _when(j.updated_at),
@@ -205,9 +206,58 @@ def jobs(queue_uri, states, output) -> None:
     )
 
 
+def _state_text(job) -> str:
+    """The state as a table shows it: a running job that was cancelled is still saving its step."""
+    return "cancelling" if job.cancel_requested_at is not None and not job.state.terminal else job.state.value
+
+
 @click.group("job")
 def job() -> None:
-    """Inspect one job."""
+    """Inspect or control one job: show, cancel."""
+
+
+@job.command(
+    "cancel",
+    epilog="""
+Examples:
+  gpucloud job cancel j-4f2a9c01de                # queued: never runs; running: saves a step, then stops
+  gpucloud job cancel llama-7b --grace 300        # give a large model 5 minutes to save
+  gpucloud job cancel j-4f2a9c01de --output json
+""",
+)
+@click.argument("job_id", metavar="JOB")
+@queue_option()
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=1.0, max=3600.0),
+    default=None,
+    metavar="SECONDS",
+    help="How long a running attempt has to save its step before its ranks are stopped (default: 120).",
+)
+@output_option()
+def cancel(job_id, queue_uri, grace, output) -> None:
+    """Cancel JOB: it ends `cancelled` and is never requeued.
+
+    A queued job is cancelled at once: it never runs, and the slots its gang held are released. A
+    running job gets a stop request, as for a spot notice: every rank agrees on a step and saves it,
+    then the attempt ends and the job is `cancelled` (its lease released; spot-train exits 130).
+    Cancelling a cancelled job again changes nothing; a finished or failed job is refused.
+    """
+    from gpucloud.jobs.model import CANCEL_GRACE_S, JobState
+    from gpucloud.queue.locations import open_queue
+
+    queue = open_queue(queue_uri)
+    after = queue.cancel(job_id, grace_seconds=CANCEL_GRACE_S if grace is None else grace)
+    if output == "json":
+        print_json(_job_row(after))
+    elif after.state is JobState.CANCELLED:
+        click.echo(f"cancelled {after.id}: {after.reason}")
+    else:
+        seconds = CANCEL_GRACE_S if grace is None else grace
+        click.echo(
+            f"cancelling {after.id}: attempt {after.attempt} saves a step and stops within {seconds:.0f} s, "
+            f"then the job is cancelled (`gpucloud job show {after.id}` follows it)"
+        )
 
 
 @job.command("show")
@@ -238,6 +288,10 @@ def _checkpoints_line(report) -> str:
     return f"\ncheckpoints: {', '.join(used)}" if used else ""
 
 
+def _cancelling(report) -> bool:
+    return getattr(report, "cancel_requested_at", None) is not None and report.state == "running"
+
+
 def render_report(report) -> None:
     """The human form of a JobReport (also used by `gpucloud demo`)."""
     from rich.console import Console
@@ -245,6 +299,7 @@ def render_report(report) -> None:
     console = Console()
     console.print(
         f"[bold]job {report.job_id}[/bold]: {report.state}"
+        + (" — cancel requested: saving a step, then cancelled" if _cancelling(report) else "")
         + (f" — {report.reason}" if report.reason else "")
         + f"\ncommand: {' '.join(report.command)}"
         + _checkpoints_line(report)

@@ -31,10 +31,11 @@ class JobState(str, enum.Enum):
     RUNNING = "running"  # claimed by a worker that holds a live lease
     FINISHED = "finished"  # the training loop finished; terminal
     FAILED = "failed"  # out of retries (or unrecoverable); terminal, ``reason`` says why
+    CANCELLED = "cancelled"  # `gpucloud job cancel`: never runs again unless resumed; terminal
 
     @property
     def terminal(self) -> bool:
-        return self in (JobState.FINISHED, JobState.FAILED)
+        return self in (JobState.FINISHED, JobState.FAILED, JobState.CANCELLED)
 
 
 class AttemptState(str, enum.Enum):
@@ -45,6 +46,7 @@ class AttemptState(str, enum.Enum):
     LOST = "lost"  # its worker stopped renewing the lease; another worker took the job over
     FINISHED = "finished"
     FAILED = "failed"  # the attempt that made the job FAILED
+    CANCELLED = "cancelled"  # the attempt that a cancel ended (queued: never ran; running: stopped, saved)
 
 
 # The timeline vocabulary. One place, so the report and every backend agree on the spelling.
@@ -68,7 +70,14 @@ EVENT_KINDS = (
     "lease-expired",  # a worker died holding the job; another worker takes it over
     "finish",  # the job finished; data.step
     "failed",  # the job is FAILED; data.reason
+    "cancel",  # `gpucloud job cancel` asked for it; data.state (what the job was), data.grace_s
+    "cancelled",  # the job is CANCELLED; data.step (the last step of a running attempt)
 )
+
+# How long a cancelled running attempt has to save its step before the supervisor stops it (the
+# deadline of the stop request a cancel records, as a spot notice's deadline is the reclaim time).
+CANCEL_GRACE_S = 120.0
+CANCEL_SOURCE = "cancel"  # the ``source`` of the stop notice a cancel records
 
 
 class JobSpec(BaseModel):
@@ -157,8 +166,11 @@ class Job(BaseModel):
     updated_at: float
     worker: str | None = None
     lease_until: float | None = None
-    reason: str | None = None  # why the job FAILED
+    reason: str | None = None  # why the job FAILED (or was CANCELLED)
     exit_code: int | None = None
+    # Set by `gpucloud job cancel` on a RUNNING job: whatever ends its attempt (the supervisor, a
+    # takeover of an expired lease, a gang's fail-over) ends the job CANCELLED instead of requeuing.
+    cancel_requested_at: float | None = None
 
 
 class Attempt(BaseModel):
@@ -332,3 +344,37 @@ class StopRequest(BaseModel):
             "instance_id": self.instance_id,
             "event_id": self.event_id,
         }
+
+
+# ------------------------------------------------------------------------------------ cancelling
+
+
+def cancel_notice(job_id: str, attempt: int, *, now: float, grace_seconds: float = CANCEL_GRACE_S) -> Notice:
+    """The stop notice a cancel records on a running attempt (``JobQueue.request_stop``): every
+    member's supervisor flags its ranks exactly as for a spot notice, so they agree on a step and
+    save it, with ``grace_seconds`` as the deadline. Kind ``sigterm``: a stop asked for on this
+    node's side, with no instance going away (no instance id, so no agent takes it as its own)."""
+    return Notice(
+        kind="sigterm",
+        source=CANCEL_SOURCE,
+        deadline=now + grace_seconds,
+        received_at=now,
+        event_id=f"cancel-{job_id}-{attempt}",
+        action="cancel",
+    )
+
+
+def is_cancel(notice: Notice | None) -> bool:
+    return notice is not None and notice.source == CANCEL_SOURCE
+
+
+def cancelled_end(end: AttemptEnd) -> bool:
+    """Whether the end of an attempt of a job with a cancel request ends the job CANCELLED: every
+    end but FINISHED (a command that finished before the stop took effect did finish)."""
+    return end.state is not AttemptState.FINISHED
+
+
+def cancel_reason(job: Job) -> str:
+    if job.state is JobState.QUEUED:
+        return f"cancelled while queued (attempt {job.attempt} never ran)"
+    return f"cancelled while running attempt {job.attempt}"

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel
 
-from gpucloud.jobs.model import Attempt, AttemptState, Event, Job
+from gpucloud.jobs.model import CANCEL_SOURCE, Attempt, AttemptState, Event, Job
 
 # The session counts completed steps (``step_done(n)`` after the n-th step; a fresh start restores
 # step 0), so "steps lost" is a plain difference.
@@ -80,6 +80,7 @@ class JobReport(BaseModel):
     gpu_note: str | None
     timeline: list[TimelineRow]
     warnings: list[str] = []  # e.g. an emergency save that could not fit in the notice
+    cancel_requested_at: float | None = None  # `gpucloud job cancel` on the running job: it is stopping
 
 
 def build_report(job: Job, attempts: list[Attempt], events: list[Event], *, now: float | None = None) -> JobReport:
@@ -133,6 +134,7 @@ def build_report(job: Job, attempts: list[Attempt], events: list[Event], *, now:
         job_id=job.id,
         state=job.state.value,
         reason=job.reason,
+        cancel_requested_at=job.cancel_requested_at,
         command=job.spec.command,
         attempts=rows,
         interruptions=interruptions,
@@ -278,6 +280,8 @@ def _save_fit_detail(event: Event) -> str:
 def _stop_request_detail(event: Event) -> str:
     """e.g. "spot-interruption (terminate) from queue about i-0abc..., deadline +95.0s: every gang member stops"."""
     data = event.data
+    if data.get("source") == CANCEL_SOURCE and isinstance(data.get("deadline"), (int, float)):
+        return f"cancel: every rank saves a step, deadline {data['deadline'] - event.at:+.1f}s"
     text = str(data.get("kind") or "stop")
     if data.get("action"):
         text += f" ({data['action']})"

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from gpucloud import control, jobenv
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import AttemptEnd, AttemptState, Job, JobState
+from gpucloud.jobs.model import AttemptEnd, AttemptState, Job, JobState, is_cancel
 from gpucloud.jobs.process_group import CommandNotFound, OutputSink, ProcessGroup
 from gpucloud.jobs.supervisor import (
     SaveMeasure,
@@ -67,6 +67,8 @@ class AttemptResult:
 
     @property
     def exit_code(self) -> int:
+        if self.transition.job.state is JobState.CANCELLED:
+            return spot_train_exit_code(AttemptState.CANCELLED, self.command_exit)
         return spot_train_exit_code(self.end.state, self.command_exit)
 
 
@@ -153,9 +155,12 @@ def run_attempt(
     end = attempt.ending(command_exit)
     transition = queue.end_attempt(job.id, number, end)
     if transition.applied:
-        kind = {JobState.QUEUED: "requeue", JobState.FINISHED: "finish", JobState.FAILED: "failed"}.get(
-            transition.job.state
-        )
+        kind = {
+            JobState.QUEUED: "requeue",
+            JobState.FINISHED: "finish",
+            JobState.FAILED: "failed",
+            JobState.CANCELLED: "cancelled",
+        }.get(transition.job.state)
         if kind:  # already in the timeline (written by end_attempt); this only tells the live display
             timeline.announce(kind, reason=end.reason, step=end.committed_step)
     return AttemptResult(number, end, transition, command_exit, attempt.stop_notice, group.tail())
@@ -210,6 +215,8 @@ class _AttemptLoop:
         )
         self.next_heartbeat = started + config.lease_seconds / 4
         self.next_scan = started
+        self.next_stop_read = started  # at once: a cancel may predate this supervisor
+        self.stop_read_error: str | None = None
         self.last_save = _previous_save(queue, job)  # kept with the job: the timeline's last "saved"
         self.save_recorded: tuple[SaveMeasure, float] | None = None  # this attempt's last "saved" event
 
@@ -220,6 +227,11 @@ class _AttemptLoop:
             now = time.time()
             if notice is not None and notice.event_id not in self.handled:
                 self._on_notice(notice, now)
+            if now >= self.next_stop_read:
+                self.next_stop_read = now + self.config.stop_poll
+                requested = self._read_stop_request()
+                if requested is not None and requested.event_id not in self.handled:
+                    self._on_notice(requested, now)
             self._read_control_files()
             if now >= self.next_scan:  # torchrun's ranks live in sessions of their own: keep track of them
                 self.group.refresh_descendants()
@@ -238,6 +250,21 @@ class _AttemptLoop:
         self._read_control_files()
         self.timeline.record("exit", exit_code=command_exit)
         return command_exit
+
+    def _read_stop_request(self) -> Notice | None:
+        """The attempt's stop request from the queue (a `gpucloud job cancel`, or a notice a gang
+        peer recorded): how a stop reaches a supervisor that no local signal told. A failed read
+        is logged once per distinct failure and retried at the next poll."""
+        try:
+            found = self.queue.stop_request(self.job.id, self.job.attempt)
+        except Exception as err:  # noqa: BLE001 - a read failure must never stop the supervision
+            line = " ".join(str(err).split()) or type(err).__name__
+            if line != self.stop_read_error:
+                log.warning("job %s: reading its stop request failed: %s; retrying", self.job.id, line)
+            self.stop_read_error = line
+            return None
+        self.stop_read_error = None
+        return found
 
     def _read_control_files(self) -> None:
         """Read the session's control files; record each milestone once, at the time it happened."""
@@ -418,7 +445,9 @@ def supervise_job(
             if retry is not None:
                 job = retry
                 continue
-        if result.end.state is AttemptState.FAILED or after.state is JobState.FAILED:
+        if after.state is JobState.CANCELLED:
+            code = spot_train_exit_code(AttemptState.CANCELLED, result.command_exit)
+        elif result.end.state is AttemptState.FAILED or after.state is JobState.FAILED:
             code = spot_train_exit_code(AttemptState.FAILED, result.command_exit)
         else:
             code = result.exit_code
@@ -426,7 +455,8 @@ def supervise_job(
             job=queue.get(after.id),
             attempts=results,
             exit_code=code,
-            node_stopping=result.stop_notice is not None,
+            # A cancel stops the job, not the node: a worker goes on to the next job.
+            node_stopping=result.stop_notice is not None and not is_cancel(result.stop_notice),
         )
 
 

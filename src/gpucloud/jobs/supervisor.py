@@ -35,9 +35,10 @@ class SupervisorConfig:
     exit_grace: float = 10.0  # after the commit, time for the ranks to exit 75 by themselves
     kill_after: float = 10.0  # SIGTERM -> SIGKILL escalation
     lease_seconds: float = 60.0  # worker lease on the job; renewed every lease_seconds / 4
+    stop_poll: float = 2.0  # how often the attempt's stop request (a cancel, a gang peer's notice) is read
 
     def __post_init__(self) -> None:
-        for name in ("tick", "ack_timeout", "exit_grace", "kill_after", "lease_seconds"):
+        for name in ("tick", "ack_timeout", "exit_grace", "kill_after", "lease_seconds", "stop_poll"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.stop_margin < 0:
@@ -185,8 +186,17 @@ def describe_exit(exit_code: int) -> str:
     return f"with code {exit_code}"
 
 
+# The job was cancelled (`gpucloud job cancel`): not 0, which says the job finished (a script's
+# `spot-train ... && publish-model` must not publish a half-trained model), and not 75, which says
+# another attempt will run. 130 is the shell's "stopped at the user's request" (128 + SIGINT).
+EXIT_CANCELLED = 130
+
+
 def spot_train_exit_code(state: AttemptState, command_exit: int | None) -> int:
-    """The exit-code contract: 0 finished, 75 checkpointed and requeued, other non-zero failed."""
+    """The exit-code contract: 0 finished, 75 checkpointed and requeued, 130 cancelled, other
+    non-zero failed."""
+    if state is AttemptState.CANCELLED:
+        return EXIT_CANCELLED
     if state is AttemptState.FINISHED:
         return EXIT_OK
     if state in (AttemptState.REQUEUED, AttemptState.LOST):

@@ -20,8 +20,24 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import Attempt, AttemptEnd, Event, Job, JobSpec, JobState, NodeRecord, SlotClaim, SlotOffer
+from gpucloud.jobs.model import (
+    CANCEL_GRACE_S,
+    Attempt,
+    AttemptEnd,
+    Event,
+    Job,
+    JobSpec,
+    JobState,
+    NodeRecord,
+    SlotClaim,
+    SlotOffer,
+)
 from gpucloud.signals.events import Notice
+
+
+class NotCancellable(UserError):
+    def __init__(self, job: Job) -> None:
+        super().__init__(f"job {job.id} is already {job.state.value}; there is nothing to cancel")
 
 
 class UnknownJob(UserError):
@@ -91,7 +107,8 @@ class JobQueue(Protocol):
         """End the RUNNING attempt ``attempt`` exactly once.
 
         REQUEUED: attempt k+1 is queued. CRASHED: attempt k+1 is queued while crashes < max_attempts,
-        else the job is FAILED with ``end.reason``. FINISHED / FAILED: the job ends so.
+        else the job is FAILED with ``end.reason``. FINISHED / FAILED: the job ends so. A job with a
+        cancel requested ends CANCELLED whatever the end (FINISHED aside): no attempt k+1.
         """
         ...
 
@@ -114,6 +131,19 @@ class JobQueue(Protocol):
     def stop_request(self, job_id: str, attempt: int) -> Notice | None:
         """The notice a stop was requested with for attempt ``attempt`` (a consistent read, cheap
         enough to poll every second); None when none was (or there is no such job)."""
+        ...
+
+    def cancel(self, job_id: str, *, grace_seconds: float = CANCEL_GRACE_S) -> Job:
+        """Cancel the job (``gpucloud job cancel``); the job afterwards.
+
+        QUEUED: the job and its attempt end CANCELLED at once (the attempt never runs; its gang
+        slots are released). RUNNING: ``cancel_requested_at`` is set and a stop request with a
+        deadline ``grace_seconds`` away is recorded on the attempt (``request_stop``), so its
+        ranks save a step; whatever then ends the attempt (``end_attempt``, or a takeover of its
+        expired lease) ends the job CANCELLED and never queues another attempt. CANCELLED (or
+        RUNNING with a cancel requested): unchanged, so a repeated cancel is harmless. FINISHED
+        or FAILED: ``UserError``. ``UnknownJob`` when there is no such job.
+        """
         ...
 
     def close(self) -> None: ...

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from gpucloud.checkpoint.layout import validate_job_id
 from gpucloud.errors import UserError
 from gpucloud.jobs.model import (
+    CANCEL_GRACE_S,
     EVENT_KINDS,
     Attempt,
     AttemptEnd,
@@ -36,10 +37,13 @@ from gpucloud.jobs.model import (
     SlotClaim,
     SlotOffer,
     StopRequest,
+    cancel_notice,
+    cancel_reason,
+    cancelled_end,
 )
 from gpucloud.payload import parse_json
 from gpucloud.queue.gang import GANG_WORKER_PREFIX, gang_worker
-from gpucloud.queue.protocol import Transition, UnknownJob
+from gpucloud.queue.protocol import NotCancellable, Transition, UnknownJob
 from gpucloud.signals.events import Notice
 
 log = logging.getLogger(__name__)
@@ -64,7 +68,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     worker TEXT,
     lease_until REAL,
     reason TEXT,
-    exit_code INTEGER
+    exit_code INTEGER,
+    cancel_requested_at REAL
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, created_at);
 CREATE TABLE IF NOT EXISTS attempts (
@@ -173,6 +178,13 @@ class SqliteQueue:
                 f"queue {self.uri} has schema version {str(row['value'])[:40]!r}; this gpucloud reads version "
                 f"{SCHEMA_VERSION} (a newer gpucloud wrote it, or another program did)"
             )
+        if _needs_cancel_migration(self._table_sql()):
+            with self._tx() as db:
+                _migrate_for_cancel(db)
+
+    def _table_sql(self) -> dict[str, str]:
+        rows = self._read("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name IN ('jobs', 'attempts')")
+        return {str(r["name"]): str(r["sql"]) for r in rows}
 
     def _check_pages(self) -> None:
         """Refuse a damaged file at open rather than fail in the middle of a command:
@@ -333,6 +345,9 @@ class SqliteQueue:
             else:
                 rows = db.execute(f"SELECT * FROM jobs WHERE id = ? AND {claimable}", (job_id, now)).fetchall()
             for job in self._readable_jobs(rows):
+                if job.state is JobState.RUNNING and job.cancel_requested_at is not None:
+                    _lose_cancelled(db, job, now)  # its holder died after the cancel: no attempt k+1
+                    continue
                 if job_id is None and job.spec.nodes != 1:
                     continue
                 # A savepoint per candidate: a row whose claim breaks a constraint (damaged outside
@@ -419,7 +434,9 @@ class SqliteQueue:
             if ended != 1:
                 return Transition(job=job, applied=False)
             crashes = job.crashes + (1 if end.state is AttemptState.CRASHED else 0)
-            if end.state in (AttemptState.REQUEUED, AttemptState.CRASHED) and crashes < job.spec.max_attempts:
+            if job.cancel_requested_at is not None and cancelled_end(end):
+                _end_cancelled(db, job, now, step=end.last_step, exit_code=end.exit_code)
+            elif end.state in (AttemptState.REQUEUED, AttemptState.CRASHED) and crashes < job.spec.max_attempts:
                 next_attempt = attempt + 1
                 db.execute(
                     "INSERT INTO attempts (job_id, number, state, created_at) VALUES (?, ?, ?, ?)",
@@ -585,6 +602,43 @@ class SqliteQueue:
                 self._report_unreadable("node record", str(row["id"]), problem)
         return records
 
+    # -- cancelling -------------------------------------------------------------------------------
+
+    def cancel(self, job_id: str, *, grace_seconds: float = CANCEL_GRACE_S) -> Job:
+        now = time.time()
+        with self._tx() as db:
+            row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise UnknownJob(job_id, self.uri)
+            job = _job(row)
+            if job.state is JobState.CANCELLED or job.cancel_requested_at is not None:
+                return job
+            if job.state.terminal:
+                raise NotCancellable(job)
+            _insert_event(db, job_id, job.attempt, "cancel", now, {"state": job.state.value, "grace_s": grace_seconds})
+            if job.state is JobState.QUEUED:
+                db.execute(
+                    "UPDATE attempts SET state = 'cancelled', ended_at = ?, reason = ? WHERE job_id = ? AND number = ?",
+                    (now, cancel_reason(job), job_id, job.attempt),
+                )
+                _end_cancelled(db, job, now, step=None, exit_code=None)
+            elif job.lease_until is not None and job.lease_until < now:
+                _lose_cancelled(db, job, now)  # nobody holds it any more: nothing to stop
+            else:
+                db.execute("UPDATE jobs SET cancel_requested_at = ?, updated_at = ? WHERE id = ?", (now, now, job_id))
+                notice = cancel_notice(job_id, job.attempt, now=now, grace_seconds=grace_seconds)
+                request = StopRequest.of(notice, requested_at=now)
+                # A stop already requested (a spot notice) stands: its ranks are saving already.
+                if (
+                    db.execute(
+                        "INSERT OR IGNORE INTO stop_requests (job_id, attempt, request) VALUES (?, ?, ?)",
+                        (job_id, job.attempt, request.model_dump_json()),
+                    ).rowcount
+                    == 1
+                ):
+                    _insert_event(db, job_id, job.attempt, "stop-request", now, request.timeline_data())
+        return self.get(job_id)
+
     # -- stop requests ----------------------------------------------------------------------------
 
     def request_stop(self, job_id: str, attempt: int, notice: Notice) -> bool:
@@ -648,6 +702,64 @@ def _take(db: sqlite3.Connection, job: Job, worker: str, *, lease_seconds: float
         (worker, node, job.id, number),
     )
     _insert_event(db, job.id, number, "claimed", now, {"worker": worker, "node": node})
+
+
+def _end_cancelled(db: sqlite3.Connection, job: Job, now: float, *, step: int | None, exit_code: int | None) -> None:
+    """The job ends CANCELLED (its current attempt's row is ended by the caller): no lease, no
+    worker, and its gang slots released."""
+    reason = cancel_reason(job)
+    db.execute(
+        "UPDATE attempts SET state = 'cancelled', reason = COALESCE(reason, ?) WHERE job_id = ? AND number = ?",
+        (reason, job.id, job.attempt),
+    )
+    db.execute(
+        "UPDATE jobs SET state = 'cancelled', reason = ?, exit_code = ?, worker = NULL, lease_until = NULL, "
+        "updated_at = ? WHERE id = ?",
+        (reason, exit_code, now, job.id),
+    )
+    db.execute("DELETE FROM gang_slots WHERE job_id = ? AND attempt = ?", (job.id, job.attempt))
+    _insert_event(db, job.id, job.attempt, "cancelled", now, {"step": step, "reason": reason})
+
+
+def _lose_cancelled(db: sqlite3.Connection, job: Job, now: float) -> None:
+    """A cancelled RUNNING job whose holder stopped renewing: the attempt is lost, the job CANCELLED."""
+    db.execute(
+        "UPDATE attempts SET ended_at = ?, reason = ? WHERE job_id = ? AND number = ? AND state = 'running'",
+        (now, f"lease of worker {job.worker} expired after the cancel", job.id, job.attempt),
+    )
+    _insert_event(db, job.id, job.attempt, "lease-expired", now, {"worker": job.worker})
+    _end_cancelled(db, job, now, step=None, exit_code=None)
+
+
+def _needs_cancel_migration(table_sql: dict[str, str]) -> bool:
+    jobs, attempts = table_sql.get("jobs", ""), table_sql.get("attempts", "")
+    return "cancel_requested_at" not in jobs or "'cancelled'" not in jobs or "'cancelled'" not in attempts
+
+
+def _migrate_for_cancel(db: sqlite3.Connection) -> None:
+    """A queue file written before jobs could be cancelled: add the column, and 'cancelled' to the
+    state CHECKs of jobs and attempts. Widening a CHECK changes no stored row, so the table's SQL is
+    edited in place, as SQLite documents for such changes
+    (https://www.sqlite.org/lang_altertable.html#otheralter), instead of copying every table."""
+    table_sql = {str(r[0]): str(r[1]) for r in db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'")}
+    if "cancel_requested_at" not in table_sql.get("jobs", ""):
+        db.execute("ALTER TABLE jobs ADD COLUMN cancel_requested_at REAL")
+        table_sql["jobs"] = str(
+            db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'jobs'").fetchone()[0]
+        )
+    widened = {
+        name: table_sql[name].replace("'failed')", "'failed', 'cancelled')")
+        for name in ("jobs", "attempts")
+        if "'cancelled'" not in table_sql.get(name, "'cancelled'")
+    }
+    if not widened:
+        return
+    version = int(db.execute("PRAGMA schema_version").fetchone()[0])
+    db.execute("PRAGMA writable_schema = ON")
+    for name, sql in widened.items():
+        db.execute("UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = ?", (sql, name))
+    db.execute(f"PRAGMA schema_version = {version + 1}")
+    db.execute("PRAGMA writable_schema = OFF")
 
 
 def _queued_at(db: sqlite3.Connection, job_id: str, attempt: int) -> bool:

@@ -46,6 +46,7 @@ from typing import Any, TypeVar
 from gpucloud.checkpoint.layout import validate_job_id
 from gpucloud.errors import UserError
 from gpucloud.jobs.model import (
+    CANCEL_GRACE_S,
     EVENT_KINDS,
     Attempt,
     AttemptEnd,
@@ -58,6 +59,9 @@ from gpucloud.jobs.model import (
     SlotClaim,
     SlotOffer,
     StopRequest,
+    cancel_notice,
+    cancel_reason,
+    cancelled_end,
 )
 from gpucloud.queue.aws import ops as aws_ops
 from gpucloud.queue.aws.items import (
@@ -91,7 +95,7 @@ from gpucloud.queue.aws.schema import HASH_KEY, STATE_INDEX, STATE_INDEX_HASH_KE
 from gpucloud.queue.aws.slot_box import ReceivedMessage, SlotMessageBox, held_slot_message
 from gpucloud.queue.aws.uri import AwsQueueAddress
 from gpucloud.queue.gang import gang_worker, view
-from gpucloud.queue.protocol import Transition, UnknownJob
+from gpucloud.queue.protocol import NotCancellable, Transition, UnknownJob
 from gpucloud.signals.events import Notice
 
 log = logging.getLogger(__name__)
@@ -522,6 +526,9 @@ class AwsQueue:
                 },
             ]
         elif job.state is JobState.RUNNING and job.lease_until is not None and job.lease_until < now:
+            if job.cancel_requested_at is not None:
+                self._lose_cancelled(job, now)  # its holder died after the cancel: no attempt k+1
+                return None
             # The previous holder stopped renewing its lease: its attempt is lost, ours is k+1.
             number = job.attempt + 1
             items = [
@@ -678,10 +685,15 @@ class AwsQueue:
         """(requeued?, the transaction) that ends ``job``'s running attempt as ``end`` says."""
         now, number = time.time(), job.attempt
         crashes = job.crashes + (1 if end.state is AttemptState.CRASHED else 0)
-        requeue = end.state in (AttemptState.REQUEUED, AttemptState.CRASHED) and crashes < job.spec.max_attempts
-        attempt_state = end.state
+        cancelled = job.cancel_requested_at is not None and cancelled_end(end)
+        requeue = (
+            not cancelled
+            and end.state in (AttemptState.REQUEUED, AttemptState.CRASHED)
+            and crashes < job.spec.max_attempts
+        )
+        attempt_state = AttemptState.CANCELLED if cancelled else end.state
         reason = end.reason
-        if not requeue and end.state not in (AttemptState.FINISHED,):
+        if not requeue and not cancelled and end.state not in (AttemptState.FINISHED,):
             reason = end.reason or "failed"
             if end.state is AttemptState.CRASHED:
                 reason = f"{reason} (attempt {number}; {crashes} of {job.spec.max_attempts} allowed attempts crashed)"
@@ -715,7 +727,9 @@ class AwsQueue:
                 )
             }
         ]
-        if requeue:
+        if cancelled:
+            items += self._cancelled_items(job, now, step=end.last_step, exit_code=end.exit_code, gate=gate)
+        elif requeue:
             items += [
                 self._job_update(
                     job,
@@ -919,6 +933,105 @@ class AwsQueue:
         params = aws_ops.key_condition(self.table, NODES_PK, NODE_PREFIX)
         items = [i for page in self._ddb.get_paginator("query").paginate(**params) for i in page.get("Items", [])]
         return sorted((item_to_node(i, self.table) for i in items), key=lambda n: n.id)
+
+    # -- cancelling -------------------------------------------------------------------------------
+
+    def _cancelled_items(
+        self, job: Job, now: float, *, step: int | None, exit_code: int | None, gate: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """The job item ending CANCELLED (lease and held message released) and its timeline event;
+        the caller ends the attempt item."""
+        reason = cancel_reason(job)
+        released = {"worker": None, "lease_until": None, "message_id": None, "receipt": None, "updated_at": now}
+        return [
+            self._job_update(
+                job,
+                {"job_state": JobState.CANCELLED.value, "reason": reason, "exit_code": exit_code, **released},
+                **gate,
+            ),
+            self._event(job.id, job.attempt, "cancelled", now, {"step": step, "reason": reason}),
+        ]
+
+    def _end_attempt_item(self, job: Job, now: float, reason: str, *, was: AttemptState) -> dict[str, Any]:
+        return {
+            "Update": aws_ops.update(
+                self.table,
+                key(job.id, attempt_sk(job.attempt)),
+                {"state": AttemptState.CANCELLED.value, "ended_at": now, "reason": reason},
+                condition="#state = :was",
+                values={"was": was.value},
+            )
+        }
+
+    def _lose_cancelled(self, job: Job, now: float) -> bool:
+        """A cancelled RUNNING job whose holder stopped renewing: the attempt ends, the job CANCELLED."""
+        gate = {
+            "condition": "#job_state = :running AND #attempt = :k AND #lease_until < :now",
+            "running": JobState.RUNNING.value,
+            "k": job.attempt,
+            "now": now,
+        }
+        reason = f"lease of worker {job.worker} expired after the cancel"
+        items = [
+            self._end_attempt_item(job, now, reason, was=AttemptState.RUNNING),
+            self._event(job.id, job.attempt, "lease-expired", now, {"worker": job.worker}),
+            *self._cancelled_items(job, now, step=None, exit_code=None, gate=gate),
+        ]
+        if self._transact(items) is not None:
+            return False
+        self._delete_slot_messages(job.id, job.attempt)
+        return True
+
+    @_aws_call("cancelling a job")
+    def cancel(self, job_id: str, *, grace_seconds: float = CANCEL_GRACE_S) -> Job:
+        def once() -> Job | None:
+            item = self._meta(job_id)
+            if item is None:
+                raise UnknownJob(job_id, self.uri)
+            job = item_to_job(item, self.table)
+            if job.state is JobState.CANCELLED or job.cancel_requested_at is not None:
+                return job
+            if job.state.terminal:
+                raise NotCancellable(job)
+            now = time.time()
+            asked = self._event(
+                job_id, job.attempt, "cancel", now, {"state": job.state.value, "grace_s": grace_seconds}
+            )
+            if job.state is JobState.QUEUED:
+                gate = {"condition": "#job_state = :queued AND #attempt = :k", "queued": JobState.QUEUED.value}
+                items = [
+                    self._end_attempt_item(job, now, cancel_reason(job), was=AttemptState.QUEUED),
+                    asked,
+                    *self._cancelled_items(job, now, step=None, exit_code=None, gate={**gate, "k": job.attempt}),
+                ]
+                if self._transact(items) is not None:
+                    return None  # it was claimed (or changed) meanwhile: decide again
+                self._delete_slot_messages(job_id, job.attempt)  # members waiting for the gang let go
+                return self.get(job_id)
+            if job.lease_until is not None and job.lease_until < now:
+                return self.get(job_id) if self._lose_cancelled(job, now) else None
+            flagged = self._transact(
+                [
+                    self._job_update(
+                        job,
+                        {"cancel_requested_at": now, "updated_at": now},
+                        condition="#job_state = :running AND #attempt = :k",
+                        running=JobState.RUNNING.value,
+                        k=job.attempt,
+                    ),
+                    asked,
+                ]
+            )
+            if flagged is not None:
+                return None
+            # After the flag: an attempt that ends meanwhile ends CANCELLED anyway. A stop already
+            # requested (a spot notice) stands: its ranks are saving already.
+            self.request_stop(
+                job_id, job.attempt, cancel_notice(job_id, job.attempt, now=now, grace_seconds=grace_seconds)
+            )
+            return self.get(job_id)
+
+        return self._until_decided(once, f"cancelling job {job_id!r}")
 
     # -- stop requests ----------------------------------------------------------------------------
     # The stop request of attempt k lives on the job's meta item: ``stop_attempt`` = k and

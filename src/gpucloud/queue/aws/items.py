@@ -94,7 +94,7 @@ def job_item(job: Job) -> Item:
             "updated_at": av(job.updated_at),
         }
     )
-    for name in ("worker", "lease_until", "reason", "exit_code"):
+    for name in ("worker", "lease_until", "reason", "exit_code", "cancel_requested_at"):
         value = getattr(job, name)
         if value is not None:
             item[name] = av(value)
@@ -117,6 +117,7 @@ def item_to_job(item: Mapping[str, Mapping[str, Any]], table: str) -> Job:
             lease_until=fields.get("lease_until"),
             reason=fields.get("reason"),
             exit_code=fields.get("exit_code"),
+            cancel_requested_at=fields.get("cancel_requested_at"),
         )
     except KeyError as err:
         raise UserError(

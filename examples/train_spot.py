@@ -49,7 +49,9 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
 
     # The spot-safe loop: restore, call step_done() at every step boundary, finish().
-    session = TrainingSession(model, optimizer, every_steps=args.every_steps)
+    # data_from_step: batch() derives each step's data from the step, so there is no loader position
+    # to save (examples/train_data.py shows the StatefulDataLoader way).
+    session = TrainingSession(model, optimizer, every_steps=args.every_steps, data_from_step=True)
     start = session.restore()
     net = DistributedDataParallel(model) if distributed else model
     for step in range(start, args.steps):

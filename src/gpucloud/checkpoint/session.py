@@ -83,6 +83,7 @@ class TrainingSession:
         local_dir: str | None = None,
         writer_threads: int = dcp_io.DEFAULT_WRITER_THREADS,
         lazy_staging: bool = True,
+        data_from_step: bool = False,
     ) -> None:
         checkpoint_uri = checkpoint_uri or os.environ.get(jobenv.CHECKPOINT_URI)
         if not checkpoint_uri:
@@ -103,6 +104,9 @@ class TrainingSession:
         self.model = model
         self.optimizer = optimizer
         self.extra = extra
+        # True: the script derives each step's batches from the step itself (nothing to save).
+        self.data_from_step = bool(data_from_step)
+        self.data_position: str | None = None  # after restore(): what became of the data position
         self.policy = SavePolicy(
             every_steps=every_steps, every_seconds=every_seconds, auto=auto, mtbi_seconds=float(mtbi_hours) * 3600.0
         )
@@ -176,7 +180,8 @@ class TrainingSession:
             )
             if isinstance(self.store.durable, S3Tier) and self.ranks.distributed:
                 self.ranks.barrier()  # downloads by each node's first rank are complete
-            step = self._load(directory)
+            step, missing_extra = self._load(directory)
+            self.data_position = self._data_position(missing_extra, manifest.world_size)
             source_tier = decision["tier"]
             self.last_committed = step
             log.info("restored %s from the %s tier (attempt %d)", f"step-{step}", source_tier, self.attempt)
@@ -184,10 +189,30 @@ class TrainingSession:
         self.restored = True
         self.history = SaveHistory(last_step=step, last_time=time.monotonic())
         if self.ranks.is_node_leader and self.control_dir:
-            control.write(
-                self.control_dir, control.RESUMED, {"step": step, "source_tier": source_tier, "attempt": self.attempt}
-            )
+            resumed: dict[str, Any] = {"step": step, "source_tier": source_tier, "attempt": self.attempt}
+            if self.data_position is not None:
+                # The supervisor keeps every field with the job's "resume" event: `job show` prints it.
+                resumed["data_position"] = self.data_position
+            control.write(self.control_dir, control.RESUMED, resumed)
         return step
+
+    def _data_position(self, missing_extra: list[str], saved_world_size: int) -> str:
+        """Whether the batches after this resume are the ones an uninterrupted run would see."""
+        if self.data_from_step:
+            return "from the step (data_from_step=True)"
+        if not self.extra:
+            return (
+                "not restored: no extra_state; the batches after this resume are not those of an uninterrupted "
+                "run (pass a torchdata StatefulDataLoader in extra_state, see docs/checkpoint.md)"
+            )
+        if missing_extra:
+            return f"not restored: the checkpoint has no state for extra_state {missing_extra}"
+        if saved_world_size != self.ranks.world_size:
+            return (
+                f"not restored exactly: saved by {saved_world_size} ranks, resumed on {self.ranks.world_size}; "
+                "ranks without their own entry took rank 0's"
+            )
+        return "restored"
 
     def _directory_for(self, manifest: Manifest, manifest_bytes: bytes) -> Path:
         """Where this (non-zero) rank reads the chosen step: a complete local copy, else durable."""
@@ -210,7 +235,8 @@ class TrainingSession:
             return local
         return self.store.durable.step_path(self.store.job_id, step)
 
-    def _load(self, directory: Path) -> int:
+    def _load(self, directory: Path) -> tuple[int, list[str]]:
+        """Load ``directory``; return its step and the extra_state names it had no state for."""
         keys = dcp_io.saved_keys(directory)
         rank = self.ranks.rank
         source_rank = rank if f"rng.rank{rank}.torch" in keys else 0
@@ -229,7 +255,8 @@ class TrainingSession:
             dcp_io.load(target, directory, process_group=self.ranks.checkpoint_group)
         except CheckpointException as exc:  # a BaseException: `except Exception` misses it
             raise UserError(f"checkpoint {directory} does not fit this model/optimizer: {_root_cause(exc)}") from None
-        return state.apply(target, self.model, self.optimizer, restorable, source_rank=source_rank)
+        step = state.apply(target, self.model, self.optimizer, restorable, source_rank=source_rank)
+        return step, sorted(self.extra.keys() - present)
 
     # ------------------------------------------------------------------------------ step boundary
     def step_done(self, step: int) -> None:
@@ -510,12 +537,45 @@ def validate_extra_state(extra_state: dict[str, Any] | None) -> dict[str, Any]:
     for name, obj in extra.items():
         if not isinstance(name, str) or not name or "." in name:
             raise UserError(f"extra_state key {name!r} is not usable; use a non-empty name without '.'")
+        _refuse_unresumable_loader(name, obj)
         if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
             raise UserError(
                 f"extra_state[{name!r}] ({type(obj).__name__}) has no state_dict()/load_state_dict(); "
                 "pass objects such as a sampler, data-loader position or LR scheduler"
             )
     return extra
+
+
+def _refuse_unresumable_loader(name: str, obj: Any) -> None:
+    """A data loader whose position cannot come back the same is refused here, not found out
+    after a resume that replayed other batches."""
+    from torch.utils.data import DataLoader
+
+    stateful = hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")
+    if isinstance(obj, DataLoader) and not stateful:
+        raise UserError(
+            f"extra_state[{name!r}] is a torch DataLoader, which cannot save its position; use "
+            "torchdata's StatefulDataLoader (same arguments; pip install 'gpucloud[train]'), see docs/checkpoint.md"
+        )
+    if any(c.__name__.endswith("DataLoaderIter") for c in type(obj).__mro__):
+        raise UserError(
+            f"extra_state[{name!r}] is a data-loader iterator; pass the StatefulDataLoader itself "
+            "(its state_dict() covers the iterator in use)"
+        )
+    if isinstance(obj, DataLoader) and obj.generator is not None and _shuffles(obj):
+        # torchdata 0.11 restores the sampler's generator but not the loader's draws from the
+        # same generator, so epochs after the resumed one are shuffled differently (tested).
+        raise UserError(
+            f"extra_state[{name!r}]: a StatefulDataLoader built with generator= and shuffle=True does not "
+            "resume later epochs' order; drop generator= and call torch.manual_seed(seed) before building it"
+        )
+
+
+def _shuffles(loader: Any) -> bool:
+    from torch.utils.data import RandomSampler
+
+    sampler = getattr(loader, "sampler", None)
+    return isinstance(sampler, RandomSampler) or type(sampler).__name__ == "RandomSampler"
 
 
 def check_fits(target: dict[str, Any], directory: Path, *, sections: tuple[str, ...]) -> None:

@@ -120,6 +120,7 @@ def main(argv: list[str]) -> int:
             sess = TrainingSession(
                 model, optimizer, checkpoint_uri=str(uri), job_id="bench", keep_last=1, writer_threads=threads
             )
+            sess.restore()  # a fresh URI: nothing to load; saves are refused before restore()
             start = time.perf_counter()
             sess.save_now(rep + 1)
             save_times[threads].append(time.perf_counter() - start)
@@ -157,6 +158,7 @@ def main(argv: list[str]) -> int:
         every_steps=2,
         writer_threads=best_threads,
     )
+    sess.restore()
     stalls: list[float] = []
     for step in range(1, 2 * (args.reps + 1) + 1):
         train_step(model, optimizer)

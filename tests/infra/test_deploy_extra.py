@@ -61,3 +61,12 @@ def test_node_commands_run_without_pulumi() -> None:
             [sys.executable, "-c", BLOCK_PULUMI, command, "--help"], capture_output=True, text=True, timeout=120
         )
         assert done.returncode == 0, (command, done.stderr[-2000:])
+
+
+def test_plan_without_the_deploy_extra_says_how_to_get_it_in_one_line() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCK_PULUMI, "plan", "--stack", "dev"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "deploy extra" in lines[0] and "gpucloud[deploy]" in lines[0], done.stderr

@@ -70,6 +70,7 @@ def plan(stack: str | None, stack_file: Path | None, catalog_file: Path | None, 
     catalog = load_catalog(catalog_file)  # the same checks and one-line errors as `catalog show`
     spec = load_stack_file(path, catalog)
 
+    _require_deploy_extra()
     from gpucloud.infra.preview import preview_stack
     from gpucloud.policy.runner import run_policies
 
@@ -220,3 +221,17 @@ def _warn_emergency_save(plans: list[Any]) -> None:
                 f"{e.tier} fits at most {e.max_gib:,.0f} GiB on {plan.nodes} node(s)",
                 err=True,
             )
+
+
+def _require_deploy_extra() -> None:
+    """``plan`` evaluates the stack under Pulumi's mocks: it needs the ``deploy`` extra, which nodes
+    (and a bare ``pip install gpucloud``) leave out."""
+    try:
+        import pulumi  # noqa: F401
+        import pulumi_aws  # noqa: F401
+        import pulumi_policy  # noqa: F401
+    except ModuleNotFoundError as missing:
+        raise UserError(
+            f"gpucloud plan needs the deploy extra ({missing.name} is not installed): "
+            "pip install 'gpucloud[deploy]', or run scripts/setup.sh"
+        ) from None

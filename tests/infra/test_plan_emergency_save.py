@@ -89,3 +89,21 @@ def test_no_nvme_tier_when_the_stack_turns_scratch_off() -> None:
     assert tiers == ["fsx", "s3", "nvme"]
     off = spec.model_copy(update={"storage": spec.storage.model_copy(update={"nvme_scratch": False})})
     assert [e.tier for e in plan_cluster(off).groups[0].emergency_save.tiers] == ["fsx", "s3"]
+
+
+def test_plan_says_when_a_large_fsx_beats_the_bucket_a_job_uses_by_default(tmp_path: Path, capsys) -> None:
+    """A job without --checkpoint-uri writes to the bucket (fastest for every shipped stack); a stack
+    whose FSx is faster than S3 from its nodes is told which URI to submit with."""
+    storage = yaml.safe_load((REPO / "stacks" / "Pulumi.p4d-spot.yaml").read_text())["config"]["gpucloud:storage"]
+    storage["fsx"].update({"sizeGiB": 48000, "throughputPerTiB": 1000})
+    path = stack_with(tmp_path, "p4d-spot", **{"gpucloud:storage": storage})
+    code, out, err = run_plan(["plan", "--stack-file", str(path), "--output", "json"], capsys)
+    assert code == 0, err
+    [group] = json.loads(out)["emergency_save"]
+    assert (group["tier"], group["default_tier"]) == ("fsx", "s3")
+    [warning] = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert "fsx commits an emergency save faster than the bucket" in warning
+    assert "--checkpoint-uri /fsx/checkpoints" in warning and "GPUCLOUD_SHARED_PATHS=/fsx" in warning
+    # the shipped stack: the bucket is the fastest, nothing to say
+    code, out, err = run_plan(["plan", "--stack", "p4d-spot", "--output", "json"], capsys)
+    assert code == 0 and "faster than the bucket" not in err

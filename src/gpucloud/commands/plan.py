@@ -221,6 +221,16 @@ def _warn_emergency_save(plans: list[Any]) -> None:
                 f"{e.tier} fits at most {e.max_gib:,.0f} GiB on {plan.nodes} node(s)",
                 err=True,
             )
+        if (faster := plan.faster_than_default) is not None:
+            default = next(e for e in plan.tiers if e.tier == "s3")
+            click.echo(
+                f"warning: node group {plan.node_group}: {faster.tier} commits an emergency save faster than the "
+                f"bucket a job without --checkpoint-uri uses ({faster.bytes_per_second / 1e9:.2f} vs "
+                f"{default.bytes_per_second / 1e9:.2f} GB/s on {plan.nodes} node(s)); submit with "
+                f"--checkpoint-uri {plan.fsx_path} (off the cluster, declare the mount shared: "
+                f"GPUCLOUD_SHARED_PATHS={plan.fsx_path.rsplit('/', 1)[0] or '/'})",
+                err=True,
+            )
 
 
 def _require_deploy_extra() -> None:

@@ -6,6 +6,7 @@ print the summary), so both always agree. No Pulumi import here.
 from __future__ import annotations
 
 import dataclasses
+import posixpath
 
 from gpucloud.catalog import Catalog, InstanceType, load_catalog
 from gpucloud.infra.cost import CostEstimate, estimate_cost
@@ -35,11 +36,20 @@ class EmergencySavePlan:
     nodes: int
     expected_gib: float | None  # gpucloud:expectedCheckpointGiB (the group's, else the stack's)
     tiers: list[SaveEstimate]  # every tier the cluster has, with the expected size (0 when unset)
+    fsx_path: str | None = None  # the FSx directory linked to the bucket, when the stack has FSx
 
     @property
     def chosen(self) -> SaveEstimate | None:
-        """The tier the runtime writes the durable copy to: the fastest durable one."""
+        """The fastest durable tier."""
         return fastest_durable(self.tiers)
+
+    @property
+    def faster_than_default(self) -> SaveEstimate | None:
+        """The fastest durable tier when it is not the bucket, which a job without --checkpoint-uri
+        uses (checkpoint/placement.py: S3 scales with the job's nodes, so it wins for every shipped
+        stack; a large, fast FSx can beat it for a few nodes)."""
+        chosen = self.chosen
+        return chosen if chosen is not None and chosen.tier != "s3" else None
 
     @property
     def misses(self) -> list[SaveEstimate]:
@@ -59,6 +69,7 @@ class EmergencySavePlan:
             "seconds": round(chosen.seconds, 1) if chosen and known else None,
             "max_gib": round(chosen.max_gib, 1) if chosen else None,
             "fits": chosen.fits if chosen and known else None,
+            "default_tier": "s3",  # what a job without --checkpoint-uri writes to
             "tiers": [{**e.to_json(), **({} if known else {"seconds": None, "fits": None})} for e in self.tiers],
         }
 
@@ -73,7 +84,10 @@ def plan_emergency_save(spec: ClusterSpec, group: NodeGroup, itype: InstanceType
         expected = spec.expected_checkpoint_gib
     nodes = max(1, group.max_nodes)
     state = int((expected or 0) * GIB)
-    return EmergencySavePlan(group.name, nodes, expected, [estimate(state, nodes, node, t) for t in tiers])
+    fsx_path = posixpath.join(fsx.mount_path, fsx.link_path.lstrip("/")) if fsx else None
+    return EmergencySavePlan(
+        group.name, nodes, expected, [estimate(state, nodes, node, t) for t in tiers], fsx_path=fsx_path
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -63,3 +63,18 @@ def test_cancel_help_teaches(capsys):
     assert code == 0
     for expected in ("never requeued", "--grace", "130", "gpucloud job cancel j-4f2a9c01de"):
         assert expected in out
+
+
+def test_names_work_where_ids_do_and_an_ambiguous_one_lists_its_matches(capsys):
+    run(capsys, "submit", "--job-id", "a-1", "--name", "llama", "--", "python", "train.py")
+    run(capsys, "submit", "--job-id", "b-1", "--name", "sweep", "--", "python", "train.py")
+    run(capsys, "submit", "--job-id", "b-2", "--name", "sweep", "--", "python", "train.py")
+    assert json.loads(run(capsys, "job", "show", "llama", "--output", "json")[1])["job_id"] == "a-1"
+    code, out, _ = run(capsys, "job", "cancel", "llama", "--output", "json")
+    assert code == 0 and json.loads(out)["job_id"] == "a-1"
+    code, out, _ = run(capsys, "job", "resume", "llama")
+    assert code == 0 and out.startswith("resumed a-1:")
+    for argv in (["job", "show", "sweep"], ["job", "cancel", "sweep"], ["job", "resume", "sweep"]):
+        code, out, err = run(capsys, *argv)
+        line = one_line_error(err)
+        assert code == 2 and out == "" and "2 jobs are named 'sweep': b-2 (queued" in line and "b-1 (queued" in line

@@ -40,7 +40,11 @@ Examples:
 """,
 )
 @click.option("--job-id", help="Id for the job (letters, digits, '.', '_', '-'); default: generated.")
-@click.option("--name", help="A human name shown by `gpucloud jobs`.")
+@click.option(
+    "--name",
+    help="A human name shown by `gpucloud jobs`; `job show/cancel/resume NAME` take it where an id goes "
+    "(a name several jobs share is refused with the list of their ids).",
+)
 @queue_option()
 @click.option(
     "--checkpoint-uri",
@@ -213,7 +217,7 @@ def _state_text(job) -> str:
 
 @click.group("job")
 def job() -> None:
-    """Inspect or control one job: show, cancel."""
+    """Inspect or control one job: show, cancel, resume."""
 
 
 @job.command(
@@ -242,12 +246,14 @@ def cancel(job_id, queue_uri, grace, output) -> None:
     running job gets a stop request, as for a spot notice: every rank agrees on a step and saves it,
     then the attempt ends and the job is `cancelled` (its lease released; spot-train exits 130).
     Cancelling a cancelled job again changes nothing; a finished or failed job is refused.
+    JOB is a job id or a unique `submit --name`.
     """
     from gpucloud.jobs.model import CANCEL_GRACE_S, JobState
     from gpucloud.queue.locations import open_queue
+    from gpucloud.queue.names import resolve_job
 
     queue = open_queue(queue_uri)
-    after = queue.cancel(job_id, grace_seconds=CANCEL_GRACE_S if grace is None else grace)
+    after = queue.cancel(resolve_job(queue, job_id).id, grace_seconds=CANCEL_GRACE_S if grace is None else grace)
     if output == "json":
         print_json(_job_row(after))
     elif after.state is JobState.CANCELLED:
@@ -261,21 +267,25 @@ def cancel(job_id, queue_uri, grace, output) -> None:
 
 
 @job.command("show")
-@click.argument("job_id")
+@click.argument("job_id", metavar="JOB")
 @queue_option()
 @output_option()
 def show(job_id, queue_uri, output) -> None:
     """Attempts, the timeline with timestamps, steps lost per interruption, GPU-hours used and lost.
+
+    JOB is a job id, or the name it was submitted with (`submit --name`); a name several jobs share
+    is refused with the list of their ids.
 
     \b
     Example: gpucloud job show j-4f2a9c01de --output json
     """
     from gpucloud.jobs.report import build_report
     from gpucloud.queue.locations import open_queue
+    from gpucloud.queue.names import resolve_job
 
     queue = open_queue(queue_uri)
-    current = queue.get(job_id)
-    report = build_report(current, queue.attempts(job_id), queue.events(job_id))
+    current = resolve_job(queue, job_id)
+    report = build_report(current, queue.attempts(current.id), queue.events(current.id))
     if output == "json":
         print_json(report.model_dump())
         return
@@ -286,6 +296,61 @@ def _checkpoints_line(report) -> str:
     """The durable tier the attempts used, as each resolved it on its node (absent before one started)."""
     used = list(dict.fromkeys(a.checkpoint_uri for a in report.attempts if a.checkpoint_uri))
     return f"\ncheckpoints: {', '.join(used)}" if used else ""
+
+
+@job.command(
+    "resume",
+    epilog="""\b
+Examples:
+  gpucloud job resume j-4f2a9c01de                 # failed or cancelled: a new attempt, same id
+  gpucloud job resume llama-7b --output json
+""",
+)
+@click.argument("job_id", metavar="JOB")
+@queue_option()
+@output_option()
+def resume(job_id, queue_uri, output) -> None:
+    """Give a failed or cancelled JOB a new attempt, keeping its id: the attempt restores the job's
+    newest committed checkpoint (<checkpoint-uri>/JOB/LATEST), and a worker or the agents run it.
+
+    The crash count starts again (the job gets --max-attempts crashes anew). Refused, in one line,
+    while the job is queued or running (it will run anyway: cancel it first to restart it), and for
+    a finished job: its training loop ended, so there is nothing to resume; submit a new job to
+    train further. JOB is a job id or a unique `submit --name`.
+    """
+    from gpucloud.jobs.model import resume_refusal
+    from gpucloud.queue.locations import open_queue
+    from gpucloud.queue.names import resolve_job
+    from gpucloud.queue.protocol import NotResumable
+
+    queue = open_queue(queue_uri)
+    current = resolve_job(queue, job_id)
+    why = resume_refusal(current)
+    if why is not None:  # refused before the checkpoint store is read; the queue checks again
+        raise NotResumable(current, why)
+    step, unknown = _newest_committed(current)
+    after = queue.resume(current.id, from_step=step)
+    if output == "json":
+        print_json({**_job_row(after), "from_step": step, "from_step_unknown": unknown})
+        return
+    if unknown:
+        where = f"its newest committed checkpoint (not readable from here: {unknown})"
+    elif step is None:
+        where = "step 0: nothing of it was committed"
+    else:
+        where = f"step {step}, its newest committed checkpoint"
+    click.echo(f"resumed {after.id}: attempt {after.attempt} is queued and restores {where}")
+
+
+def _newest_committed(job) -> tuple[int | None, str | None]:
+    """(the step the next attempt restores, None) or (None, why it cannot be read from here)."""
+    from gpucloud.checkpoint.store import latest_committed
+    from gpucloud.queue.locations import checkpoint_uri_for
+
+    try:
+        return latest_committed(checkpoint_uri_for(job.spec.checkpoint_uri), job.id), None
+    except Exception as err:  # noqa: BLE001 - informational: the attempt's own restore decides
+        return None, " ".join(str(err).split())[:160] or type(err).__name__
 
 
 def _cancelling(report) -> bool:

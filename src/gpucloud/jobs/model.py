@@ -72,6 +72,7 @@ EVENT_KINDS = (
     "failed",  # the job is FAILED; data.reason
     "cancel",  # `gpucloud job cancel` asked for it; data.state (what the job was), data.grace_s
     "cancelled",  # the job is CANCELLED; data.step (the last step of a running attempt)
+    "resubmit",  # `gpucloud job resume` queued attempt k+1 of a failed or cancelled job; data.was, data.from_step
 )
 
 # How long a cancelled running attempt has to save its step before the supervisor stops it (the
@@ -372,6 +373,29 @@ def cancelled_end(end: AttemptEnd) -> bool:
     """Whether the end of an attempt of a job with a cancel request ends the job CANCELLED: every
     end but FINISHED (a command that finished before the stop took effect did finish)."""
     return end.state is not AttemptState.FINISHED
+
+
+RESUMABLE = (JobState.FAILED, JobState.CANCELLED)
+
+
+def resume_refusal(job: Job) -> str | None:
+    """Why ``gpucloud job resume`` refuses ``job`` (one line), or None when it may resume.
+
+    Queued or running: it is already going to run (cancel it first to restart it). Finished: its
+    training loop ended, so a new attempt would restore the final step and have nothing to do;
+    training further is a new job (with a new id, so its history stays apart from this one's)."""
+    if job.state in RESUMABLE:
+        return None
+    if job.state is JobState.FINISHED:
+        return (
+            f"job {job.id} finished; there is nothing to resume (resume takes failed or cancelled jobs; "
+            "to train further, submit a new job)"
+        )
+    doing = "cancelling" if job.cancel_requested_at is not None else job.state.value
+    return (
+        f"job {job.id} is {doing} (attempt {job.attempt}); resume takes failed or cancelled jobs "
+        f"(wait for it to end, or `gpucloud job cancel {job.id}` first)"
+    )
 
 
 def cancel_reason(job: Job) -> str:

@@ -28,7 +28,7 @@ FRESH_START_STEP = 0
 
 class Interruption(BaseModel):
     attempt: int
-    cause: str  # notice kind, "crash" or "lost"
+    cause: str  # notice kind, "crash", "lost" or "cancel" (a cancelled attempt that `job resume` continued)
     notice_kind: str | None = None
     last_step: int | None = None
     committed_step: int | None = None
@@ -120,12 +120,13 @@ def build_report(job: Job, attempts: list[Attempt], events: list[Event], *, now:
                 checkpoint_uri=_checkpoint_uri(evs),
             )
         )
-        if attempt.state not in (AttemptState.REQUEUED, AttemptState.CRASHED, AttemptState.LOST, AttemptState.FAILED):
-            continue
         following = attempts_by_number.get(attempt.number + 1)
+        if attempt.state not in _INTERRUPTED and not (attempt.state in _ENDED and following is not None):
+            continue
         next_events = by_attempt.get(attempt.number + 1, [])
         interruption = _interruption(attempt, evs, following, next_events)
-        if attempt.state is not AttemptState.FAILED or interruption.notice_kind is not None:
+        # A failed or cancelled attempt interrupted the job only when `job resume` continued it.
+        if attempt.state not in _ENDED or interruption.notice_kind is not None or following is not None:
             interruptions.append(interruption)
         lost_s += _lost_seconds(attempt, evs, interruption, following, next_events)
 
@@ -157,6 +158,10 @@ def build_report(job: Job, attempts: list[Attempt], events: list[Event], *, now:
     )
 
 
+_INTERRUPTED = (AttemptState.REQUEUED, AttemptState.CRASHED, AttemptState.LOST, AttemptState.FAILED)
+_ENDED = (AttemptState.FAILED, AttemptState.CANCELLED)  # ended the job, until `gpucloud job resume`
+
+
 def steps_lost(last_step: int | None, resumed_step: int | None) -> int | None:
     if last_step is None:
         return None
@@ -173,11 +178,13 @@ def _interruption(
 ) -> Interruption:
     notice = next((e for e in evs if e.kind == "notice" and e.data.get("deadline") is not None), None)
     flag, ack, commit = _first(evs, "flag"), _first(evs, "ack"), _first(evs, "commit")
-    requeue = _first(evs, "requeue")
+    requeue = _first(evs, "requeue") or _first(evs, "resubmit")
     resume = _first(next_events, "resume")
     kills = [e.data.get("signal") for e in evs if e.kind == "stop"]
     cause = (
-        str(notice.data.get("kind"))
+        "cancel"
+        if attempt.state is AttemptState.CANCELLED
+        else str(notice.data.get("kind"))
         if notice is not None
         else "lost"
         if attempt.state is AttemptState.LOST

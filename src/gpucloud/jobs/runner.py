@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from gpucloud import control, jobenv
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import AttemptEnd, AttemptState, Job, JobState, is_cancel
+from gpucloud.jobs.model import RESUMABLE, AttemptEnd, AttemptState, Job, JobState, is_cancel
 from gpucloud.jobs.process_group import CommandNotFound, OutputSink, ProcessGroup
 from gpucloud.jobs.supervisor import (
     SaveMeasure,
@@ -492,7 +492,12 @@ def _claim(queue: JobQueue, job_id: str | None, worker: str, config: SupervisorC
         raise UserError(f"no queued job in {queue.uri}")
     current = queue.get(job_id)  # raises UnknownJob with its own message
     if current.state.terminal:
-        raise UserError(f"job {job_id} is already {current.state.value}; submit a new job to run it again")
+        again = (
+            f"`gpucloud job resume {job_id}` gives it a new attempt"
+            if current.state in RESUMABLE
+            else "submit a new job to run it again"
+        )
+        raise UserError(f"job {job_id} is already {current.state.value}; {again}")
     raise UserError(
         f"job {job_id} is running on worker {current.worker} (lease until "
         f"{time.strftime('%H:%M:%S', time.localtime(current.lease_until or 0))}); it becomes claimable when that lease expires"

@@ -40,6 +40,12 @@ class NotCancellable(UserError):
         super().__init__(f"job {job.id} is already {job.state.value}; there is nothing to cancel")
 
 
+class NotResumable(UserError):
+    def __init__(self, job: Job, why: str) -> None:
+        super().__init__(why)
+        self.job = job
+
+
 class UnknownJob(UserError):
     def __init__(self, job_id: str, queue_uri: str) -> None:
         super().__init__(f"no job {job_id!r} in queue {queue_uri} (list them with `gpucloud jobs`)")
@@ -143,6 +149,16 @@ class JobQueue(Protocol):
         expired lease) ends the job CANCELLED and never queues another attempt. CANCELLED (or
         RUNNING with a cancel requested): unchanged, so a repeated cancel is harmless. FINISHED
         or FAILED: ``UserError``. ``UnknownJob`` when there is no such job.
+        """
+        ...
+
+    def resume(self, job_id: str, *, from_step: int | None = None) -> Job:
+        """Queue attempt k+1 of a FAILED or CANCELLED job (``gpucloud job resume``), keeping its id,
+        so the attempt restores the job's newest committed checkpoint; the crash count starts again
+        (a fresh ``max_attempts``), reason and cancel request are cleared. ``from_step`` is only
+        recorded (the ``resubmit`` event). Conditional on the job still being in the state read,
+        so of racing resumes exactly one queues an attempt. Any other state: ``UserError`` with
+        ``model.resume_refusal``'s line. ``UnknownJob`` when there is no such job.
         """
         ...
 

@@ -40,10 +40,11 @@ from gpucloud.jobs.model import (
     cancel_notice,
     cancel_reason,
     cancelled_end,
+    resume_refusal,
 )
 from gpucloud.payload import parse_json
 from gpucloud.queue.gang import GANG_WORKER_PREFIX, gang_worker
-from gpucloud.queue.protocol import NotCancellable, Transition, UnknownJob
+from gpucloud.queue.protocol import NotCancellable, NotResumable, Transition, UnknownJob
 from gpucloud.signals.events import Notice
 
 log = logging.getLogger(__name__)
@@ -637,6 +638,36 @@ class SqliteQueue:
                     == 1
                 ):
                     _insert_event(db, job_id, job.attempt, "stop-request", now, request.timeline_data())
+        return self.get(job_id)
+
+    def resume(self, job_id: str, *, from_step: int | None = None) -> Job:
+        now = time.time()
+        with self._tx() as db:
+            row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise UnknownJob(job_id, self.uri)
+            job = _job(row)
+            why = resume_refusal(job)
+            if why is not None:
+                raise NotResumable(job, why)
+            number = job.attempt + 1
+            db.execute(
+                "INSERT INTO attempts (job_id, number, state, created_at) VALUES (?, ?, ?, ?)",
+                (job_id, number, AttemptState.QUEUED.value, now),
+            )
+            db.execute(
+                "UPDATE jobs SET state = 'queued', attempt = ?, crashes = 0, reason = NULL, exit_code = NULL, "
+                "cancel_requested_at = NULL, worker = NULL, lease_until = NULL, updated_at = ? WHERE id = ?",
+                (number, now, job_id),
+            )
+            _insert_event(
+                db,
+                job_id,
+                job.attempt,
+                "resubmit",
+                now,
+                {"was": job.state.value, "next_attempt": number, "from_step": from_step},
+            )
         return self.get(job_id)
 
     # -- stop requests ----------------------------------------------------------------------------

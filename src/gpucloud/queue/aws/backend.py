@@ -62,6 +62,7 @@ from gpucloud.jobs.model import (
     cancel_notice,
     cancel_reason,
     cancelled_end,
+    resume_refusal,
 )
 from gpucloud.queue.aws import ops as aws_ops
 from gpucloud.queue.aws.items import (
@@ -95,7 +96,7 @@ from gpucloud.queue.aws.schema import HASH_KEY, STATE_INDEX, STATE_INDEX_HASH_KE
 from gpucloud.queue.aws.slot_box import ReceivedMessage, SlotMessageBox, held_slot_message
 from gpucloud.queue.aws.uri import AwsQueueAddress
 from gpucloud.queue.gang import gang_worker, view
-from gpucloud.queue.protocol import NotCancellable, Transition, UnknownJob
+from gpucloud.queue.protocol import NotCancellable, NotResumable, Transition, UnknownJob
 from gpucloud.signals.events import Notice
 
 log = logging.getLogger(__name__)
@@ -1032,6 +1033,52 @@ class AwsQueue:
             return self.get(job_id)
 
         return self._until_decided(once, f"cancelling job {job_id!r}")
+
+    @_aws_call("resuming a job")
+    def resume(self, job_id: str, *, from_step: int | None = None) -> Job:
+        def once() -> Job | None:
+            item = self._meta(job_id)
+            if item is None:
+                raise UnknownJob(job_id, self.uri)
+            job = item_to_job(item, self.table)
+            why = resume_refusal(job)
+            if why is not None:
+                raise NotResumable(job, why)
+            now, number = time.time(), job.attempt + 1
+            cleared = {"reason": None, "exit_code": None, "cancel_requested_at": None, "worker": None}
+            cleared.update({"lease_until": None, "message_id": None, "receipt": None})
+            reasons = self._transact(
+                [
+                    self._job_update(
+                        job,
+                        {"job_state": JobState.QUEUED.value, "attempt": number, "crashes": 0, "updated_at": now}
+                        | cleared,
+                        condition="#job_state = :was AND #attempt = :k",
+                        was=job.state.value,
+                        k=job.attempt,
+                    ),
+                    {
+                        "Put": aws_ops.put(
+                            self.table,
+                            attempt_item(job_id, number, AttemptState.QUEUED, now),
+                            condition="attribute_not_exists(#pk)",
+                        )
+                    },
+                    self._event(
+                        job_id,
+                        job.attempt,
+                        "resubmit",
+                        now,
+                        {"was": job.state.value, "next_attempt": number, "from_step": from_step},
+                    ),
+                ]
+            )
+            if reasons is not None:
+                return None  # another resume (or a change) won meanwhile: read again and decide
+            self._box.send_slots(job_id, number, job.spec.nodes)
+            return self.get(job_id)
+
+        return self._until_decided(once, f"resuming job {job_id!r}")
 
     # -- stop requests ----------------------------------------------------------------------------
     # The stop request of attempt k lives on the job's meta item: ``stop_attempt`` = k and

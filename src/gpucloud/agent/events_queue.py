@@ -156,19 +156,28 @@ class EventsQueueConsumer:
             result.passed_on.append(f"{ref}: {parsed.kind} for {instance}")
             self._release(message, ref)
             return
+        notice = parsed
+        if self._run_handler(message, ref, result, lambda: self._on_notice(notice), f"{parsed.kind} on {instance}"):
+            result.handled.append(parsed)
+            self._delete(message, ref)
+
+    def _run_handler(
+        self, message: dict[str, Any], ref: str, result: PollResult, handler: Callable[[], object], what: str
+    ) -> bool:
+        """Run ``handler`` with the message kept hidden; False (the message left to reappear, for
+        redelivery to retry) when it could not be kept hidden or the handler failed."""
         if self._visibility > self._receive_visibility and not self._hide(message, ref):
             # No longer ours (its receipt expired) or the queue failed: redelivery hands it over.
             result.failed.append(f"{ref}: could not be kept hidden for its handler; left to be delivered again")
-            return
+            return False
         try:
-            self._on_notice(parsed)
+            handler()
         except Exception as err:  # noqa: BLE001 - any handler failure: keep consuming; redelivery retries it
-            line = f"{ref}: handler failed for {parsed.kind} on {instance}: {_one_line(err)}"
+            line = f"{ref}: handler failed for {what}: {_one_line(err)}"
             log.error("events queue: %s; left to reappear after %ds", line, self._visibility)
             result.failed.append(line)
-            return
-        result.handled.append(parsed)
-        self._delete(message, ref)
+            return False
+        return True
 
     def _reservation(
         self, message: dict[str, Any], ref: str, expiring: ReservationExpiring, result: PollResult
@@ -177,15 +186,9 @@ class EventsQueueConsumer:
             result.skipped.append(f"{ref}: capacity block {expiring.reservation_id} expiring; no fleet handler here")
             self._release(message, ref)
             return
-        if self._visibility > self._receive_visibility and not self._hide(message, ref):
-            result.failed.append(f"{ref}: could not be kept hidden for its handler; left to be delivered again")
-            return
-        try:
-            self._on_reservation(expiring)
-        except Exception as err:  # noqa: BLE001 - as for notices: redelivery retries it
-            line = f"{ref}: handler failed for capacity block {expiring.reservation_id}: {_one_line(err)}"
-            log.error("events queue: %s; left to reappear after %ds", line, self._visibility)
-            result.failed.append(line)
+        on_reservation = self._on_reservation
+        what = f"capacity block {expiring.reservation_id}"
+        if not self._run_handler(message, ref, result, lambda: on_reservation(expiring), what):
             return
         result.reservations.append(expiring)
         self._delete(message, ref)

@@ -56,6 +56,19 @@ def own_action() -> dict:
     }
 
 
+def expect_leaving(asg: Stubber) -> None:
+    """A wound-down node leaves: protection lifted, terminated without decrement (desired is
+    already 0), its own lifecycle action completed with CONTINUE."""
+    protection = {"InstanceIds": [INSTANCE], "AutoScalingGroupName": GROUP}
+    asg.add_response("set_instance_protection", {}, {**protection, "ProtectedFromScaleIn": False})
+    asg.add_response(
+        "terminate_instance_in_auto_scaling_group",
+        {},
+        {"InstanceId": INSTANCE, "ShouldDecrementDesiredCapacity": False},
+    )
+    asg.add_response("complete_lifecycle_action", {}, own_action())
+
+
 def test_only_a_group_that_can_hold_no_node_is_a_wind_down():
     assert wind_down_notice(group(min_size=0, max_size=4, desired=0), INSTANCE, now=0.0, drain_seconds=900) is None
     assert wind_down_notice(group(min_size=0, max_size=0, desired=2), INSTANCE, now=0.0, drain_seconds=900) is None
@@ -94,13 +107,7 @@ def test_a_busy_node_of_a_wound_down_group_saves_requeues_and_leaves(tmp_path, m
             expected_params=own_action(),
         )
         # Leaving: protection lifted, terminated without decrement (desired is already 0), CONTINUE.
-        asg.add_response("set_instance_protection", {}, {**protection, "ProtectedFromScaleIn": False})
-        asg.add_response(
-            "terminate_instance_in_auto_scaling_group",
-            {},
-            {"InstanceId": INSTANCE, "ShouldDecrementDesiredCapacity": False},
-        )
-        asg.add_response("complete_lifecycle_action", {}, own_action())
+        expect_leaving(asg)
         hooks = AsgHooks(
             autoscaling=autoscaling, cloudwatch=cloudwatch, instance_id=INSTANCE, asg_name=GROUP, settings=SETTINGS
         )
@@ -175,13 +182,7 @@ def test_an_idle_node_of_a_wound_down_group_takes_no_more_work_and_leaves(tmp_pa
             {"AutoScalingGroups": [group(min_size=0, max_size=0, desired=0)]},
             {"AutoScalingGroupNames": [GROUP]},
         )
-        asg.add_response("set_instance_protection", {}, {**protection, "ProtectedFromScaleIn": False})
-        asg.add_response(
-            "terminate_instance_in_auto_scaling_group",
-            {},
-            {"InstanceId": INSTANCE, "ShouldDecrementDesiredCapacity": False},
-        )
-        asg.add_response("complete_lifecycle_action", {}, own_action())
+        expect_leaving(asg)
         hooks = AsgHooks(
             autoscaling=autoscaling, cloudwatch=cloudwatch, instance_id=INSTANCE, asg_name=GROUP, settings=SETTINGS
         )

@@ -19,6 +19,9 @@ from gpucloud import control, jobenv
 from gpucloud.checkpoint import TrainingSession
 from gpucloud.errors import UserError
 
+# torchdata 0.11 calls an API torch 2.13 deprecated, once per loader (examples/train_data.py filters it too)
+pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")
+
 
 def _example():
     spec = importlib.util.spec_from_file_location("train_data", REPO / "examples" / "train_data.py")

@@ -229,3 +229,13 @@ def test_load_with_optimizer_and_extra_state_puts_them_back(tmp_path, tiny_job):
     ref = job.optimizer.state_dict()["state"]
     got = optimizer.state_dict()["state"]
     assert all(torch.equal(ref[i]["exp_avg"], got[i]["exp_avg"]) for i in ref)
+
+
+def test_load_from_s3_downloads_verifies_and_loads(moto_s3, tmp_path, tiny_job):
+    job = tiny_job("s3://ckpt-bucket/runs", local_dir=str(tmp_path / "node-a"), every_steps=2)
+    job.run(4)
+    model = _evaluation_model()
+    # The job's directory on S3; the download lands in local_dir and is verified there.
+    assert load("s3://ckpt-bucket/runs/job", model, local_dir=str(tmp_path / "laptop")) == 4
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), job.weights().values(), strict=True))
+    assert (tmp_path / "laptop" / "job" / "step-4" / "manifest.json").exists()

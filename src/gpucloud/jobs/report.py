@@ -151,9 +151,18 @@ def build_report(job: Job, attempts: list[Attempt], events: list[Event], *, now:
         ),
         timeline=[TimelineRow(at=e.at, attempt=e.attempt, kind=e.kind, detail=_detail(e)) for e in events],
         warnings=[
-            f"attempt {e.attempt}: {_save_fit_detail(e)}"
-            for e in events
-            if e.kind == "save-fit" and e.data.get("fits") is False
+            *(
+                f"attempt {e.attempt}: {_save_fit_detail(e)}"
+                for e in events
+                if e.kind == "save-fit" and e.data.get("fits") is False
+            ),
+            *(
+                f"attempt {e.attempt}: resumed at step {e.data.get('step')}, but the data position was "
+                f"{e.data['data_position']}; the batches after it differ from an uninterrupted run's, so the "
+                "steps kept are not the steps an uninterrupted run would have trained"
+                for e in events
+                if e.kind == "resume" and str(e.data.get("data_position", "")).startswith("not restored")
+            ),
         ],
     )
 

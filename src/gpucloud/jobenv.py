@@ -1,5 +1,9 @@
 """The job environment contract (ARCHITECTURE.md): variables spot-train gives the command."""
 
+import os
+
+from gpucloud.errors import UserError
+
 JOB_ID = "GPUCLOUD_JOB_ID"
 ATTEMPT = "GPUCLOUD_ATTEMPT"
 CHECKPOINT_URI = "GPUCLOUD_CHECKPOINT_URI"
@@ -9,3 +13,20 @@ LOCAL_CHECKPOINT_DIR = "GPUCLOUD_LOCAL_CHECKPOINT_DIR"
 
 EXIT_OK = 0
 EXIT_REQUEUED = 75  # EX_TEMPFAIL: checkpointed and requeued
+
+
+def attempt() -> int | None:
+    """This attempt's number (``GPUCLOUD_ATTEMPT``); None outside spot-train. A malformed value is a
+    one-line UserError."""
+    if ATTEMPT not in os.environ:
+        return None
+    raw = os.environ[ATTEMPT].strip() or "0"
+    if not raw.isascii() or not raw.lstrip("-").isdigit() or len(raw) > 18:
+        raise UserError(f"{ATTEMPT}={raw[:40]!r} is not a whole number")
+    try:
+        value = int(raw)
+    except ValueError:
+        raise UserError(f"{ATTEMPT}={raw!r} is not a whole number") from None
+    if value < 0:
+        raise UserError(f"{ATTEMPT}={raw!r} must be >= 0")
+    return value

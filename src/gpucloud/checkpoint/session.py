@@ -115,7 +115,7 @@ class TrainingSession:
         self.control_dir = control_dir or os.environ.get(jobenv.CONTROL_DIR) or None
         # The attempt token (GPUCLOUD_ATTEMPT, set by spot-train) fences commits; without it the
         # session is not fenced and records attempt 0 in manifests.
-        self.attempt_token = _attempt_from_env()
+        self.attempt_token = jobenv.attempt()
         self.attempt = self.attempt_token or 0
         self.store = CheckpointStore(
             checkpoint_uri, job_id, local_dir=local_dir or os.environ.get(jobenv.LOCAL_CHECKPOINT_DIR) or None
@@ -584,21 +584,6 @@ def check_fits(target: dict[str, Any], directory: Path, *, sections: tuple[str, 
     diffs = fit.differences(target, dcp_io.read_metadata(directory), sections=sections)
     if diffs:
         raise UserError(f"checkpoint {directory} does not fit this model/optimizer: {fit.summary(diffs)}")
-
-
-def _attempt_from_env() -> int | None:
-    if jobenv.ATTEMPT not in os.environ:
-        return None
-    raw = os.environ[jobenv.ATTEMPT].strip() or "0"
-    if not raw.isascii() or not raw.lstrip("-").isdigit() or len(raw) > 18:
-        raise UserError(f"{jobenv.ATTEMPT}={raw[:40]!r} is not a whole number")
-    try:
-        value = int(raw)
-    except ValueError:
-        raise UserError(f"{jobenv.ATTEMPT}={raw!r} is not a whole number") from None
-    if value < 0:
-        raise UserError(f"{jobenv.ATTEMPT}={raw!r} must be >= 0")
-    return value
 
 
 def _root_cause(exc: BaseException) -> str:

@@ -116,9 +116,7 @@ def _fsync_dir(directory: Path) -> None:
 
 def attempt() -> int:
     """This attempt's number (``GPUCLOUD_ATTEMPT``), 0 outside spot-train; validated as the session does."""
-    from gpucloud.checkpoint.session import _attempt_from_env
-
-    return _attempt_from_env() or 0
+    return jobenv.attempt() or 0
 
 
 class SpotContract:

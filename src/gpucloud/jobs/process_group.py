@@ -6,7 +6,8 @@ starts each worker in a session of its own, though, so a ``killpg`` alone would 
 when torchrun dies first; we therefore also remember every descendant we have seen (from
 ``/proc``, refreshed on each poll) and signal their groups too. The command's stdout and stderr
 both go to ``sink`` (our stderr by default: our own stdout is reserved for ``--output json``),
-and the last lines are kept for the failure reason.
+and the last lines are kept for the failure reason. torchrun's ``ChildFailedError`` report for
+ranks that exited 75 (a requeue) is replaced by one line (``torchrun_output.py``).
 
 On Linux the command runs under the guard (``guard.py``), the group's leader: it exits with the
 command's status, and takes the whole tree (ranks in other sessions included) down with it when
@@ -31,6 +32,7 @@ from gpucloud.jobs.proc import descendants as _descendants
 from gpucloud.jobs.proc import pids_in_group as _pids_in_group
 from gpucloud.jobs.proc import same_process as _same_process
 from gpucloud.jobs.proc import state as _state
+from gpucloud.jobs.torchrun_output import RequeueReportFilter
 
 TAIL_LINES = 20
 
@@ -84,7 +86,13 @@ class ProcessGroup:
 
     def _forward_output(self) -> None:
         assert self._proc.stdout is not None
+        requeue_report = RequeueReportFilter()  # torchrun's traceback for ranks that exited 75 is no error
         for line in self._proc.stdout:
+            self._emit(requeue_report.feed(line))
+        self._emit(requeue_report.close())
+
+    def _emit(self, lines: list[str]) -> None:
+        for line in lines:
             self._tail.append(line.rstrip("\n"))
             sink = self._sink or sys.stderr
             try:

@@ -94,11 +94,21 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         click.echo("gpucloud: aborted", err=True)
         sys.exit(130)
-    except click.ClickException as err:
+    except click.exceptions.NoArgsIsHelpError as err:  # `gpucloud job` alone: the help, as click shows it
         err.show()
+        sys.exit(err.exit_code)
+    except click.ClickException as err:  # a usage error (bad flag, value or command) reads like a UserError
+        click.echo(f"gpucloud: error: {click_error_line(err)}", err=True)
         sys.exit(err.exit_code)
     except click.exceptions.Exit as err:
         sys.exit(err.exit_code)
+
+
+def click_error_line(err: click.ClickException) -> str:
+    """Click's message on one line, with where to read more (click prints a usage block instead)."""
+    message = " ".join(err.format_message().split()).rstrip(".")
+    ctx = getattr(err, "ctx", None)
+    return f"{message} (see `{ctx.command_path} --help`)" if ctx is not None else message
 
 
 if __name__ == "__main__":  # pragma: no cover

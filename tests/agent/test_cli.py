@@ -86,7 +86,7 @@ def test_nodes_lists_agents_with_state_type_lifecycle_and_job(gpucloud_home):
     )
     runner = CliRunner()
     shown = json.loads(runner.invoke(nodes, ["--output", "json"]).output)
-    assert [(n["id"], n["state"], n["lifecycle"], n["job_id"], n["slot"]) for n in shown] == [
+    assert [(n["worker"], n["state"], n["lifecycle"], n["job_id"], n["slot"]) for n in shown] == [
         ("i-1:10", "running", "spot", "llama", 1)
     ]
     everything = json.loads(runner.invoke(nodes, ["--all", "--output", "json"]).output)

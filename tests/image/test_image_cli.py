@@ -20,7 +20,7 @@ def run(capsys, *argv):
 
 
 def test_check_shipped_matrix_passes(capsys):
-    code, out, _ = run(capsys, "image", "check", str(SHIPPED_MATRIX))
+    code, out, _ = run(capsys, "image", "check", "--matrix", str(SHIPPED_MATRIX))
     assert code == 0
     assert "17 rules, 0 failed, matrix is compatible" in out
 
@@ -38,7 +38,7 @@ def test_check_broken_matrix_exits_1_and_names_the_clash(capsys, tmp_path):
     raw["versions"]["nvidia_driver"] = "570.124.06"
     broken = tmp_path / "versions.yaml"
     broken.write_text(yaml.safe_dump(raw))
-    code, out, _ = run(capsys, "image", "check", str(broken), "-o", "json")
+    code, out, _ = run(capsys, "image", "check", "--matrix", str(broken), "-o", "json")
     report = json.loads(out)
     assert code == 1 and report["failed"] >= 1
     clash = next(r for r in report["rules"] if r["status"] == "fail")

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import click
 
 from gpucloud.commands.spot_train import print_event, supervisor_config, supervisor_options
-from gpucloud.output import output_option, print_table
+from gpucloud.errors import UserError
+from gpucloud.output import json_line, output_option, print_table
 
 EPILOG = """\b
 Examples:
@@ -39,7 +39,7 @@ gang to stop through the job table (the survivors save the same step; the attemp
 not counted as a crash), marks the dead agent stopped, asks for the node's replacement, and
 completes its lifecycle action once the attempt ended.
 \b
-Exit codes: 0 idle exit or --max-attempts reached; 75 stopped by an interruption notice.
+Exit codes: 0 idle exit or --exit-after-attempts reached; 75 stopped by an interruption notice.
 """
 
 
@@ -78,7 +78,14 @@ Exit codes: 0 idle exit or --max-attempts reached; 75 stopped by an interruption
     help="Exit after this long with nothing to claim (default: run until stopped).",
 )
 @click.option(
-    "--max-attempts", "max_attempts_run", type=click.IntRange(min=1), help="Exit after running this many attempts."
+    "--exit-after-attempts",
+    "exit_after_attempts",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Exit after running this many attempts (default: run until stopped).",
+)
+@click.option(  # the old name: submit's --max-attempts is the crash limit, a different thing
+    "--max-attempts", "deprecated_max_attempts", type=click.IntRange(min=1), hidden=True
 )
 @click.option(
     "--run-dir",
@@ -110,7 +117,8 @@ def agent(
     slot_lease,
     gang_timeout,
     idle_exit,
-    max_attempts_run,
+    exit_after_attempts,
+    deprecated_max_attempts,
     run_dir,
     events_queue,
     output,
@@ -127,6 +135,7 @@ def agent(
     from gpucloud.signals.imds import resolve_endpoint
 
     config = supervisor_config(ack_timeout=ack_timeout, stop_margin=stop_margin, kill_after=kill_after, grace=grace)
+    max_attempts_run = _attempts_limit(exit_after_attempts, deprecated_max_attempts)
     options = AgentOptions(
         slot_lease=slot_lease,
         gang_timeout=gang_timeout,
@@ -188,9 +197,25 @@ def agent(
     return summary.exit_code
 
 
+def _attempts_limit(exit_after: int | None, deprecated: int | None) -> int | None:
+    """``--exit-after-attempts``, or its old name ``--max-attempts`` with a one-line warning."""
+    if deprecated is None:
+        return exit_after
+    if exit_after is not None:
+        raise UserError(
+            "agent --max-attempts is the old name of --exit-after-attempts; give only --exit-after-attempts"
+        )
+    click.echo(
+        "gpucloud: warning: agent --max-attempts is deprecated (submit --max-attempts is the crash limit); "
+        "use --exit-after-attempts",
+        err=True,
+    )
+    return deprecated
+
+
 def _json_line(status: dict[str, Any]) -> None:
     """JSON Lines: every status change, then the summary (``"event": "summary"``)."""
-    click.echo(json.dumps({"event": "status", **status} if "event" not in status else status, default=str))
+    click.echo(json_line({"event": "status", **status} if "event" not in status else status))
 
 
 def _human_line(status: dict[str, Any]) -> None:

@@ -56,7 +56,7 @@ def nodes(queue_uri, show_all, stale_after, output) -> None:
             continue
         rows.append(
             {
-                "id": node.id,
+                "worker": node.id,  # the agent's worker id, as `agent -o json` and `worker -o json` name it
                 "state": state,
                 "address": node.address,
                 "instance_id": node.instance_id,
@@ -65,6 +65,7 @@ def nodes(queue_uri, show_all, stale_after, output) -> None:
                 "job_id": node.job_id,
                 "attempt": node.attempt,
                 "slot": node.slot,
+                "updated_at": node.updated_at,
                 "seen_seconds_ago": round(now - node.updated_at, 1),
                 "reason": node.reason,
             }
@@ -77,7 +78,7 @@ def nodes(queue_uri, show_all, stale_after, output) -> None:
         ["agent", "state", "instance type", "lifecycle", "job", "attempt", "slot", "seen", "why"],
         [
             [
-                r["id"],
+                r["worker"],
                 r["state"],
                 r["instance_type"] or "-",
                 r["lifecycle"] or "-",

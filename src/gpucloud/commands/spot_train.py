@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +17,8 @@ EPILOG = """\b
 Examples:
   gpucloud spot-train -- torchrun --standalone --nproc-per-node 8 train.py
   gpucloud spot-train --job-id llama-7b --checkpoint-uri /fsx/ckpt -- torchrun ... train.py
-  gpucloud spot-train --job-id llama-7b          # resume a requeued job on this node
+                                                 # job llama-7b: new the first time, its next attempt after
+  gpucloud spot-train --job-id llama-7b          # run the requeued job's next attempt on this node
   gpucloud spot-train --imds-endpoint http://127.0.0.1:1338 -- python train.py   (with the emulator)
 
 \b
@@ -101,6 +104,27 @@ def print_event(kind: str, data: dict[str, Any]) -> None:
     line = describe_event(kind, data)
     if line:
         click.echo(f"gpucloud: {line}", err=True)
+    hint = interpreter_hint(data.get("reason")) if kind == "crash" else None
+    if hint and hint not in _hints_given:  # once: every retry of the attempt crashes the same way
+        _hints_given.add(hint)
+        click.echo(f"gpucloud: {hint}", err=True)
+
+
+# The training API's modules: a command that cannot import them runs in another Python than gpucloud's
+# (the usual cause: the virtualenv was not activated, so `python` is the system's).
+_MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '(gpucloud|torch|torchdata)(?:[.'])")
+_hints_given: set[str] = set()
+
+
+def interpreter_hint(reason: object) -> str | None:
+    """One line naming the interpreter problem behind a crash, or None when it is not one."""
+    found = _MISSING_MODULE.search(reason) if isinstance(reason, str) else None
+    if found is None:
+        return None
+    return (
+        f"the command's Python has no module '{found.group(1)}': it is not the environment gpucloud runs in "
+        f"({sys.prefix}); activate that (source {sys.prefix}/bin/activate) or start the command with {sys.executable}"
+    )
 
 
 @click.command(
@@ -108,7 +132,11 @@ def print_event(kind: str, data: dict[str, Any]) -> None:
     epilog=EPILOG,
     context_settings={"ignore_unknown_options": False, "allow_interspersed_args": False},
 )
-@click.option("--job-id", help="Run this queued job (e.g. after a requeue); without it a new job is recorded.")
+@click.option(
+    "--job-id",
+    help="The job to run: its next attempt if it exists (after a requeue), else a new job with this id (give its "
+    "command after --). Default: a new job with a generated id.",
+)
 @click.option("--name", help="A human name for a new job.")
 @click.option(
     "--checkpoint-uri",
@@ -162,41 +190,39 @@ def spot_train(
     config = supervisor_config(ack_timeout=ack_timeout, stop_margin=stop_margin, kill_after=kill_after, grace=grace)
     endpoint = None if no_imds else resolve_endpoint(imds_endpoint)  # validate before recording anything
     queue_uri = queue_uri or default_queue_uri()
-    if job_id is None:  # a new job: refuse a checkpoint location the next attempt could not read
-        checkpoint_uri = checkpoint_uri_to_submit(checkpoint_uri, queue_uri=queue_uri, nodes=1)
+    # A new job: refuse a checkpoint location the next attempt could not read before anything is recorded.
+    new_job_uri = checkpoint_uri_to_submit(checkpoint_uri, queue_uri=queue_uri, nodes=1) if job_id is None else None
     queue = open_queue(queue_uri, supervising=True)
-    if job_id is not None:
-        job = queue.get(job_id)
-        given = {
-            "--checkpoint-uri": checkpoint_uri,
-            "--max-attempts": max_attempts,
-            "--gpus-per-node": gpus_per_node,
-            "--name": name,
-        }
-        clashing = [flag for flag, value in given.items() if value is not None]
-        if clashing:
-            raise UserError(
-                f"{', '.join(clashing)} only apply to new jobs; job {job_id} keeps the settings it was submitted with"
-            )
-        if command and list(command) != job.spec.command:
-            raise UserError(
-                f"job {job_id} runs `{' '.join(job.spec.command)}`; omit the command after -- or pass the same one"
-            )
-    else:
+    existing = _existing_job(queue, job_id, command)
+    if existing is not None:  # the job's next attempt: the same command line again is fine
+        _check_same_settings(
+            existing,
+            command,
+            {
+                "--checkpoint-uri": (checkpoint_uri, existing.spec.checkpoint_uri),
+                "--max-attempts": (max_attempts, existing.spec.max_attempts),
+                "--gpus-per-node": (gpus_per_node, existing.spec.gpus_per_node),
+                "--name": (name, existing.spec.name),
+            },
+        )
+    else:  # a new job, under --job-id when given (as `submit --job-id` does)
         if not command:
             raise UserError(
                 "missing command after --; e.g. gpucloud spot-train -- torchrun --nproc-per-node 2 train.py"
             )
+        if job_id is not None:
+            new_job_uri = checkpoint_uri_to_submit(checkpoint_uri, queue_uri=queue_uri, nodes=1)
         spec = spec_from_flags(
             command=list(command),
             name=name,
-            checkpoint_uri=checkpoint_uri,
+            checkpoint_uri=new_job_uri,
             gpus_per_node=gpus_per_node or 0,
             max_attempts=max_attempts or 3,
             workdir=None,
         )
-        job_id = queue.submit(spec).id
+        job_id = queue.submit(spec, job_id=job_id).id
         click.echo(f"gpucloud: job {job_id} recorded in {queue.uri}", err=True)
+    assert job_id is not None
 
     hub = start_signal_hub(imds_endpoint=endpoint, use_imds=not no_imds, poll_interval=poll_interval, grace=grace)
     try:
@@ -230,6 +256,38 @@ def spot_train(
         )
     queue.close()
     return result.exit_code
+
+
+def _existing_job(queue, job_id: str | None, command: tuple[str, ...]):
+    """The job ``--job-id`` names, or None when a new job is to be recorded under it: a command after
+    -- starts the job the first time and runs its next attempt afterwards."""
+    from gpucloud.queue.protocol import UnknownJob
+
+    if job_id is None:
+        return None
+    try:
+        return queue.get(job_id)
+    except UnknownJob as err:
+        if command:
+            return None
+        raise UserError(
+            f"{err}; to start it, give its command: gpucloud spot-train --job-id {job_id} -- COMMAND"
+        ) from None
+
+
+def _check_same_settings(job, command: tuple[str, ...], given: dict[str, tuple[Any, Any]]) -> None:
+    """An existing job keeps what it was submitted with: flags that differ from it are refused."""
+    if command and list(command) != job.spec.command:
+        raise UserError(
+            f"job {job.id} runs `{' '.join(job.spec.command)}`; omit the command after -- or pass the same one"
+        )
+    differing = {flag: pair for flag, pair in given.items() if pair[0] is not None and pair[0] != pair[1]}
+    if differing:
+        asked = ", ".join(f"{flag} {value}" for flag, (value, _) in differing.items())
+        kept = ", ".join(f"{flag} {job_value}" for flag, (_, job_value) in differing.items())
+        raise UserError(
+            f"{asked} only apply to new jobs; job {job.id} keeps the settings it was submitted with ({kept})"
+        )
 
 
 def job_summary(queue, job_id: str) -> dict[str, Any]:

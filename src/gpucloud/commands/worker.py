@@ -22,7 +22,12 @@ Examples:
 """,
 )
 @supervisor_options
-@click.option("--once", is_flag=True, help="Run at most one job, then exit (exit 0 when nothing is queued).")
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Run at most one job, then exit with its spot-train exit code: 0 finished (or nothing was queued), "
+    "75 requeued, 130 cancelled, other non-zero failed.",
+)
 @click.option("--max-jobs", type=click.IntRange(min=1), help="Exit after running this many jobs.")
 @click.option(
     "--idle-exit", type=click.FloatRange(min=0.0), metavar="SECONDS", help="Exit after this long with nothing to claim."
@@ -49,7 +54,8 @@ def worker(
     Jobs submitted with more than one node are left in the queue for the node agents
     (`gpucloud agent`), which form their gang; the worker logs each one it skips.
 
-    After a stop notice the worker requeues the job and exits 75: the node is going away.
+    After a stop notice the worker requeues the job and exits 75: the node is going away. With
+    --once it exits as `spot-train --job-id` would for the job it ran (a failed job: non-zero).
     """
     from gpucloud.jobs.node import start_signal_hub
     from gpucloud.jobs.runner import claim_single_node_job, default_worker_id, supervise_job
@@ -113,6 +119,8 @@ def worker(
     finally:
         hub.stop()
         queue.close()
+    if once and ran and exit_code == 0:  # one job: its outcome is the worker's, as for spot-train --job-id
+        exit_code = ran[0]["exit_code"]
     if output == "json":
         print_json({"worker": me, "jobs": ran, "exit_code": exit_code})
     elif ran:

@@ -69,28 +69,64 @@ def _iso_if_time(key: object, value: Any) -> Any:
 
 
 # Columns whose values must read whole at any terminal width: ids and states. Others fold onto more
-# lines rather than being cut with "…".
+# lines rather than being cut with "…"; when even folded they do not fit, the rightmost are left out
+# (the caption names them; --output json has everything).
 KEY_COLUMNS = frozenset({"id", "job", "agent", "state", "ended", "#", "attempt", "slot", "exit code", "Status"})
+FOLD_FLOOR = 8  # narrowest a folding column is squeezed to before columns are left out
 
 
 def print_table(
     title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]], *, console: Any = None
 ) -> None:
-    """A rich table; values in ``KEY_COLUMNS`` are never cut or wrapped, the others fold."""
+    """A rich table that fits the terminal without cutting a value of ``KEY_COLUMNS``."""
     from rich.console import Console
     from rich.table import Table
 
+    console = console or Console()
     cells = [["" if v is None else str(v) for v in row] for row in rows]
-    table = Table(title=title, show_lines=False)
-    for index, col in enumerate(columns):
-        if col in KEY_COLUMNS:
-            widest = max((_longest_line(row[index]) for row in cells if index < len(row)), default=0)
-            table.add_column(col, no_wrap=True, min_width=max(widest, len(col)))
+    natural = [
+        max([len(col)] + [_longest_line(row[i]) for row in cells if i < len(row)]) for i, col in enumerate(columns)
+    ]
+    keys = [col in KEY_COLUMNS for col in columns]
+    shown, widths = fit_columns(natural, keys, console.width)
+    left_out = [col for i, col in enumerate(columns) if i not in shown]
+    caption = (
+        f"left out at {console.width} columns: {', '.join(left_out)} (--output json has them)" if left_out else None
+    )
+    table = Table(title=title, show_lines=False, caption=caption)
+    for i in shown:
+        if keys[i]:
+            table.add_column(columns[i], no_wrap=True, min_width=natural[i])
         else:
-            table.add_column(col, overflow="fold")
+            table.add_column(columns[i], overflow="fold", width=widths.get(i))
     for row in cells:
-        table.add_row(*row)
-    (console or Console()).print(table)
+        table.add_row(*(row[i] if i < len(row) else "" for i in shown))
+    console.print(table)
+
+
+def fit_columns(natural: Sequence[int], keys: Sequence[bool], width: int) -> tuple[list[int], dict[int, int]]:
+    """Which columns to show and the widths of the folding ones, so the table fits ``width``: key
+    columns keep their natural width; folding ones share what is left (each at least ``FOLD_FLOOR``
+    or its natural width), and the rightmost folding columns are left out when even that is too much."""
+    shown = list(range(len(natural)))
+    while True:
+        chrome = 3 * len(shown) + 1  # a border per column and one more, a space of padding each side
+        fixed = sum(natural[i] for i in shown if keys[i])
+        folding = [i for i in shown if not keys[i]]
+        if fixed + sum(natural[i] for i in folding) + chrome <= width:
+            return shown, {}
+        if not folding or fixed + sum(min(natural[i], FOLD_FLOOR) for i in folding) + chrome <= width:
+            return shown, _share(width - chrome - fixed, {i: natural[i] for i in folding})
+        shown.remove(folding[-1])
+
+
+def _share(room: int, wanted: dict[int, int]) -> dict[int, int]:
+    """Split ``room`` among columns: the narrow ones get all they want, the rest an equal share."""
+    widths: dict[int, int] = {}
+    for count, i in enumerate(sorted(wanted, key=wanted.__getitem__)):
+        fair = max(1, (room - sum(widths.values())) // (len(wanted) - count))
+        widths[i] = min(wanted[i], fair)
+    return widths
 
 
 def _longest_line(text: str) -> int:

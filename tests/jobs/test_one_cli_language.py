@@ -136,3 +136,14 @@ def test_tables_fold_long_values_instead_of_cutting_them():
     print_table("t", ["job", "state", "reason"], [[LONG_ID, "cancelling", "r" * 150 + "END"]], console=console)
     text = console.file.getvalue()
     assert LONG_ID in text and "cancelling" in text and "END" in text and "…" not in text, text
+
+
+def test_columns_that_cannot_fit_even_folded_are_left_out_and_named_never_a_key_value():
+    from rich.console import Console
+
+    console = Console(width=80, file=io.StringIO(), color_system=None)
+    columns = ["id", "state", "worker", "updated", "command"]
+    print_table(None, columns, [[LONG_ID, "running", "w" * 30, "2026-11-24 05:40:00", "c" * 70]], console=console)
+    text = console.file.getvalue()
+    assert LONG_ID in text and "running" in text and max(len(line) for line in text.splitlines()) <= 80, text
+    assert "left out at 80 columns: command" in " ".join(text.split()), text

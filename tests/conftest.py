@@ -8,6 +8,7 @@ plus fake credentials.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 import sys
@@ -44,6 +45,14 @@ NODE_ENV = (
     "GPUCLOUD_NODE_GROUP",
     "GPUCLOUD_NODE_GROUPS",
 )
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (pyproject's addopts): two workers per core, at most 8. Most of the suite's time
+    is spent waiting (on subprocesses starting torch, on moto, on agents' poll intervals), so
+    workers that overlap their waits finish sooner than one per core; on a loaded machine they also
+    keep the suite's fair share of the CPU."""
+    return max(2, min(8, 2 * (os.cpu_count() or 1)))
 
 
 def free_port() -> int:

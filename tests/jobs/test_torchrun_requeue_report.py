@@ -9,7 +9,10 @@ import io
 import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from fuzzing import fuzz_settings
 from gpucloud.jobs.process_group import ProcessGroup
 from gpucloud.jobs.torchrun_output import REPLACEMENT, RequeueReportFilter
 
@@ -97,3 +100,41 @@ def test_real_torchrun_whose_ranks_crash_still_prints_its_report():
     code, output = run_real_torchrun(3)
     assert code != 0 and "ChildFailedError" in output and "exitcode  : 3" in output, output
     assert REPLACEMENT not in output
+
+
+_PIECES = [
+    "Traceback (most recent call last):\n",
+    '  File "x.py", line 1\n',
+    "    ^^^^\n",
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n",
+    "=" * 40 + "\n",
+    "=" * 12 + "\n",
+    "Root Cause (first observed failure):\n",
+    "  exitcode  : 3 (pid: 1) \n",
+    "  exitcode  : 75 (pid: 2) \n",
+    "ValueError: bad\n",
+    "\n",
+    "step 7\n",
+]
+
+
+@given(st.lists(st.sampled_from(_PIECES) | st.text(max_size=20).map(lambda t: t.replace("\n", " ") + "\n")))
+@fuzz_settings()
+def test_fuzz_output_is_passed_whole_and_in_order_unless_a_whole_requeue_report_was_replaced(lines):
+    out = filtered(lines)
+    if REPLACEMENT not in out:
+        assert out == lines  # nothing lost, nothing reordered
+    kept = iter(lines)  # what is left besides replacements comes in the input's order
+    assert all(any(line == seen for seen in kept) for line in out if line != REPLACEMENT)
+
+
+@given(st.lists(st.sampled_from([75, 75, -15, 1, 3, -9]), min_size=1, max_size=5), st.lists(st.sampled_from(_PIECES)))
+@fuzz_settings()
+def test_fuzz_a_report_with_any_other_exit_is_never_hidden(codes, noise):
+    lines = [*noise, *torchrun_report(*codes)]
+    out = filtered(lines)
+    hidden = codes[0] == 75 and all(code in (75, -15) for code in codes)
+    if not hidden:
+        assert REPLACEMENT not in out and out == lines
+    elif not noise:
+        assert out == [REPLACEMENT]

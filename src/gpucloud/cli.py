@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     ),
     "submit": ("gpucloud.commands.jobs", "submit", "Queue a training job."),
     "jobs": ("gpucloud.commands.jobs", "jobs", "List jobs in the queue."),
-    "job": ("gpucloud.commands.jobs", "job", "One job: show (timeline, steps lost), cancel, resume."),
+    "job": ("gpucloud.commands.jobs", "job", "One job: show (timeline, steps lost), logs, cancel, resume."),
     "worker": ("gpucloud.commands.worker", "worker", "Take queued jobs and run them under spot-train."),
     "agent": (
         "gpucloud.commands.agent",

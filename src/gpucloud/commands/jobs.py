@@ -169,6 +169,11 @@ def _job_row(job) -> dict[str, Any]:
         "cancel_requested_at": job.cancel_requested_at,
         "group": job.spec.group,
         "fallback_group": job.spec.fallback_group,
+        # Live progress: the running attempt's step and steps/s (stored with its lease renewals),
+        # or the last step of the attempt that ended last (step_rate null).
+        "last_step": job.last_step,
+        "step_rate": job.step_rate,
+        "progress_at": job.progress_at,
     }
 
 
@@ -179,7 +184,11 @@ def _job_row(job) -> dict[str, Any]:
 )
 @output_option()
 def jobs(queue_uri, states, output) -> None:
-    """List jobs, oldest first: state, current attempt, worker, command.
+    """List jobs, oldest first: state, current attempt, step, worker, command.
+
+    A running job shows its current step and steps/s (over the last minute), updated with each
+    lease renewal of its attempt (every 15 s, and once as soon as training reports a rate); an
+    ended attempt leaves its last step.
 
     \b
     Example: gpucloud jobs --state queued --state running --output json
@@ -194,13 +203,15 @@ def jobs(queue_uri, states, output) -> None:
         return
     print_table(
         f"jobs in {queue.uri}",
-        ["id", "name", "state", "attempt", "worker", "updated", "command"],
+        ["id", "name", "state", "attempt", "step", "steps/s", "worker", "updated", "command"],
         [
             [
                 j.id,
                 j.spec.name or "",
                 _state_text(j),
                 j.attempt,
+                j.last_step,
+                _rate_text(j.step_rate),
                 j.worker or "",
                 _when(j.updated_at),
                 " ".join(j.spec.command)[:60],
@@ -210,6 +221,19 @@ def jobs(queue_uri, states, output) -> None:
     )
 
 
+def _rate_text(rate: float | None) -> str:
+    return "" if rate is None else f"{rate:.3g}"
+
+
+def _progress_line(report) -> str:
+    """e.g. "\nprogress: step 1234 at 2.51 steps/s (12:03:04)" while a step is known."""
+    if report.last_step is None:
+        return ""
+    rate = f" at {_rate_text(report.step_rate)} steps/s" if report.step_rate is not None else ""
+    when = f" ({_when(report.progress_at)})" if report.progress_at is not None else ""
+    return f"\nprogress: step {report.last_step}{rate}{when}"
+
+
 def _state_text(job) -> str:
     """The state as a table shows it: a running job that was cancelled is still saving its step."""
     return "cancelling" if job.cancel_requested_at is not None and not job.state.terminal else job.state.value
@@ -217,7 +241,7 @@ def _state_text(job) -> str:
 
 @click.group("job")
 def job() -> None:
-    """Inspect or control one job: show, cancel, resume."""
+    """Inspect or control one job: show, logs, cancel, resume."""
 
 
 @job.command(
@@ -271,7 +295,8 @@ def cancel(job_id, queue_uri, grace, output) -> None:
 @queue_option()
 @output_option()
 def show(job_id, queue_uri, output) -> None:
-    """Attempts, the timeline with timestamps, steps lost per interruption, GPU-hours used and lost.
+    """Attempts, the timeline with timestamps, steps lost per interruption, GPU-hours used and lost;
+    while the job runs, its current step and steps/s.
 
     JOB is a job id, or the name it was submitted with (`submit --name`); a name several jobs share
     is refused with the list of their ids.
@@ -290,6 +315,59 @@ def show(job_id, queue_uri, output) -> None:
         print_json(report.model_dump())
         return
     render_report(report)
+
+
+@job.command(
+    "logs",
+    epilog="""\b
+Examples:
+  gpucloud job logs j-4f2a9c01de                  # every attempt's output, oldest first
+  gpucloud job logs llama-7b --attempt 2          # the output of attempt 2 only
+  gpucloud job logs llama-7b --follow             # stream the running attempt, then the next ones
+""",
+)
+@click.argument("job_id", metavar="JOB")
+@queue_option()
+@click.option(
+    "--attempt",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Only attempt N (default: every attempt, each under a '==> attempt N (state) <==' header).",
+)
+@click.option(
+    "--follow",
+    "-f",
+    is_flag=True,
+    help="Keep printing what the running attempt writes (and, without --attempt, the attempts after it) "
+    "until the job ends.",
+)
+def logs(job_id, queue_uri, attempt, follow) -> None:
+    """Print the output of JOB's attempts: the command's stdout and stderr (every rank torchrun
+    started on each node), with the supervisor's own lines interleaved, marked `[gpucloud <UTC time>]`.
+
+    Every attempt keeps its output, also one that was interrupted, lost or crashed: the supervisor
+    writes it to $GPUCLOUD_HOME/logs/JOB/attempt-N.log on the node that ran it (in a gang, each
+    line marked with its node). JOB is a job id or a unique `submit --name`.
+    """
+    import sys
+
+    from gpucloud.jobs.logs import show_logs
+    from gpucloud.queue.locations import open_queue
+    from gpucloud.queue.names import resolve_job
+
+    queue = open_queue(queue_uri)
+    current = resolve_job(queue, job_id)
+
+    def out(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    try:
+        notes = show_logs(queue, current, attempt=attempt, follow=follow, out=out)
+    except KeyboardInterrupt:  # Ctrl-C ends --follow; the job goes on
+        return
+    for note in notes:
+        click.echo(f"gpucloud: {note}", err=True)
 
 
 def _checkpoints_line(report) -> str:
@@ -368,6 +446,7 @@ def render_report(report) -> None:
         + (f" — {report.reason}" if report.reason else "")
         + f"\ncommand: {' '.join(report.command)}"
         + _checkpoints_line(report)
+        + _progress_line(report)
     )
     print_table(
         "attempts",

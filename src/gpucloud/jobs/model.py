@@ -172,6 +172,19 @@ class Job(BaseModel):
     # Set by `gpucloud job cancel` on a RUNNING job: whatever ends its attempt (the supervisor, a
     # takeover of an expired lease, a gang's fail-over) ends the job CANCELLED instead of requeuing.
     cancel_requested_at: float | None = None
+    # Live progress (``Progress``), stored with each lease renewal of the running attempt; when an
+    # attempt ends, ``last_step`` keeps its last step and ``step_rate`` is gone (only while RUNNING).
+    last_step: int | None = None
+    step_rate: float | None = None  # steps per second over the last minute
+    progress_at: float | None = None  # when the session wrote ``last_step``
+
+    @model_validator(mode="after")
+    def _a_rate_only_while_running(self) -> Job:
+        # A rate describes a running attempt; a stored one outlives it only where its end could
+        # not clear it (a holder that died), and must never be shown for a queued or ended job.
+        if self.state is not JobState.RUNNING:
+            self.step_rate = None
+        return self
 
 
 class Attempt(BaseModel):
@@ -188,6 +201,15 @@ class Attempt(BaseModel):
     last_step: int | None = None  # the furthest step it completed
     committed_step: int | None = None  # the emergency checkpoint it committed, if any
     reason: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """A running attempt's progress as its supervisor last saw it (``JobQueue.heartbeat``)."""
+
+    last_step: int
+    step_rate: float | None  # steps per second over the last minute (None: one sample so far)
+    progress_at: float  # when the session wrote ``last_step``
 
 
 class Event(BaseModel):

@@ -56,6 +56,7 @@ class AttemptRow(BaseModel):
     exit_code: int | None
     reason: str | None
     checkpoint_uri: str | None = None  # the durable tier this attempt used (resolved on its node)
+    step_rate: float | None = None  # steps per second over the last minute, while it runs
 
 
 class TimelineRow(BaseModel):
@@ -81,6 +82,11 @@ class JobReport(BaseModel):
     timeline: list[TimelineRow]
     warnings: list[str] = []  # e.g. an emergency save that could not fit in the notice
     cancel_requested_at: float | None = None  # `gpucloud job cancel` on the running job: it is stopping
+    # Live progress (the job record's, stored with each lease renewal): the running attempt's step
+    # and rate, or the last step of the attempt that ended last.
+    last_step: int | None = None
+    step_rate: float | None = None
+    progress_at: float | None = None
 
 
 def build_report(job: Job, attempts: list[Attempt], events: list[Event], *, now: float | None = None) -> JobReport:
@@ -105,6 +111,7 @@ def build_report(job: Job, attempts: list[Attempt], events: list[Event], *, now:
         )
         wall = (ended - started) if started is not None and ended is not None else None
         used_s += wall or 0.0
+        live = _reports_progress(job, attempt)
         rows.append(
             AttemptRow(
                 number=attempt.number,
@@ -114,10 +121,12 @@ def build_report(job: Job, attempts: list[Attempt], events: list[Event], *, now:
                 ended_at=attempt.ended_at,
                 wall_s=_r(wall),
                 resumed_step=attempt.resumed_step,
-                last_step=attempt.last_step,
+                # A running attempt's step lives on the job until the attempt ends (JobQueue.heartbeat).
+                last_step=job.last_step if live and attempt.last_step is None else attempt.last_step,
                 exit_code=attempt.exit_code,
                 reason=attempt.reason,
                 checkpoint_uri=_checkpoint_uri(evs),
+                step_rate=job.step_rate if live else None,
             )
         )
         following = attempts_by_number.get(attempt.number + 1)
@@ -136,6 +145,9 @@ def build_report(job: Job, attempts: list[Attempt], events: list[Event], *, now:
         state=job.state.value,
         reason=job.reason,
         cancel_requested_at=job.cancel_requested_at,
+        last_step=job.last_step,
+        step_rate=job.step_rate,
+        progress_at=job.progress_at,
         command=job.spec.command,
         attempts=rows,
         interruptions=interruptions,
@@ -164,6 +176,18 @@ def build_report(job: Job, attempts: list[Attempt], events: list[Event], *, now:
                 if e.kind == "resume" and str(e.data.get("data_position", "")).startswith("not restored")
             ),
         ],
+    )
+
+
+def _reports_progress(job: Job, attempt: Attempt) -> bool:
+    """Whether the job's live progress is ``attempt``'s: it is the running attempt, and the step was
+    written since it started (until its first renewal the job still holds the previous attempt's)."""
+    return (
+        attempt.state is AttemptState.RUNNING
+        and attempt.number == job.attempt
+        and attempt.started_at is not None
+        and job.progress_at is not None
+        and job.progress_at >= attempt.started_at
     )
 
 

@@ -25,8 +25,10 @@ from typing import Any, Protocol
 
 from gpucloud import control, jobenv
 from gpucloud.errors import UserError
+from gpucloud.jobs.logs import AttemptLog, open_attempt_log
 from gpucloud.jobs.model import RESUMABLE, AttemptEnd, AttemptState, Job, JobState, is_cancel
 from gpucloud.jobs.process_group import CommandNotFound, OutputSink, ProcessGroup
+from gpucloud.jobs.progress import StepRate
 from gpucloud.jobs.supervisor import (
     SaveMeasure,
     StopPlan,
@@ -89,11 +91,20 @@ class _Observed:
     committed: dict[str, Any] | None = None
     finished: dict[str, Any] | None = None
     last_step: int | None = None
+    rate: StepRate = dataclasses.field(default_factory=StepRate)
+    reported_rate: bool = False  # the queue has been told a rate once (the early renewal below)
 
     def see_step(self, payload: dict[str, Any] | None) -> None:
         step = _step_of(payload)
         if step is not None and (self.last_step is None or step > self.last_step):
             self.last_step = step
+
+    def see_progress(self, payload: dict[str, Any] | None) -> None:
+        """A ``progress`` file: the furthest step, and a sample of the step rate."""
+        self.see_step(payload)
+        step, at = _step_of(payload), _written_at(payload)
+        if step is not None and at is not None:
+            self.rate.add(step, at)
 
 
 def attempt_environment(job: Job, *, control_dir: Path, local_dir: str | None) -> dict[str, str]:
@@ -138,17 +149,37 @@ def run_attempt(
             f"cannot create the control directory {control_dir}: {err.strerror} (set GPUCLOUD_HOME)"
         ) from err
     control.clear(control_dir)
-    timeline = _Timeline(queue, job.id, number, on_event)
+    # The command's output and the supervisor's lines, kept per attempt (`gpucloud job logs`).
+    output = open_attempt_log(job, echo=sink)
+    try:
+        return _run_logged(queue, job, worker, notices, config, local_checkpoint_dir, output, on_event, control_dir)
+    finally:
+        output.close()
+
+
+def _run_logged(
+    queue: JobQueue,
+    job: Job,
+    worker: str,
+    notices: NoticeSource,
+    config: SupervisorConfig,
+    local_checkpoint_dir: str | None,
+    output: AttemptLog,
+    on_event: EventHook | None,
+    control_dir: Path,
+) -> AttemptResult:
+    number = job.attempt
+    timeline = _Timeline(queue, job.id, number, on_event, output)
     env = attempt_environment(job, control_dir=control_dir, local_dir=local_checkpoint_dir)
     try:
         # Half the lease: a supervisor that dies leaves its ranks time to save, and they are gone
         # before the lease runs out and another worker may start the next attempt.
         group = ProcessGroup(
-            job.spec.command, env=env, cwd=job.spec.workdir, sink=sink, save_grace=config.lease_seconds / 2
+            job.spec.command, env=env, cwd=job.spec.workdir, sink=output, save_grace=config.lease_seconds / 2
         )
     except (CommandNotFound, NotADirectoryError, FileNotFoundError) as err:
         end = AttemptEnd(state=AttemptState.FAILED, exit_code=127, reason=str(err))
-        timeline.record("exit", exit_code=127, reason=str(err))
+        timeline.record("exit", exit_code=127, reason=str(err), log=str(output.path) if output.writable else None)
         return AttemptResult(number, end, queue.end_attempt(job.id, number, end), 127, None, [])
     attempt = _AttemptLoop(queue, job, worker, group, control_dir, config, timeline)
     command_exit = attempt.run(notices)
@@ -167,18 +198,24 @@ def run_attempt(
 
 
 class _Timeline:
-    """Records one attempt's events in the queue and tells the live display (``on_event``)."""
+    """Records one attempt's events in the queue, tells the live display (``on_event``) and writes
+    the supervisor's line for each into the attempt's log."""
 
-    def __init__(self, queue: JobQueue, job_id: str, attempt: int, on_event: EventHook | None) -> None:
+    def __init__(
+        self, queue: JobQueue, job_id: str, attempt: int, on_event: EventHook | None, output: AttemptLog
+    ) -> None:
         self.queue, self.job_id, self.attempt, self.on_event = queue, job_id, attempt, on_event
+        self.output = output
 
     def record(self, kind: str, /, at: float | None = None, **data: Any) -> None:
         self.queue.record(self.job_id, self.attempt, kind, at=at, data=data)
         self.announce(kind, at=at, **data)
 
     def announce(self, kind: str, /, at: float | None = None, **data: Any) -> None:
+        payload = {"attempt": self.attempt, "at": time.time() if at is None else at, **data}
+        self.output.event(kind, payload)
         if self.on_event is not None:
-            self.on_event(kind, {"attempt": self.attempt, "at": time.time() if at is None else at, **data})
+            self.on_event(kind, payload)
 
 
 class _AttemptLoop:
@@ -212,6 +249,7 @@ class _AttemptLoop:
             pid=group.pid,
             command=job.spec.command,
             checkpoint_uri=checkpoint_uri_for(job.spec.checkpoint_uri),  # what `job show` reports as used
+            log=str(timeline.output.path) if timeline.output.writable else None,  # what `job logs` reads
         )
         self.next_heartbeat = started + config.lease_seconds / 4
         self.next_scan = started
@@ -236,7 +274,7 @@ class _AttemptLoop:
             if now >= self.next_scan:  # torchrun's ranks live in sessions of their own: keep track of them
                 self.group.refresh_descendants()
                 self.next_scan = now + 0.5
-            if now >= self.next_heartbeat and not self.lease_lost:
+            if (now >= self.next_heartbeat or self._first_rate_known(now)) and not self.lease_lost:
                 self._renew_lease(now)
             exit_code = self.group.poll()
             if exit_code is not None and not self.group.alive():
@@ -275,7 +313,7 @@ class _AttemptLoop:
             details = {k: v for k, v in payload.items() if k not in ("step", "written_at")}
             timeline.record("resume", at=_written_at(payload), step=_step_of(payload), **details)
         progress = control.read(control_dir, control.PROGRESS)
-        seen.see_step(progress)
+        seen.see_progress(progress)
         self._see_save(progress)
         if seen.acked is None and (payload := control.read(control_dir, control.ACK)) is not None:
             seen.acked = payload
@@ -341,9 +379,20 @@ class _AttemptLoop:
             self.save_recorded = (measure, now)
         self.last_save = measure
 
+    def _first_rate_known(self, now: float) -> bool:
+        """Renew once early, as soon as the attempt has a step rate: `gpucloud jobs` shows the step
+        and rate seconds after training starts, not a quarter lease later. Later progress rides on
+        the regular renewals (every lease_seconds / 4), so it never adds a write to the queue."""
+        return not self.seen.reported_rate and self.seen.rate.rate(now) is not None
+
     def _renew_lease(self, now: float) -> None:
         self.next_heartbeat = now + self.config.lease_seconds / 4
-        if self.queue.heartbeat(self.job.id, self.job.attempt, self.worker, lease_seconds=self.config.lease_seconds):
+        progress = self.seen.rate.progress(now)
+        if progress is not None and progress.step_rate is not None:
+            self.seen.reported_rate = True
+        if self.queue.heartbeat(
+            self.job.id, self.job.attempt, self.worker, lease_seconds=self.config.lease_seconds, progress=progress
+        ):
             return
         self.lease_lost = True  # another worker took the job over; this attempt must not go on
         if self.terminated_at is None:

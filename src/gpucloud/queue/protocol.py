@@ -29,6 +29,7 @@ from gpucloud.jobs.model import (
     JobSpec,
     JobState,
     NodeRecord,
+    Progress,
     SlotClaim,
     SlotOffer,
 )
@@ -95,8 +96,15 @@ class JobQueue(Protocol):
         """
         ...
 
-    def heartbeat(self, job_id: str, attempt: int, worker: str, *, lease_seconds: float) -> bool:
-        """Extend the lease; False when ``worker`` no longer holds attempt ``attempt``."""
+    def heartbeat(
+        self, job_id: str, attempt: int, worker: str, *, lease_seconds: float, progress: Progress | None = None
+    ) -> bool:
+        """Extend the lease; False when ``worker`` no longer holds attempt ``attempt``.
+
+        With ``progress``, the same write stores it on the job (``last_step``, ``step_rate``,
+        ``progress_at``): live progress costs no write of its own. ``end_attempt`` keeps the
+        attempt's last step on the job and drops the rate; a claim drops the rate too.
+        """
         ...
 
     def record(

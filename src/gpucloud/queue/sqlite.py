@@ -34,6 +34,7 @@ from gpucloud.jobs.model import (
     JobSpec,
     JobState,
     NodeRecord,
+    Progress,
     SlotClaim,
     SlotOffer,
     StopRequest,
@@ -70,7 +71,10 @@ CREATE TABLE IF NOT EXISTS jobs (
     lease_until REAL,
     reason TEXT,
     exit_code INTEGER,
-    cancel_requested_at REAL
+    cancel_requested_at REAL,
+    last_step INTEGER,
+    step_rate REAL,
+    progress_at REAL
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, created_at);
 CREATE TABLE IF NOT EXISTS attempts (
@@ -182,6 +186,9 @@ class SqliteQueue:
         if _needs_cancel_migration(self._table_sql()):
             with self._tx() as db:
                 _migrate_for_cancel(db)
+        if _needs_progress_migration(self._table_sql()):
+            with self._tx() as db:
+                _migrate_for_progress(db)
 
     def _table_sql(self) -> dict[str, str]:
         rows = self._read("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name IN ('jobs', 'attempts')")
@@ -370,14 +377,20 @@ class SqliteQueue:
                 return None
         return self.get(job.id)
 
-    def heartbeat(self, job_id: str, attempt: int, worker: str, *, lease_seconds: float) -> bool:
+    def heartbeat(
+        self, job_id: str, attempt: int, worker: str, *, lease_seconds: float, progress: Progress | None = None
+    ) -> bool:
         now = time.time()
+        assignments = "lease_until = ?, updated_at = ?"
+        values: list[float | int | None] = [now + lease_seconds, now]
+        if progress is not None:
+            assignments += ", last_step = ?, step_rate = ?, progress_at = ?"
+            values += [progress.last_step, progress.step_rate, progress.progress_at]
         with self._tx() as db:
             return (
                 db.execute(
-                    "UPDATE jobs SET lease_until = ?, updated_at = ? "
-                    "WHERE id = ? AND attempt = ? AND worker = ? AND state = 'running'",
-                    (now + lease_seconds, now, job_id, attempt, worker),
+                    f"UPDATE jobs SET {assignments} WHERE id = ? AND attempt = ? AND worker = ? AND state = 'running'",
+                    (*values, job_id, attempt, worker),
                 ).rowcount
                 == 1
             )
@@ -435,6 +448,11 @@ class SqliteQueue:
             if ended != 1:
                 return Transition(job=job, applied=False)
             crashes = job.crashes + (1 if end.state is AttemptState.CRASHED else 0)
+            # The job keeps the attempt's last step (`gpucloud jobs` shows it); its rate ends with it.
+            db.execute(
+                "UPDATE jobs SET last_step = COALESCE(?, last_step), step_rate = NULL WHERE id = ?",
+                (end.last_step, job_id),
+            )
             if job.cancel_requested_at is not None and cancelled_end(end):
                 _end_cancelled(db, job, now, step=end.last_step, exit_code=end.exit_code)
             elif end.state in (AttemptState.REQUEUED, AttemptState.CRASHED) and crashes < job.spec.max_attempts:
@@ -722,7 +740,7 @@ def _take(db: sqlite3.Connection, job: Job, worker: str, *, lease_seconds: float
             (job.id, number, AttemptState.QUEUED.value, now),
         )
     updated = db.execute(
-        "UPDATE jobs SET state = 'running', attempt = ?, worker = ?, lease_until = ?, updated_at = ? "
+        "UPDATE jobs SET state = 'running', attempt = ?, worker = ?, lease_until = ?, updated_at = ?, step_rate = NULL "
         "WHERE id = ? AND attempt = ? AND state = ?",
         (number, worker, now + lease_seconds, now, job.id, job.attempt, job.state.value),
     ).rowcount
@@ -791,6 +809,22 @@ def _migrate_for_cancel(db: sqlite3.Connection) -> None:
         db.execute("UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = ?", (sql, name))
     db.execute(f"PRAGMA schema_version = {version + 1}")
     db.execute("PRAGMA writable_schema = OFF")
+
+
+_PROGRESS_COLUMNS = (("last_step", "INTEGER"), ("step_rate", "REAL"), ("progress_at", "REAL"))
+
+
+def _needs_progress_migration(table_sql: dict[str, str]) -> bool:
+    return any(name not in table_sql.get("jobs", "") for name, _ in _PROGRESS_COLUMNS)
+
+
+def _migrate_for_progress(db: sqlite3.Connection) -> None:
+    """A queue file written before jobs carried their live progress: add the columns (NULL in every
+    stored row: no progress known), checked again under the write lock so racing openers add each once."""
+    [jobs_sql] = db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'jobs'").fetchone()
+    for name, kind in _PROGRESS_COLUMNS:
+        if name not in str(jobs_sql):
+            db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {kind}")
 
 
 def _queued_at(db: sqlite3.Connection, job_id: str, attempt: int) -> bool:

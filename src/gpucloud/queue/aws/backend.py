@@ -56,6 +56,7 @@ from gpucloud.jobs.model import (
     JobSpec,
     JobState,
     NodeRecord,
+    Progress,
     SlotClaim,
     SlotOffer,
     StopRequest,
@@ -505,6 +506,7 @@ class AwsQueue:
             "updated_at": now,
             "message_id": message_id,
             "receipt": receipt,
+            "step_rate": None,  # the new attempt's rate comes with its first renewal
         }
         if job.state is JobState.QUEUED:
             number = job.attempt
@@ -571,13 +573,18 @@ class AwsQueue:
         return self.get(job.id)
 
     @_aws_call("renewing a lease")
-    def heartbeat(self, job_id: str, attempt: int, worker: str, *, lease_seconds: float) -> bool:
+    def heartbeat(
+        self, job_id: str, attempt: int, worker: str, *, lease_seconds: float, progress: Progress | None = None
+    ) -> bool:
         now = time.time()
+        fields: dict[str, Any] = {"lease_until": now + lease_seconds, "updated_at": now}
+        if progress is not None:  # the same UpdateItem: no write of its own
+            fields.update(last_step=progress.last_step, step_rate=progress.step_rate, progress_at=progress.progress_at)
         return self._renew_holding(
             aws_ops.update(
                 self.table,
                 key(job_id, META),
-                {"lease_until": now + lease_seconds, "updated_at": now},
+                fields,
                 condition="#job_state = :running AND #attempt = :k AND #worker = :w",
                 values={"running": JobState.RUNNING.value, "k": attempt, "w": worker},
             ),
@@ -711,7 +718,16 @@ class AwsQueue:
             attempt_fields["last_step"] = end.last_step
         if end.resumed_step is not None:
             attempt_fields["resumed_step"] = end.resumed_step
-        released = {"worker": None, "lease_until": None, "message_id": None, "receipt": None, "updated_at": now}
+        released: dict[str, Any] = {
+            "worker": None,
+            "lease_until": None,
+            "message_id": None,
+            "receipt": None,
+            "updated_at": now,
+            "step_rate": None,  # the job keeps the attempt's last step (below); its rate ends with it
+        }
+        if end.last_step is not None:
+            released["last_step"] = end.last_step
         gate: dict[str, Any] = {
             "condition": "#job_state = :running AND #attempt = :k",
             "running": JobState.RUNNING.value,
@@ -943,7 +959,16 @@ class AwsQueue:
         """The job item ending CANCELLED (lease and held message released) and its timeline event;
         the caller ends the attempt item."""
         reason = cancel_reason(job)
-        released = {"worker": None, "lease_until": None, "message_id": None, "receipt": None, "updated_at": now}
+        released: dict[str, Any] = {
+            "worker": None,
+            "lease_until": None,
+            "message_id": None,
+            "receipt": None,
+            "updated_at": now,
+            "step_rate": None,
+        }
+        if step is not None:
+            released["last_step"] = step
         return [
             self._job_update(
                 job,

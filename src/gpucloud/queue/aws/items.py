@@ -20,6 +20,7 @@ from gpucloud.payload import parse_json
 from gpucloud.queue.aws.schema import HASH_KEY, RANGE_KEY, STATE_INDEX_HASH_KEY, STATE_INDEX_RANGE_KEY
 
 META = "meta"
+PROGRESS_FIELDS = ("last_step", "step_rate", "progress_at")  # the job's live progress (``JobQueue.heartbeat``)
 ATTEMPT_PREFIX = "attempt#"
 EVENT_PREFIX = "event#"
 
@@ -94,7 +95,7 @@ def job_item(job: Job) -> Item:
             "updated_at": av(job.updated_at),
         }
     )
-    for name in ("worker", "lease_until", "reason", "exit_code", "cancel_requested_at"):
+    for name in ("worker", "lease_until", "reason", "exit_code", "cancel_requested_at", *PROGRESS_FIELDS):
         value = getattr(job, name)
         if value is not None:
             item[name] = av(value)
@@ -118,6 +119,7 @@ def item_to_job(item: Mapping[str, Mapping[str, Any]], table: str) -> Job:
             reason=fields.get("reason"),
             exit_code=fields.get("exit_code"),
             cancel_requested_at=fields.get("cancel_requested_at"),
+            **{name: fields.get(name) for name in PROGRESS_FIELDS},
         )
     except KeyError as err:
         raise UserError(

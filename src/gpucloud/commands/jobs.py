@@ -347,7 +347,9 @@ def logs(job_id, queue_uri, attempt, follow) -> None:
 
     Every attempt keeps its output, also one that was interrupted, lost or crashed: the supervisor
     writes it to $GPUCLOUD_HOME/logs/JOB/attempt-N.log on the node that ran it (in a gang, each
-    line marked with its node). JOB is a job id or a unique `submit --name`.
+    line marked with its node) and, on a cluster, ships it to the checkpoint bucket every 30 s and
+    when the attempt ends (s3://BUCKET/logs/JOB/attempt-N/), where this command reads it on an
+    aws:// queue. JOB is a job id or a unique `submit --name`.
     """
     import sys
 

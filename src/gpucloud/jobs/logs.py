@@ -12,6 +12,9 @@ each marked ``[gpucloud <UTC time>]``. In a gang attempt every member appends to
 file ends with ``END_MARKER`` once the supervisor is done with the attempt, so a follower knows no
 more output comes (an attempt whose supervisor died has none: a follower stops when the queue says
 the attempt ended and the file stopped growing).
+
+On a cluster the file is also shipped to the checkpoint bucket while the attempt runs
+(``LogShipper``), and `job logs` on an ``aws://`` queue reads it there (see below).
 """
 
 from __future__ import annotations
@@ -86,6 +89,7 @@ class AttemptLog:
         self._label = f"[{label}] " if label else ""
         self._lock = threading.Lock()
         self._fd: int | None = None
+        self.shipper: LogShipper | None = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -129,18 +133,112 @@ class AttemptLog:
         if text is not None:
             self.supervisor(text, data.get("at"))
 
+    def ship_to(self, bucket: str, prefix: str) -> None:
+        self.shipper = LogShipper(self.path, bucket, prefix)
+
+    @property
+    def uri(self) -> str | None:
+        """Where the log is shipped (``s3://...``), if it is."""
+        return self.shipper.uri if self.shipper is not None else None
+
     def close(self) -> None:
         self.supervisor(END_MARKER)
         with self._lock:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+        if self.shipper is not None:
+            self.shipper.close()
 
 
 def open_attempt_log(job: Job, *, echo: OutputSink | None, root: Path | None = None) -> AttemptLog:
-    """The log of ``job``'s current attempt; gang members mark their lines with their node."""
+    """The log of ``job``'s current attempt; gang members mark their lines with their node. Where
+    the job's checkpoints go to a bucket (``log_bucket``), the log is also shipped there."""
     label = f"{socket.gethostname()}:{os.getpid()}" if job.spec.nodes > 1 else None
-    return AttemptLog(attempt_log_path(job.id, job.attempt, root), echo=echo, label=label)
+    output = AttemptLog(attempt_log_path(job.id, job.attempt, root), echo=echo, label=label)
+    bucket = log_bucket(job.spec.checkpoint_uri)
+    if bucket is not None and output.writable:
+        output.ship_to(bucket, log_key_prefix(job.id, job.attempt, f"{socket.gethostname()}-{os.getpid()}"))
+    return output
+
+
+# ------------------------------------------------------------------------------ to the bucket
+# On a cluster the file stays on the node that ran the attempt, so the supervisor also ships it to
+# the checkpoint bucket: every SHIP_EVERY_S the bytes added since the last shipment become one new
+# object (S3 objects cannot be appended to; a part per shipment never rewrites what is there), and
+# the rest when the attempt ends. Keys: s3://BUCKET/logs/<job-id>/attempt-<n>/<node>/part-<seq>.
+# PutObject of a new key is strongly consistent for a following List and Get
+# (https://docs.aws.amazon.com/AmazonS3/latest/userguide/Welcome.html#ConsistencyModel).
+
+SHIP_EVERY_S = 30.0
+LOGS_PREFIX = "logs"
+
+
+def log_bucket(checkpoint_uri: str | None) -> str | None:
+    """The bucket an attempt's log is shipped to: its checkpoint URI's, else the cluster's
+    (``GPUCLOUD_CHECKPOINT_BUCKET`` in ``node.env``); None off a cluster with local checkpoints."""
+    from gpucloud.checkpoint.placement import ClusterStorage
+
+    if checkpoint_uri and checkpoint_uri.startswith("s3://"):
+        return checkpoint_uri[len("s3://") :].split("/", 1)[0] or None
+    return ClusterStorage.from_env(os.environ).bucket
+
+
+def log_key_prefix(job_id: str, attempt: int, node: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9._-]", "-", node)
+    return f"{LOGS_PREFIX}/{job_id}/attempt-{attempt}/{safe}/"
+
+
+def _s3_client() -> Any:
+    import boto3  # honours AWS_ENDPOINT_URL (moto in tests)
+
+    return boto3.client("s3")
+
+
+class LogShipper:
+    """Ships the new bytes of one log file to ``s3://bucket/prefix`` part by part, from a thread."""
+
+    def __init__(self, path: Path, bucket: str, prefix: str, *, every_s: float | None = None) -> None:
+        self.path, self.bucket, self.prefix = path, bucket, prefix
+        self.uri = f"s3://{bucket}/{prefix}"
+        self.every_s = SHIP_EVERY_S if every_s is None else every_s
+        self._offset = 0
+        self._seq = 0
+        self._failed: str | None = None
+        self._stop = threading.Event()
+        self._client: Any = None
+        self._thread = threading.Thread(target=self._run, name=f"log-shipper-{path.name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.ship()
+
+    def ship(self) -> None:
+        """One shipment of what is new; a failure costs one warning per distinct error, and the
+        bytes are shipped with the next one."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+            if not data:
+                return
+            self._client = self._client or _s3_client()
+            self._client.put_object(Bucket=self.bucket, Key=f"{self.prefix}part-{self._seq:06d}", Body=data)
+        except Exception as err:  # noqa: BLE001 - shipping a log must never stop the training
+            line = " ".join(str(err).split()) or type(err).__name__
+            if line != self._failed:
+                log.warning("shipping the attempt's log to %s failed: %s; retrying", self.uri, line)
+            self._failed = line
+            return
+        self._failed = None
+        self._offset += len(data)
+        self._seq += 1
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=max(self.every_s, 30.0))
+        self.ship()  # the rest, end marker included
 
 
 # ------------------------------------------------------------------------------------- reading
@@ -155,13 +253,25 @@ class AttemptSource:
     paths: tuple[str, ...]  # empty: the attempt never started (or predates kept logs)
 
 
-def sources(attempts: Iterable[Attempt], events: Iterable[Event]) -> list[AttemptSource]:
-    by_attempt: dict[int, list[str]] = {}
+def sources(attempts: Iterable[Attempt], events: Iterable[Event], *, remote: bool = False) -> list[AttemptSource]:
+    """Each attempt's log files. ``remote`` (a queue whose attempts ran on other hosts): the copies
+    shipped to the bucket where there are (every member's), else the files, which may be here."""
+    local: dict[int, list[str]] = {}
+    shipped: dict[int, list[str]] = {}
     for event in events:
-        path = event.data.get("log") if event.kind in ("started", "exit") else None
-        if isinstance(path, str) and path not in by_attempt.setdefault(event.attempt, []):
-            by_attempt[event.attempt].append(path)
-    return [AttemptSource(a, tuple(by_attempt.get(a.number, ()))) for a in attempts]
+        if event.kind not in ("started", "exit"):
+            continue
+        for field, found in (("log", local), ("log_uri", shipped)):
+            path = event.data.get(field)
+            if isinstance(path, str) and path not in found.setdefault(event.attempt, []):
+                found[event.attempt].append(path)
+    return [AttemptSource(a, tuple(_chosen(local, shipped, a.number, remote))) for a in attempts]
+
+
+def _chosen(local: dict[int, list[str]], shipped: dict[int, list[str]], number: int, remote: bool) -> list[str]:
+    if remote and shipped.get(number):
+        return shipped[number]
+    return local.get(number, [])
 
 
 def pick_attempt(job: Job, found: list[AttemptSource], wanted: int | None) -> list[AttemptSource]:
@@ -190,6 +300,7 @@ class LogReader:
         self._ended: set[str] = set()  # files that reached END_MARKER
         self._headed: set[int] = set()
         self._decoders: dict[str, codecs.IncrementalDecoder] = {}
+        self._client: Any = None
 
     def done(self, source: AttemptSource) -> bool:
         """No more output will come for this attempt."""
@@ -224,6 +335,8 @@ class LogReader:
         return False
 
     def _read_new(self, path: str) -> str | None:
+        if path.startswith("s3://"):
+            return self._read_new_parts(path)
         offset = self._offsets.get(path, 0)
         try:
             with open(path, "rb") as fh:
@@ -238,6 +351,25 @@ class LogReader:
         self._offsets[path] = offset + len(data)
         # Incremental: a character split between two reads is decoded whole with the next one.
         decoder = self._decoders.setdefault(path, codecs.getincrementaldecoder("utf-8")("replace"))
+        return decoder.decode(data)
+
+    def _read_new_parts(self, uri: str) -> str | None:
+        """The parts shipped under ``uri`` since the last read (``LogShipper``), in order."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        bucket, _, prefix = uri[len("s3://") :].partition("/")
+        done = self._offsets.get(uri, 0)
+        try:
+            self._client = self._client or _s3_client()
+            pages = self._client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+            keys = sorted(o["Key"] for page in pages for o in page.get("Contents", []))[done:]
+            data = b"".join(self._client.get_object(Bucket=bucket, Key=k)["Body"].read() for k in keys)
+        except (BotoCoreError, ClientError) as err:
+            raise UserError(f"cannot read the log {uri}: {' '.join(str(err).split())}") from err
+        if not keys:
+            return None
+        self._offsets[uri] = done + len(keys)
+        decoder = self._decoders.setdefault(uri, codecs.getincrementaldecoder("utf-8")("replace"))
         return decoder.decode(data)
 
     def _header(self, source: AttemptSource) -> None:
@@ -256,7 +388,7 @@ def missing_note(source: AttemptSource) -> str | None:
         if attempt.started_at is None:
             return f"attempt {attempt.number} never started ({attempt.state.value})"
         return f"attempt {attempt.number} kept no log (it ran before gpucloud kept attempt logs)"
-    absent = [p for p in source.paths if not os.path.exists(p)]
+    absent = [p for p in source.paths if not p.startswith("s3://") and not os.path.exists(p)]
     if len(absent) == len(source.paths):
         node = f" on node {attempt.node}" if attempt.node else ""
         return f"attempt {attempt.number} ran{node}; its log {absent[0]} is not on this machine"
@@ -282,7 +414,8 @@ def show_logs(
     reader = LogReader(out, headers=attempt is None)
     over_since: dict[int, float] = {}
     while True:
-        found = pick_attempt(job, sources(queue.attempts(job.id), queue.events(job.id)), attempt)
+        remote = str(getattr(queue, "uri", "")).startswith("aws://")
+        found = pick_attempt(job, sources(queue.attempts(job.id), queue.events(job.id), remote=remote), attempt)
         settled = True
         for source in found:
             over = source.attempt.state not in LIVE

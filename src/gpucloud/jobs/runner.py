@@ -250,6 +250,7 @@ class _AttemptLoop:
             command=job.spec.command,
             checkpoint_uri=checkpoint_uri_for(job.spec.checkpoint_uri),  # what `job show` reports as used
             log=str(timeline.output.path) if timeline.output.writable else None,  # what `job logs` reads
+            log_uri=timeline.output.uri,  # ... and its copy in the bucket, on a cluster
         )
         self.next_heartbeat = started + config.lease_seconds / 4
         self.next_scan = started

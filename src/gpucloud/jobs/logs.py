@@ -171,6 +171,7 @@ def open_attempt_log(job: Job, *, echo: OutputSink | None, root: Path | None = N
 # (https://docs.aws.amazon.com/AmazonS3/latest/userguide/Welcome.html#ConsistencyModel).
 
 SHIP_EVERY_S = 30.0
+CLOSE_WAIT_S = 30.0  # the last shipment, at the attempt's end
 LOGS_PREFIX = "logs"
 
 
@@ -191,8 +192,12 @@ def log_key_prefix(job_id: str, attempt: int, node: str) -> str:
 
 def _s3_client() -> Any:
     import boto3  # honours AWS_ENDPOINT_URL (moto in tests)
+    from botocore.config import Config
 
-    return boto3.client("s3")
+    # Short timeouts: a log shipment is retried with the next one anyway.
+    return boto3.client(
+        "s3", config=Config(connect_timeout=5, read_timeout=30, retries={"mode": "standard", "max_attempts": 3})
+    )
 
 
 class LogShipper:
@@ -213,6 +218,7 @@ class LogShipper:
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):
             self.ship()
+        self.ship()  # the rest, end marker included
 
     def ship(self) -> None:
         """One shipment of what is new; a failure costs one warning per distinct error, and the
@@ -236,9 +242,10 @@ class LogShipper:
         self._seq += 1
 
     def close(self) -> None:
+        """Ship the rest, waiting at most CLOSE_WAIT_S: an unreachable bucket must not hold the
+        node's next attempt (the thread goes on trying in the background)."""
         self._stop.set()
-        self._thread.join(timeout=max(self.every_s, 30.0))
-        self.ship()  # the rest, end marker included
+        self._thread.join(timeout=CLOSE_WAIT_S)
 
 
 # ------------------------------------------------------------------------------------- reading

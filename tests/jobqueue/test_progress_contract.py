@@ -67,8 +67,9 @@ def test_a_cancelled_attempt_leaves_its_last_step(jq):
 
 def test_a_rate_outlived_by_a_dead_holder_is_never_shown(jq):
     job = jq.submit(ONE)
-    jq.claim("dead", lease_seconds=0.1, job_id=job.id)
-    jq.heartbeat(job.id, 1, "dead", lease_seconds=0.1, progress=Progress(5, 3.0, time.time()))
+    jq.claim("dead", lease_seconds=60, job_id=job.id)
+    # its last renewal: a short lease, which then runs out (the holder died)
+    assert jq.heartbeat(job.id, 1, "dead", lease_seconds=0.1, progress=Progress(5, 3.0, time.time()))
     wait_for(lambda: time.time() > (jq.get(job.id).lease_until or 0) + 0.01, what="the lease to run out")
     after = jq.cancel(job.id)  # nobody holds it: cancelled at once, whatever rate is stored stays
     assert after.state is JobState.CANCELLED

@@ -365,19 +365,21 @@ def test_slot_leases_renew_only_for_their_holder(jq):
 def test_a_lost_member_fails_the_attempt_over_exactly_once(open_backend):
     jq = open_backend()
     job = jq.submit(GANG)
-    a = gang.claim_slot(jq, "a", "10.0.0.1", lease_seconds=60)
-    b = gang.claim_slot(jq, "b", "10.0.0.2", lease_seconds=0.3)
-    gang.start_gang(jq, a, lease_seconds=60)
+    a = gang.claim_slot(jq, "a", "10.0.0.1", lease_seconds=600)
+    b = gang.claim_slot(jq, "b", "10.0.0.2", lease_seconds=60)
+    gang.start_gang(jq, a, lease_seconds=600)
     running = jq.get(job.id)
     assert gang.fail_over(jq, running) is None  # everyone alive
-    time.sleep(0.4)  # b's lease must really run out
+    # Judged two minutes on: b's slot lease has run out, a's has not (a loaded machine can take
+    # longer than any short real lease between the claims and the check above).
+    later = time.time() + 120
     clients = [open_backend() for _ in range(4)]
     barrier = threading.Barrier(len(clients))
     outcomes: list = []
 
     def notice(i: int) -> None:
         barrier.wait()
-        outcomes.append(gang.fail_over(clients[i], running))
+        outcomes.append(gang.fail_over(clients[i], running, now=later))
 
     threads = [threading.Thread(target=notice, args=(i,)) for i in range(len(clients))]
     for t in threads:

@@ -307,6 +307,13 @@ class SqliteQueue:
             _insert_event(db, job_id, 1, "submitted", now, {"command": spec.command})
         return self.get(job_id)
 
+    def _job_in(self, db: sqlite3.Connection, job_id: str) -> Job:
+        """The job as this transaction sees it."""
+        row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise UnknownJob(job_id, self.uri)
+        return _job(row)
+
     def get(self, job_id: str) -> Job:
         rows = self._read("SELECT * FROM jobs WHERE id = ?", (job_id,))
         if not rows:
@@ -421,10 +428,7 @@ class SqliteQueue:
     def end_attempt(self, job_id: str, attempt: int, end: AttemptEnd) -> Transition:
         now = time.time()
         with self._tx() as db:
-            row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if row is None:
-                raise UnknownJob(job_id, self.uri)
-            job = _job(row)
+            job = self._job_in(db, job_id)
             if job.state is not JobState.RUNNING or job.attempt != attempt:
                 return Transition(job=job, applied=False)  # already ended, or superseded by a takeover
             # The conditional update is the exactly-once gate: only the call that moves the attempt
@@ -626,10 +630,7 @@ class SqliteQueue:
     def cancel(self, job_id: str, *, grace_seconds: float = CANCEL_GRACE_S) -> Job:
         now = time.time()
         with self._tx() as db:
-            row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if row is None:
-                raise UnknownJob(job_id, self.uri)
-            job = _job(row)
+            job = self._job_in(db, job_id)
             if job.state is JobState.CANCELLED or job.cancel_requested_at is not None:
                 return job
             if job.state.terminal:
@@ -661,10 +662,7 @@ class SqliteQueue:
     def resume(self, job_id: str, *, from_step: int | None = None) -> Job:
         now = time.time()
         with self._tx() as db:
-            row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if row is None:
-                raise UnknownJob(job_id, self.uri)
-            job = _job(row)
+            job = self._job_in(db, job_id)
             why = resume_refusal(job)
             if why is not None:
                 raise NotResumable(job, why)

@@ -718,14 +718,8 @@ class AwsQueue:
             attempt_fields["last_step"] = end.last_step
         if end.resumed_step is not None:
             attempt_fields["resumed_step"] = end.resumed_step
-        released: dict[str, Any] = {
-            "worker": None,
-            "lease_until": None,
-            "message_id": None,
-            "receipt": None,
-            "updated_at": now,
-            "step_rate": None,  # the job keeps the attempt's last step (below); its rate ends with it
-        }
+        # the job keeps the attempt's last step (below); its rate ends with it
+        released = _released(now)
         if end.last_step is not None:
             released["last_step"] = end.last_step
         gate: dict[str, Any] = {
@@ -959,14 +953,7 @@ class AwsQueue:
         """The job item ending CANCELLED (lease and held message released) and its timeline event;
         the caller ends the attempt item."""
         reason = cancel_reason(job)
-        released: dict[str, Any] = {
-            "worker": None,
-            "lease_until": None,
-            "message_id": None,
-            "receipt": None,
-            "updated_at": now,
-            "step_rate": None,
-        }
+        released = _released(now)
         if step is not None:
             released["last_step"] = step
         return [
@@ -1163,3 +1150,15 @@ class AwsQueue:
                 f"the stop request of job {job_id!r} attempt {attempt} in table {self.table} is unreadable "
                 f"({' '.join(str(err).split())[:200]}); it was not written by gpucloud"
             ) from err
+
+
+def _released(now: float) -> dict[str, Any]:
+    """A job item's fields once no attempt holds it: no worker, lease or held message, no step rate."""
+    return {
+        "worker": None,
+        "lease_until": None,
+        "message_id": None,
+        "receipt": None,
+        "updated_at": now,
+        "step_rate": None,
+    }

@@ -12,8 +12,8 @@ if [[ ! -x .venv/bin/python ]]; then
   python3 -m venv .venv
 fi
 # This workplace's pip config lists mirror folders that may be absent; hide those warnings only.
-# --no-compile: byte-compiling all of torch up front took a minute of CPU; Python compiles what it
-# imports on first use.
-pip_install() { .venv/bin/python -m pip install --quiet --no-compile "$@" 2> >(grep -v "^WARNING: Location" >&2); }
+# Byte-compiled at install (pip's default), on purpose: where PYTHONDONTWRITEBYTECODE is set (this
+# workplace sets it) nothing is cached later, and every process would compile torch from source.
+pip_install() { .venv/bin/python -m pip install --quiet "$@" 2> >(grep -v "^WARNING: Location" >&2); }
 pip_install "torch==2.13.0" -e ".[${extras}]"
 echo "gpucloud installed in .venv ($(.venv/bin/python -c 'import gpucloud; print(gpucloud.__version__)'))" >&2

@@ -25,6 +25,7 @@ from gpucloud.checkpoint.manifest import (
     read_manifest_bytes,
     verify_directory,
 )
+from gpucloud.checkpoint.placement import SCRATCH_ENV
 from gpucloud.checkpoint.retention import steps_to_delete
 from gpucloud.checkpoint.tiers import LocalTier, S3Tier, open_tier
 from gpucloud.errors import UserError
@@ -302,8 +303,7 @@ class CheckpointStore:
         return doomed
 
 
-# node.env (infra/program.py): the NVMe scratch mount, and whether the stack made one.
-SCRATCH_PATH_ENV = "GPUCLOUD_SCRATCH_PATH"
+# node.env (infra/program.py): whether the stack made the NVMe scratch (its mount: placement.SCRATCH_ENV).
 NVME_SCRATCH_ENV = "GPUCLOUD_NVME_SCRATCH"
 
 
@@ -315,7 +315,7 @@ def default_staging_root(environ: dict[str, str] | None = None) -> Path:
     higher (https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html): 208 GB of state
     on four nodes would take about 7 minutes to stage there, far past a 2-minute spot notice."""
     env = os.environ if environ is None else environ
-    scratch = env.get(SCRATCH_PATH_ENV, "").strip()
+    scratch = env.get(SCRATCH_ENV, "").strip()
     nvme = env.get(NVME_SCRATCH_ENV, "1").strip() != "0"
     if nvme and scratch and os.path.isabs(scratch) and os.path.isdir(scratch) and os.access(scratch, os.W_OK):
         return Path(scratch) / f"gpucloud-checkpoints-{os.getuid()}"

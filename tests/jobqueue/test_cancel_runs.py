@@ -13,25 +13,9 @@ from gpucloud.jobs.model import AttemptState, JobSpec, JobState
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.jobs.supervisor import EXIT_CANCELLED, SupervisorConfig
 from jobs.conftest import Inbox, wait_for
+from jobs.test_runner import COOPERATIVE  # the spot-train side of the contract, as a cooperative script speaks it
 
 FAST = SupervisorConfig(ack_timeout=5.0, stop_margin=1.0, exit_grace=5.0, kill_after=1.0, tick=0.02, stop_poll=0.1)
-
-# The spot-train side of the contract, as a cooperative training script speaks it (tests/jobs/test_runner.py).
-COOPERATIVE = """
-    import os, sys, time
-    from gpucloud import control
-    ctl = os.environ["GPUCLOUD_CONTROL_DIR"]
-    control.write(ctl, control.RESUMED, {"step": 0})
-    step = 0
-    while True:
-        time.sleep(0.01)
-        step += 1
-        control.write(ctl, control.PROGRESS, {"step": step})
-        if control.exists(ctl, control.PREEMPT):
-            control.write(ctl, control.ACK, {"step": step})
-            control.write(ctl, control.COMMITTED, {"step": step})
-            sys.exit(75)
-"""
 
 
 def test_a_running_job_saves_its_step_and_ends_cancelled(open_backend, tmp_path: Path):

@@ -21,6 +21,7 @@ SpotAllocationStrategy = Literal["price-capacity-optimized", "capacity-optimized
 EfaMode = Literal["auto", "on", "off"]
 EfaLayout = Literal["efa-only", "legacy"]
 EgressMode = Literal["nat", "endpoints"]
+MonitoringMode = Literal["self-hosted", "managed", "off"]
 
 DEFAULT_VPC_CIDR = "10.0.0.0/16"
 DEFAULT_DLAMI_FLAVOUR = "base-oss-nvidia-driver-gpu-ubuntu-22.04"
@@ -281,6 +282,18 @@ class JobPlane(SpecModel):
     visibility_timeout_seconds: Int = 900
 
 
+class Monitoring(SpecModel):
+    """Where the nodes' metrics go (docs/monitoring.md). Every node runs the exporters either way."""
+
+    # self-hosted: one private monitor instance (Prometheus, Alertmanager, Grafana) reached through
+    # SSM; managed: Amazon Managed Service for Prometheus; off: exporters only, nothing collects.
+    mode: MonitoringMode = "off"
+    retention_days: Int = Field(default=15, ge=1, le=3650)  # the TSDB's retention; sizes its EBS volume
+    instance_type: str = "t3.large"  # self-hosted: the monitor instance
+    managed_grafana: bool = False  # managed: also an Amazon Managed Grafana workspace
+    alert_emails: list[str] = []  # subscribed to the alert topic (each confirms by mail)
+
+
 class ClusterSpec(SpecModel):
     region: str
     availability_zone: str | None = None  # None: the region's first available AZ
@@ -296,6 +309,7 @@ class ClusterSpec(SpecModel):
     agent: Agent = Agent()
     access: Access = Access()
     job_plane: JobPlane = JobPlane()
+    monitoring: Monitoring = Monitoring()
     tags: dict[str, str] = {}
     cost_ceiling_usd_per_hour: Float | None = None
     # default for every group's expectedCheckpointGiB (GiB of checkpoint state per job)

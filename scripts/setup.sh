@@ -16,13 +16,13 @@ fi
 # workplace sets it) nothing is cached later, and every process would compile torch from source.
 pip_install() { .venv/bin/python -m pip install --quiet "$@" 2> >(grep -v "^WARNING: Location" >&2); }
 pip_install "torch==2.13.0" -e ".[${extras}]"
-# The real monitoring tools the tests run (promtool, amtool, a Prometheus server): Debian's packages.
+# The real monitoring tools the tests run (promtool, amtool, a Prometheus server, node_exporter): Debian's packages.
 # Installed only where apt-get can (root, as in CI); elsewhere the tests that need them say so and skip.
 if [[ "${1:-}" == "--test" ]] && ! command -v promtool >/dev/null; then
   if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
     echo "installing Prometheus and Alertmanager (Debian packages) for the monitoring tests" >&2
     apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager prometheus-node-exporter >/dev/null
   else
     echo "promtool not found and apt-get unavailable (not root?): the monitoring tests will be skipped" >&2
   fi

@@ -18,13 +18,14 @@ pip_install() { .venv/bin/python -m pip install --quiet "$@" 2> >(grep -v "^WARN
 pip_install "torch==2.13.0" -e ".[${extras}]"
 # The real monitoring tools the tests run (promtool, amtool, a Prometheus server, node_exporter): Debian's packages.
 # Installed only where apt-get can (root, as in CI); elsewhere the tests that need them say so and skip.
-if [[ "${1:-}" == "--test" ]] && ! command -v promtool >/dev/null; then
+monitoring_tools_missing() { ! command -v promtool || ! command -v amtool || ! command -v prometheus-node-exporter; } >/dev/null
+if [[ "${1:-}" == "--test" ]] && monitoring_tools_missing; then
   if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
     echo "installing Prometheus and Alertmanager (Debian packages) for the monitoring tests" >&2
     apt-get update -qq >/dev/null
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager prometheus-node-exporter >/dev/null
   else
-    echo "promtool not found and apt-get unavailable (not root?): the monitoring tests will be skipped" >&2
+    echo "promtool, amtool or node_exporter not found and apt-get unavailable (not root?): the monitoring tests will be skipped" >&2
   fi
 fi
 echo "gpucloud installed in .venv ($(.venv/bin/python -c 'import gpucloud; print(gpucloud.__version__)'))" >&2

@@ -689,6 +689,52 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         "gpucloud:expectedCheckpointGiB",
         "number",
     ),
+    "monitor-instance-type-unknown": (
+        "monitoring_instance_type",
+        _set("gpucloud:monitoring", {"mode": "self-hosted", "instanceType": "t2.nano"}),
+        "gpucloud:monitoring.instanceType = 't2.nano'",
+        "not a monitor instance type gpucloud knows; allowed: m7i.2xlarge",
+    ),
+    "alert-email-not-an-address": (
+        "monitoring_alert_emails",
+        _set("gpucloud:monitoring", {"mode": "self-hosted", "alertEmails": ["oncall@example.com", "oncall"]}),
+        "gpucloud:monitoring.alertEmails[1] = 'oncall'",
+        "not an email address",
+    ),
+    "alert-email-twice": (
+        "monitoring_alert_emails",
+        _set("gpucloud:monitoring", {"mode": "managed", "alertEmails": ["a@example.com", "A@example.com"]}),
+        "gpucloud:monitoring.alertEmails[1]",
+        "given twice",
+    ),
+    "alert-emails-without-monitor": (
+        "monitoring_alert_emails",
+        _set("gpucloud:monitoring", {"mode": "off", "alertEmails": ["oncall@example.com"]}),
+        "gpucloud:monitoring.alertEmails",
+        "alerts need a monitor",
+    ),
+    "managed-grafana-without-managed": (
+        "monitoring_managed_grafana",
+        _set("gpucloud:monitoring", {"mode": "self-hosted", "managedGrafana": True}),
+        "gpucloud:monitoring.managedGrafana = True",
+        "needs monitoring.mode managed",
+    ),
+    "monitoring-without-nat": (
+        "monitoring_egress",
+        _both(
+            _set("gpucloud:network", {"vpcCidr": "10.20.0.0/16", "egress": "endpoints"}),
+            _set("gpucloud:agent", {"package": "s3://wheels-bucket/wheelhouse/"}),
+            _set("gpucloud:monitoring", {"mode": "self-hosted"}),
+        ),
+        "gpucloud:monitoring.mode = 'self-hosted'",
+        "needs network.egress nat",
+    ),
+    "monitoring-mode-unknown": (
+        None,
+        _set("gpucloud:monitoring", {"mode": "prometheus"}),
+        "gpucloud:monitoring.mode",
+        "self-hosted",
+    ),
 }
 del CASES["placement-unsupported"]
 

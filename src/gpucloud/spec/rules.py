@@ -20,6 +20,7 @@ from gpucloud.catalog import Catalog, InstanceType
 from gpucloud.infra.addressing import MAX_ZONES
 from gpucloud.infra.cost import GroupSizing, estimate_cost
 from gpucloud.infra.efa_layout import EFA_ONLY_FAMILIES, efa_only_documented
+from gpucloud.infra.monitoring_plan import monitor_instance_types
 from gpucloud.infra.scaling_plan import default_lead_minutes, minimum_lead_minutes, wind_down_time
 from gpucloud.spec.decisions import efa_enabled, uses_placement_group
 from gpucloud.spec.model import RESERVED_CAPACITY, ClusterSpec, NodeGroup, S3Object
@@ -52,6 +53,10 @@ MAX_WEIGHT = 999  # ASG WeightedCapacity range, https://docs.aws.amazon.com/auto
 EXPECTED_CHECKPOINT_GIB_MAX = 1_048_576  # 1 PiB: far above any job; keeps the arithmetic in range
 IPV4_PREFIX_RE = re.compile(r"\d{1,3}(\.\d{1,3}){3}/\d{1,2}")  # 10.0.0.0/16, not 10.0.0.0/255.255.0.0
 CIDR_PREFIX_RE = re.compile(r"[0-9A-Fa-f.:]+/\d{1,3}")  # IPv4 or IPv6 with a prefix length
+# an address SNS can deliver to: local@domain.tld, no spaces, one @ (not the full RFC 5322 grammar)
+EMAIL_RE = re.compile(
+    r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+"
+)
 
 
 def _groups(spec: ClusterSpec, catalog: Catalog) -> Iterator[tuple[int, NodeGroup, InstanceType]]:
@@ -923,6 +928,61 @@ def expected_checkpoint_size(spec: ClusterSpec, catalog: Catalog) -> Iterator[Pr
             )
 
 
+def monitoring_instance_type(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    """The self-hosted monitor's type must be one `plan` can price (catalog/service_prices.json)."""
+    mon = spec.monitoring
+    known = monitor_instance_types()
+    if mon.mode == "self-hosted" and mon.instance_type not in known:
+        yield Problem(
+            key_path("monitoring", "instanceType"),
+            f"not a monitor instance type gpucloud knows; allowed: {', '.join(known)}",
+            mon.instance_type,
+        )
+
+
+def monitoring_alert_emails(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    mon = spec.monitoring
+    if mon.alert_emails and mon.mode == "off":
+        yield Problem(
+            key_path("monitoring", "alertEmails"),
+            "alerts need a monitor: set monitoring.mode to self-hosted or managed, or remove alertEmails",
+            mon.alert_emails,
+        )
+        return
+    seen: set[str] = set()
+    for j, email in enumerate(mon.alert_emails):
+        key = key_path("monitoring", "alertEmails", j)
+        if not EMAIL_RE.fullmatch(email):
+            yield Problem(key, "not an email address; expected e.g. 'oncall@example.com'", email)
+        elif email.lower() in seen:
+            yield Problem(key, "given twice; list each address once (SNS subscribes it once)", email)
+        seen.add(email.lower())
+
+
+def monitoring_managed_grafana(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    mon = spec.monitoring
+    if mon.managed_grafana and mon.mode != "managed":
+        yield Problem(
+            key_path("monitoring", "managedGrafana"),
+            f"Amazon Managed Grafana reads Amazon Managed Prometheus: it needs monitoring.mode managed "
+            f"(mode is {mon.mode}; self-hosted runs its own Grafana)",
+            mon.managed_grafana,
+        )
+
+
+def monitoring_egress(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    """The monitor downloads Prometheus, Alertmanager and Grafana at first boot, and managed nodes
+    remote-write to the AMP endpoint: both need the NAT gateway (the endpoints egress has neither)."""
+    mode = spec.monitoring.mode
+    if mode != "off" and spec.network.egress != "nat" and not spec.network.existing:
+        yield Problem(
+            key_path("monitoring", "mode"),
+            f"{mode} monitoring needs network.egress nat (the endpoints egress reaches no package "
+            "downloads and has no Amazon Managed Prometheus endpoint); set egress: nat or mode: off",
+            mode,
+        )
+
+
 def sizing_for(group: NodeGroup, itype: InstanceType) -> GroupSizing:
     return GroupSizing(
         name=group.name,
@@ -980,6 +1040,10 @@ RULES: tuple[Rule, ...] = (
     job_plane_limits,
     cost_ceiling,
     expected_checkpoint_size,
+    monitoring_instance_type,
+    monitoring_alert_emails,
+    monitoring_managed_grafana,
+    monitoring_egress,
 )
 
 

@@ -1,0 +1,73 @@
+"""The monitoring plan's pure functions: series estimate, TSDB volume size, hourly cost."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpucloud.catalog import load_catalog
+from gpucloud.infra import monitoring_plan as mp
+
+
+@pytest.fixture(scope="module")
+def types():
+    return load_catalog().instance_types
+
+
+def test_p5_node_exports_more_series_than_p4d(types):
+    # p5: 8 GPUs, 192 vCPUs, 32 EFA devices; p4d: 8 GPUs, 96 vCPUs, 4 EFA devices
+    p5, p4d = mp.series_per_node(types["p5.48xlarge"]), mp.series_per_node(types["p4d.24xlarge"])
+    assert p5 == 8 * mp.DCGM_SERIES_PER_GPU + mp.NODE_BASE_SERIES + 192 * mp.NODE_SERIES_PER_VCPU + 32 * 30 + 80
+    assert p5 > p4d
+
+
+def test_cluster_series_counts_every_node_at_max(types):
+    p5 = types["p5.48xlarge"]
+    assert mp.cluster_series([(p5, 2), (types["g6.xlarge"], 0)]) == 2 * mp.series_per_node(p5)
+
+
+def test_volume_follows_prometheus_sizing_formula():
+    # retention_s * samples/s * bytes/sample (prometheus.io storage docs), plus headroom, whole GiB
+    series, days = 1_000_000, 30
+    expected = series / mp.SCRAPE_INTERVAL_SECONDS * days * 86400 * mp.BYTES_PER_SAMPLE * mp.DISK_HEADROOM / 2**30
+    assert mp.data_volume_gib(series, days) == int(expected) + 1
+
+
+def test_volume_has_a_floor_and_grows_with_retention():
+    assert mp.data_volume_gib(10, 1) == mp.MIN_DATA_VOLUME_GIB
+    assert mp.data_volume_gib(100_000, 365) > mp.data_volume_gib(100_000, 30) > mp.MIN_DATA_VOLUME_GIB
+
+
+def test_volume_never_exceeds_gp3_limit():
+    assert mp.data_volume_gib(10**9, 3650) == mp.MAX_DATA_VOLUME_GIB
+
+
+def test_self_hosted_cost_is_instance_plus_both_volumes():
+    prices = mp.service_prices()
+    cost = mp.monitor_cost("self-hosted", 10_000, 15, "t3.large")
+    assert cost.instance == prices.monitor_instances_usd_per_hour["t3.large"]
+    gib = mp.MIN_DATA_VOLUME_GIB + mp.ROOT_VOLUME_GIB
+    assert cost.storage == pytest.approx(gib * prices.ebs_gp3_usd_per_gb_month / prices.hours_per_month, abs=1e-4)
+    assert cost.total == pytest.approx(cost.instance + cost.storage, abs=1e-4)
+    assert not cost.estimate
+
+
+def test_managed_cost_is_an_estimate_from_samples():
+    prices = mp.service_prices()
+    cost = mp.monitor_cost("managed", 15_000, 15, "t3.large")  # 1000 samples/s at a 15 s scrape
+    assert cost.amp_ingest == pytest.approx(3.6e6 / 1e7 * prices.amp_ingest_usd_per_10m_samples, abs=1e-4)
+    assert cost.instance is None and cost.estimate
+    assert cost.total == pytest.approx(cost.amp_ingest + cost.amp_storage, abs=1e-4)
+
+
+def test_unknown_instance_price_makes_the_total_unknown_not_zero():
+    assert mp.monitor_cost("self-hosted", 100, 15, "x9.huge").total is None
+
+
+def test_off_costs_nothing():
+    assert mp.monitor_cost("off", 10_000, 15, "t3.large").total == 0.0
+
+
+def test_price_file_has_its_date_and_sources():
+    prices = mp.service_prices()
+    assert prices.sources and prices.as_of.year >= 2026
+    assert "t3.large" in mp.monitor_instance_types()

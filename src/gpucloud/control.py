@@ -15,7 +15,10 @@ file           written by                   meaning
 ``committed``  session (global rank 0)      the emergency checkpoint of ``step`` is committed
                                             (LATEST names it, on the durable tier).
 ``resumed``    session (global rank 0)      this attempt restored ``step`` (or started fresh).
-``progress``   session (global rank 0)      the last completed step (rate-limited).
+``progress``   session (global rank 0)      the last completed step (rate-limited), the last
+                                            save, and ``metrics``: the node's step, save and
+                                            stall histograms (``training_metrics``) for the
+                                            agent's /metrics.
 ``finished``   session (global rank 0)      the training loop finished; ``step`` is final.
 =============  ===========================  ==================================================
 

@@ -31,13 +31,14 @@ from gpucloud.agent.asg_hooks import WIND_DOWN, FleetHooks
 from gpucloud.agent.backlog_metric import PERIOD_SECONDS
 from gpucloud.agent.fleet_view import fleet_state, group_counts
 from gpucloud.agent.identity import NodeIdentity
+from gpucloud.agent.metrics import NodeLabels, NodeMetrics
 from gpucloud.agent.node_groups import NodeGroups
 from gpucloud.agent.noncritical import NonCritical
 from gpucloud.agent.table_notices import TableNotices, request_gang_stop
 from gpucloud.agent.torchrun import DEFAULT_PORT, gang_argv
 from gpucloud.errors import UserError
 from gpucloud.jobs.model import Job, JobState, NodeRecord, NodeState, SlotClaim
-from gpucloud.jobs.runner import AttemptResult, EventHook, NoticeSource, run_attempt
+from gpucloud.jobs.runner import AttemptResult, EventHook, NoticeSource, control_dir_for, run_attempt
 from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.queue import gang
 from gpucloud.queue.gang import GangQueue
@@ -127,13 +128,18 @@ class _SlotKeeper:
 
 
 class _NoticeWatch:
-    """The supervisor's notice source, telling the agent about a stop notice the moment it arrives."""
+    """The supervisor's notice source, telling the agent about a stop notice the moment it arrives
+    (and the metrics about every notice: all of this node's pass here, idle or running)."""
 
-    def __init__(self, source: NoticeSource, on_stop: Callable[[Notice], None]) -> None:
-        self.source, self.on_stop = source, on_stop
+    def __init__(
+        self, source: NoticeSource, on_stop: Callable[[Notice], None], on_notice: Callable[[Notice], None]
+    ) -> None:
+        self.source, self.on_stop, self.on_notice = source, on_stop, on_notice
 
     def get(self, timeout: float) -> Notice | None:
         notice = self.source.get(timeout)
+        if notice is not None:
+            self.on_notice(notice)
         if notice is not None and notice.is_stop:
             self.on_stop(notice)
         return notice
@@ -151,10 +157,13 @@ class Agent:
         *,
         status: Status | None = None,
         on_event: EventHook | None = None,
+        metrics: NodeMetrics | None = None,
     ) -> None:
         self.queue, self.identity, self.hooks = queue, identity, hooks
         self.config, self.options = config, options
-        self.notices = _NoticeWatch(notices, self._on_stop)
+        # What /metrics serves (docs/monitoring.md); kept even when nothing serves it: it costs nothing.
+        self.metrics = metrics or NodeMetrics(NodeLabels.of(identity, options.groups.own))
+        self.notices = _NoticeWatch(notices, self._on_stop, self.metrics.noticed)
         self._status, self._on_event = status, on_event
         self.state = NodeState.IDLE
         self.current: SlotClaim | None = None
@@ -177,6 +186,7 @@ class Agent:
             changed = state is not None and state is not self.state
             if state is not None:
                 self.state = state
+            self.metrics.set_state(self.state)
             claim = self.current
             record = NodeRecord(
                 id=self.identity.worker,
@@ -429,13 +439,25 @@ class Agent:
         notices = TableNotices(
             self.notices, self.queue, job.id, job.attempt, on_table_notice=about_this_node, first=self.stop_notice
         )
-        return run_attempt(
-            self.queue,
-            job,
-            worker=gang.gang_worker(job.id, job.attempt),
-            notices=notices,
-            config=self.config,
-            local_checkpoint_dir=self.options.local_checkpoint_dir,
-            on_event=self._on_event,
-            run_root=self.options.run_root,
-        )
+
+        def on_event(kind: str, payload: dict[str, Any]) -> None:
+            self.metrics.timeline(kind, payload)  # notice -> commit
+            if self._on_event is not None:
+                self._on_event(kind, payload)
+
+        self.metrics.attempt_started(job.id, job.attempt, control_dir_for(job.id, job.attempt, self.options.run_root))
+        result: AttemptResult | None = None
+        try:
+            result = run_attempt(
+                self.queue,
+                job,
+                worker=gang.gang_worker(job.id, job.attempt),
+                notices=notices,
+                config=self.config,
+                local_checkpoint_dir=self.options.local_checkpoint_dir,
+                on_event=on_event,
+                run_root=self.options.run_root,
+            )
+            return result
+        finally:
+            self.metrics.attempt_ended(result)

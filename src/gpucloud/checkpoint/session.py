@@ -39,6 +39,7 @@ from gpucloud.checkpoint.ranks import Ranks
 from gpucloud.checkpoint.store import CheckpointStore, FencedError
 from gpucloud.checkpoint.tiers import S3Tier
 from gpucloud.errors import UserError
+from gpucloud.training_metrics import SessionMeter
 
 log = logging.getLogger("gpucloud.checkpoint")
 
@@ -134,6 +135,9 @@ class TrainingSession:
         # The last committed save as measured here: {"step", "bytes", "seconds"} (start -> durable
         # commit). Reported to the supervisor, which keeps it with the job and judges a notice by it.
         self.last_save: dict[str, Any] | None = None
+        # Step times, saves, stalls and failures for the node's /metrics (the progress file carries them).
+        self.meter = SessionMeter()
+        self._emergency_save = False  # the save in progress is the notice's (its kind on /metrics)
         self._hook = None
         if optimizer is not None and lazy_staging:
             self._hook = optimizer.register_step_pre_hook(self._before_optimizer_step)
@@ -188,6 +192,7 @@ class TrainingSession:
         self.step = step
         self.restored = True
         self.history = SaveHistory(last_step=step, last_time=time.monotonic())
+        self.meter.start(time.monotonic(), step)
         if self.ranks.is_node_leader and self.control_dir:
             resumed: dict[str, Any] = {"step": step, "source_tier": source_tier, "attempt": self.attempt}
             if self.data_position is not None:
@@ -271,6 +276,7 @@ class TrainingSession:
                 "pass the number of completed steps (step + 1 in `for step in range(start, total)`)"
             )
         self.step = step
+        self.meter.step(time.monotonic(), step)
         self._reap_finished()
         preempt = control.exists(self.control_dir, control.PREEMPT)
         rebalance = self._consume_save_request()
@@ -323,11 +329,17 @@ class TrainingSession:
             payload: dict[str, Any] = {"step": step}
             if self.last_save is not None:
                 payload["last_save"] = self.last_save
+            payload["metrics"] = self.meter.to_json()
             control.write(self.control_dir, control.PROGRESS, payload)
 
-    def _measured(self, step: int, manifest: Manifest, seconds: float) -> None:
+    def _measured(self, step: int, manifest: Manifest, seconds: float, *, stall: float, kind: str) -> None:
         """Keep the committed save's size and duration, and tell the supervisor at once."""
         self.last_save = {"step": step, "bytes": manifest.total_bytes, "seconds": round(seconds, 3)}
+        self.meter.saved(kind, seconds=seconds, stall=stall, size=manifest.total_bytes)
+        self._report_progress(self.step, force=True)
+
+    def _save_failed(self, stall: float) -> None:
+        self.meter.failed(stall=stall)
         self._report_progress(self.step, force=True)
 
     # ------------------------------------------------------------------------------ async save
@@ -437,9 +449,11 @@ class TrainingSession:
             manifest = pending.future.result()
         except CheckpointFencedError as exc:
             # Training on would only burn the GPUs of a job that another attempt now runs.
+            self._save_failed(pending.stall)
             log.error("%s; stopping this attempt", exc)
             raise
         except BaseException as exc:
+            self._save_failed(pending.stall)
             log.error(
                 "checkpoint of step %d failed, the previous checkpoint stays current: %s",
                 pending.step,
@@ -456,7 +470,7 @@ class TrainingSession:
             persist_seconds=time.monotonic() - pending.started,
         )
         committed_at = pending.committed_at if pending.committed_at is not None else time.monotonic()
-        self._measured(pending.step, manifest, committed_at - pending.started)
+        self._measured(pending.step, manifest, committed_at - pending.started, stall=pending.stall, kind="periodic")
 
     def wait(self) -> None:
         """Block until the save in flight (if any) is committed or has failed."""
@@ -473,18 +487,24 @@ class TrainingSession:
         final checkpoint after the loop. A collective: call it on every rank."""
         step = self.step if step is None else step
         self._require_restored("save_now()")
+        entered = time.monotonic()  # the loop is blocked from here, the wait for a save in flight included
         self.wait()
         if self.last_committed == step:
             return None
         started = time.monotonic()
         live = state.capture(self.model, self.optimizer, self.extra, rank=self.ranks.rank, step=step)
         ctx = commit_protocol.SaveContext(self.store, step, f"a{self.attempt}", self.attempt, self.attempt_token)
-        manifest = self._write_and_commit(ctx, live)
+        try:
+            manifest = self._write_and_commit(ctx, live)
+        except CheckpointSaveError:
+            self._save_failed(time.monotonic() - entered)
+            raise
         elapsed = time.monotonic() - started
         self.last_committed = step
         self.save_count += 1
         self.history = SaveHistory(last_step=step, last_time=started, stall_seconds=elapsed, persist_seconds=elapsed)
-        self._measured(step, manifest, elapsed)
+        kind = "emergency" if self._emergency_save else "periodic"
+        self._measured(step, manifest, elapsed, stall=time.monotonic() - entered, kind=kind)
         return manifest
 
     # ------------------------------------------------------------------------------ emergency
@@ -492,6 +512,7 @@ class TrainingSession:
         notice = control.read(self.control_dir, control.PREEMPT) or {}
         if self.ranks.is_node_leader and self.control_dir:
             control.write(self.control_dir, control.ACK, {"step": step, "notice_kind": notice.get("kind")})
+        self._emergency_save = True
         self.save_now(step)  # waits for an async save in flight first; no-op if it was this step
         if self.ranks.is_node_leader and self.control_dir:
             control.write(
@@ -519,6 +540,7 @@ class TrainingSession:
         if save:
             self.save_now(self.step)
         self.wait()
+        self._report_progress(self.step, force=True)  # the last second's steps, for /metrics
         if self.ranks.is_node_leader and self.control_dir:
             control.write(self.control_dir, control.FINISHED, {"step": self.step})
         self.finished = True

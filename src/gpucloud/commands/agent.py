@@ -39,6 +39,12 @@ gang to stop through the job table (the survivors save the same step; the attemp
 not counted as a crash), marks the dead agent stopped, asks for the node's replacement, and
 completes its lifecycle action once the attempt ended.
 \b
+Metrics: the agent serves Prometheus' /metrics on --metrics-port (default 9401, beside
+dcgm-exporter's 9400) at --metrics-address (default: every interface on an EC2 instance, where
+the security group admits the monitor only; 127.0.0.1 off EC2). --metrics-port 0 takes any free
+port; the first status line (`"event": "metrics"` with -o json) names the URL. --no-metrics: none.
+What it serves: docs/monitoring.md.
+\b
 Exit codes: 0 idle exit or --exit-after-attempts reached; 75 stopped by an interruption notice.
 """
 
@@ -101,6 +107,21 @@ Exit codes: 0 idle exit or --exit-after-attempts reached; 75 stopped by an inter
     help="The cluster's events queue (the stack's eventsQueueUrl; node.env sets it). Consumed in the "
     "background so a noticed node whose agent died is still handled. Default: off.",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=9401,
+    show_default=True,
+    envvar="GPUCLOUD_METRICS_PORT",
+    show_envvar=True,
+    help="TCP port of /metrics (0: any free port, printed at start).",
+)
+@click.option(
+    "--metrics-address",
+    metavar="IP",
+    help="Address /metrics listens on (default: 0.0.0.0 on an EC2 instance, 127.0.0.1 off EC2).",
+)
+@click.option("--no-metrics", is_flag=True, help="Serve no /metrics.")
 @output_option()
 def agent(
     queue_uri,
@@ -121,6 +142,9 @@ def agent(
     deprecated_max_attempts,
     run_dir,
     events_queue,
+    metrics_port,
+    metrics_address,
+    no_metrics,
     output,
 ) -> int:
     """Run this node's share of queued jobs: claim a gang slot, wait for the gang, run the attempt
@@ -129,6 +153,7 @@ def agent(
     from gpucloud.agent.asg_hooks import OfflineHooks, hooks_for
     from gpucloud.agent.identity import discover
     from gpucloud.agent.loop import Agent, AgentOptions
+    from gpucloud.agent.metrics import MetricsServer, NodeLabels, NodeMetrics, default_address
     from gpucloud.agent.node_groups import NodeGroups
     from gpucloud.jobs.node import start_signal_hub
     from gpucloud.queue.locations import open_queue
@@ -155,14 +180,23 @@ def agent(
         imds_endpoint=endpoint, use_imds=endpoint is not None, poll_interval=poll_interval, grace=grace
     )
     status = _json_line if output == "json" else _human_line
-    watcher = None
+    metrics = NodeMetrics(NodeLabels.of(identity, options.groups.own))
+    watcher = server = None
     try:
+        if not no_metrics:
+            address = metrics_address or default_address(identity)
+            server = MetricsServer(metrics, address=address, port=metrics_port)
+            status({"event": "metrics", "worker": identity.worker, "url": server.url, "port": server.port})
         if events_queue:
             from gpucloud.agent.events_handler import watch_events_queue
 
             watcher = watch_events_queue(events_queue, queue, hooks, node_lease=slot_lease, worker=identity.worker)
-        summary = Agent(queue, identity, hub, hooks, config, options, status=status, on_event=print_event).run()
+        summary = Agent(
+            queue, identity, hub, hooks, config, options, status=status, on_event=print_event, metrics=metrics
+        ).run()
     finally:
+        if server is not None:
+            server.close()
         if watcher is not None:
             watcher.stop()
         hub.stop()
@@ -219,6 +253,9 @@ def _json_line(status: dict[str, Any]) -> None:
 
 
 def _human_line(status: dict[str, Any]) -> None:
+    if status.get("event") == "metrics":
+        click.echo(f"gpucloud: agent {status['worker']} serves metrics on {status['url']}", err=True)
+        return
     where = f" {status['job_id']} attempt {status['attempt']} slot {status['slot']}" if status.get("job_id") else ""
     extra = "".join(
         f", {k}: {v}" for k, v in status.items() if k not in ("worker", "state", "job_id", "attempt", "slot", "at")

@@ -141,7 +141,7 @@ def run_attempt(
     ``$GPUCLOUD_HOME/run``.
     """
     number = job.attempt
-    control_dir = (run_root / job.id / f"attempt-{number}" if run_root else run_dir(job.id, number)) / "control"
+    control_dir = control_dir_for(job.id, number, run_root)
     try:
         control_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -155,6 +155,12 @@ def run_attempt(
         return _run_logged(queue, job, worker, notices, config, local_checkpoint_dir, output, on_event, control_dir)
     finally:
         output.close()
+
+
+def control_dir_for(job_id: str, attempt: int, run_root: Path | None = None) -> Path:
+    """Where attempt ``attempt`` of ``job_id`` keeps its control files on this node (the agent's
+    exporter reads the session's ``progress`` there)."""
+    return (run_root / job_id / f"attempt-{attempt}" if run_root else run_dir(job_id, attempt)) / "control"
 
 
 def _run_logged(

@@ -22,13 +22,13 @@ def run(capsys, *argv):
 def test_check_shipped_matrix_passes(capsys):
     code, out, _ = run(capsys, "image", "check", "--matrix", str(SHIPPED_MATRIX))
     assert code == 0
-    assert "17 rules, 0 failed, matrix is compatible" in out
+    assert "18 rules, 0 failed, matrix is compatible" in out
 
 
 def test_check_json_lists_every_rule(capsys):
     code, out, _ = run(capsys, "image", "check", str(SHIPPED_MATRIX), "--output", "json")
     report = json.loads(out)
-    assert code == 0 and report["failed"] == 0 and len(report["rules"]) == 17
+    assert code == 0 and report["failed"] == 0 and len(report["rules"]) == 18
     assert {r["status"] for r in report["rules"]} == {"pass"}
     assert [c["name"] for c in report["components"]][:2] == ["gpucloud-10-base", "gpucloud-20-nvidia-driver"]
 
@@ -63,9 +63,9 @@ def test_check_catches_a_malformed_component_document(capsys, tmp_path):
 
 def test_render_writes_the_documents(capsys, tmp_path):
     code, out, _ = run(capsys, "image", "render", "--matrix", str(SHIPPED_MATRIX), "--out", str(tmp_path / "out"))
-    assert code == 0 and "wrote 7 component documents" in out
+    assert code == 0 and "wrote 8 component documents" in out
     written = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert written[-1] == "versions.env" and len(written) == 8
+    assert written[-1] == "versions.env" and len(written) == 9
     assert yaml.safe_load((tmp_path / "out" / "gpucloud-40-efa.yaml").read_text())["schemaVersion"] == 1.0
 
 

@@ -58,7 +58,7 @@ def _one(resources, type_suffix):
 
 def test_components_carry_the_rendered_documents(resources):
     components = [r for r in resources if r.type == f"{IB}component:Component"]
-    assert len(components) == 7
+    assert len(components) == 8
     for component in components:
         assert component.inputs["platform"] == "Linux"
         assert component.inputs["version"] == "1.0.0"
@@ -70,7 +70,7 @@ def test_components_carry_the_rendered_documents(resources):
 def test_recipe_orders_layers_and_encrypts_the_root_volume(resources):
     recipe = _one(resources, "imageRecipe:ImageRecipe").inputs
     assert recipe["parentImage"].startswith("ssm:/aws/service/canonical/ubuntu/server/24.04/")
-    assert len(recipe["components"]) == 7
+    assert len(recipe["components"]) == 8
     pytorch = recipe["components"][-1]
     assert {p["name"]: p["value"] for p in pytorch["parameters"]} == {
         "GpucloudWheelS3Uri": WHEEL,

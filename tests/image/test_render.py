@@ -36,6 +36,7 @@ def test_every_layer_renders_as_an_image_builder_document(shipped):
         "gpucloud-30-cuda",
         "gpucloud-40-efa",
         "gpucloud-50-dcgm",
+        "gpucloud-55-exporters",
         "gpucloud-60-lustre",
         "gpucloud-70-pytorch",
     ]

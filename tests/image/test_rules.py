@@ -10,7 +10,7 @@ from .conftest import matrix_with
 
 def test_shipped_matrix_passes_every_rule(shipped):
     results = check_matrix(shipped)
-    assert len(results) == len(RULES) == 17
+    assert len(results) == len(RULES) == 18
     assert [r for r in results if r.status != "pass"] == []
 
 
@@ -35,6 +35,8 @@ def test_shipped_matrix_passes_every_rule(shipped):
         (rules.p5_minimum_aws_ofi_nccl, {"aws_ofi_nccl": "1.7.2"}, ["1.7.2", "1.7.3", "p5.48xlarge"]),
         (rules.p5_minimum_efa_installer, {"efa_installer": "1.28.0"}, ["1.28.0", "1.29", "p5.48xlarge"]),
         (rules.gpucloud_matches_this_package, {"gpucloud": "9.9.9"}, ["9.9.9", "0.1.0"]),
+        (rules.dcgm_exporter_matches_dcgm, {"dcgm_exporter": "3.3.9-3.6.1"}, ["3.3.9-3.6.1", "4.4.2"]),
+        (rules.dcgm_exporter_matches_dcgm, {"dcgm_exporter": "4.7.1"}, ["4.7.1", "<DCGM>-<exporter>"]),
     ],
     ids=lambda p: getattr(p, "__name__", None),
 )
@@ -99,3 +101,8 @@ def test_unlisted_patch_release_uses_the_series_entry_before_it():
     # 13.0.3 is not in the table: the newest known 13.0.x minimum (13.0.2's) applies.
     result = rules.driver_meets_cuda_toolkit(matrix_with(cuda="13.0.3", nvidia_driver="580.82.07"))
     assert result.status == "fail" and "580.95.05" in result.detail
+
+
+def test_dcgm_exporter_built_on_a_newer_dcgm_warns():
+    result = rules.dcgm_exporter_matches_dcgm(matrix_with(dcgm_exporter="4.5.0-4.8.0"))
+    assert result.status == "warn" and "4.4.2" in result.detail

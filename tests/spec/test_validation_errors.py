@@ -729,6 +729,12 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         "gpucloud:monitoring.mode = 'self-hosted'",
         "needs network.egress nat",
     ),
+    "managed-retention-too-long": (
+        "monitoring_managed_retention",
+        _set("gpucloud:monitoring", {"mode": "managed", "retentionDays": 2000}),
+        "gpucloud:monitoring.retentionDays = 2000",
+        "at most 1095 days",
+    ),
     "monitoring-mode-unknown": (
         None,
         _set("gpucloud:monitoring", {"mode": "prometheus"}),

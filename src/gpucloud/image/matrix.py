@@ -28,6 +28,9 @@ VERSION_KEYS: tuple[str, ...] = (
     "aws_ofi_nccl",
     "gdrcopy",
     "dcgm",
+    "dcgm_exporter",
+    "node_exporter",
+    "prometheus",
     "lustre_client",
     "python",
     "pytorch",
@@ -55,6 +58,9 @@ class PinnedVersions(BaseModel):
     aws_ofi_nccl: str
     gdrcopy: str
     dcgm: str
+    dcgm_exporter: str
+    node_exporter: str
+    prometheus: str
     lustre_client: str
     python: str
     pytorch: str

@@ -180,6 +180,30 @@ def efa_installer_for_nccl(m: VersionMatrix) -> RuleResult:
     )
 
 
+def dcgm_exporter_matches_dcgm(m: VersionMatrix) -> RuleResult:
+    """dcgm-exporter is tagged ``<DCGM it is built on>-<exporter release>`` and links the host
+    engine's libdcgm of that major (NVIDIA's packages depend on datacenter-gpu-manager-<major>-core):
+    https://github.com/NVIDIA/dcgm-exporter/blob/main/RELEASE.md"""
+    name = "dcgm-exporter is built for the image's DCGM major"
+    dcgm, exporter = m.v("dcgm"), m.v("dcgm_exporter")
+    if not exporter.suffix.startswith("-") or len(exporter.suffix) < 2:
+        return RuleResult(
+            name, "fail", f"dcgm-exporter {exporter} is not NVIDIA's <DCGM>-<exporter> tag, e.g. 4.4.2-4.7.1"
+        )
+    if exporter.major != dcgm.major:
+        return RuleResult(
+            name,
+            "fail",
+            f"dcgm-exporter {exporter} is built on DCGM {exporter.major} but the image installs DCGM {dcgm}: "
+            f"pick a {dcgm.major}.x-* tag",
+        )
+    if exporter > dcgm:
+        return RuleResult(
+            name, "warn", f"dcgm-exporter {exporter} is built on a newer DCGM than the image's {dcgm}; check its fields"
+        )
+    return RuleResult(name, "pass", f"dcgm-exporter {exporter} is built on DCGM {dcgm.major} like the image's {dcgm}")
+
+
 def driver_supports_target_gpus(m: VersionMatrix) -> RuleResult:
     name = "driver supports every target GPU"
     driver = m.v("nvidia_driver")
@@ -256,6 +280,7 @@ RULES: tuple[Rule, ...] = (
     cudnn_built_for_cuda,
     nccl_built_for_cuda,
     efa_installer_for_nccl,
+    dcgm_exporter_matches_dcgm,
     driver_supports_target_gpus,
     lustre_client_for_base_os,
     p5_minimum_cuda,

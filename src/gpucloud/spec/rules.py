@@ -970,6 +970,22 @@ def monitoring_managed_grafana(spec: ClusterSpec, catalog: Catalog) -> Iterator[
         )
 
 
+AMP_MAX_RETENTION_DAYS = (
+    1095  # https://docs.aws.amazon.com/prometheus/latest/userguide/AMP-workspace-configuration.html
+)
+
+
+def monitoring_managed_retention(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    mon = spec.monitoring
+    if mon.mode == "managed" and mon.retention_days > AMP_MAX_RETENTION_DAYS:
+        yield Problem(
+            key_path("monitoring", "retentionDays"),
+            f"Amazon Managed Prometheus keeps metrics at most {AMP_MAX_RETENTION_DAYS} days; allowed: 1 to "
+            f"{AMP_MAX_RETENTION_DAYS} with mode managed",
+            mon.retention_days,
+        )
+
+
 def monitoring_egress(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     """The monitor downloads Prometheus, Alertmanager and Grafana at first boot, and managed nodes
     remote-write to the AMP endpoint: both need the NAT gateway (the endpoints egress has neither)."""
@@ -1043,6 +1059,7 @@ RULES: tuple[Rule, ...] = (
     monitoring_instance_type,
     monitoring_alert_emails,
     monitoring_managed_grafana,
+    monitoring_managed_retention,
     monitoring_egress,
 )
 

@@ -18,6 +18,11 @@ from gpucloud.errors import UserError
 # command name -> ("module", "attribute", "one-line help shown by `gpucloud --help`")
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "plan": ("gpucloud.commands.plan", "plan", "Preview a stack offline: resources, EFA layout, hourly cost."),
+    "estimate": (
+        "gpucloud.commands.estimate",
+        "estimate",
+        "Goodput and cost per useful GPU-hour: periodic checkpoints vs the notice-driven save.",
+    ),
     "catalog": ("gpucloud.commands.catalog", "catalog", "Show or refresh the GPU instance catalog."),
     "spot-train": (
         "gpucloud.commands.spot_train",

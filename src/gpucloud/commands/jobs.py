@@ -36,6 +36,7 @@ Examples:
   gpucloud submit -- torchrun --standalone --nproc-per-node 8 train.py
   gpucloud submit --job-id llama-7b --gpus-per-node 8 --checkpoint-uri s3://ckpt/llama -- torchrun ... train.py
   gpucloud submit --nodes 4 --group p4d-spot --fallback-group p4d-od --fallback-after 10 -- torchrun ... train.py
+  gpucloud submit --workdir . --setup "pip install -r requirements.txt" -- python train.py
   gpucloud worker          # on each node: take queued jobs and run them under spot-train
 """,
 )
@@ -54,8 +55,25 @@ Examples:
 )
 @click.option(
     "--workdir",
-    type=click.Path(file_okay=False),
-    help="Working directory of the command on the node (default: the worker's).",
+    metavar="DIR",
+    type=click.Path(file_okay=False, exists=True),
+    help="Ship DIR with the job: a snapshot of it (.gitignore honoured, never .git/, named by its content hash so "
+    "the same tree is stored once) goes next to the queue ($GPUCLOUD_HOME/code) or to the checkpoint bucket's "
+    "code/ prefix, and each attempt runs the command in a verified copy of it on its node "
+    "(default: no snapshot; the command runs in the worker's directory).",
+)
+@click.option(
+    "--max-workdir-size",
+    metavar="SIZE",
+    default="100MiB",
+    show_default=True,
+    help="Largest --workdir content (uncompressed) to ship, e.g. 250MiB; past it submit names the biggest files.",
+)
+@click.option(
+    "--setup",
+    metavar="CMD",
+    help="Shell command each node runs once before the job's command, in a virtualenv layered on the image's "
+    "Python and torch and cached per node and requirements hash, e.g. 'pip install -r requirements.txt'.",
 )
 @click.option(
     "--env",
@@ -104,6 +122,8 @@ def submit(
     queue_uri,
     checkpoint_uri,
     workdir,
+    max_workdir_size,
+    setup,
     env_pairs,
     nodes,
     gpus_per_node,
@@ -121,23 +141,62 @@ def submit(
     if not command:
         raise UserError("missing command after --; e.g. gpucloud submit -- torchrun --nproc-per-node 2 train.py")
     queue_uri = queue_uri or default_queue_uri()
+    checkpoint_uri = checkpoint_uri_to_submit(checkpoint_uri, queue_uri=queue_uri, nodes=nodes)
+    env = _parse_env(env_pairs)
+    if setup is not None and not setup.strip():
+        raise UserError("--setup is empty; give a shell command, e.g. --setup 'pip install -r requirements.txt'")
     spec = spec_from_flags(
         command=list(command),
         name=name,
-        checkpoint_uri=checkpoint_uri_to_submit(checkpoint_uri, queue_uri=queue_uri, nodes=nodes),
-        workdir=workdir,
-        env=_parse_env(env_pairs),
+        checkpoint_uri=checkpoint_uri,
+        setup=setup,
+        env=env,
         nodes=nodes,
         gpus_per_node=gpus_per_node,
         max_attempts=max_attempts,
     )
     queue = open_queue(queue_uri)
-    spec = spec_from_flags(**{**spec.model_dump(), **_job_groups(queue, group, fallback_group, fallback_after)})
+    groups = _job_groups(queue, group, fallback_group, fallback_after)
+    # Every flag is checked before the snapshot is stored: a refused submit uploads nothing.
+    shipped = _ship_workdir(workdir, max_workdir_size, checkpoint_uri=checkpoint_uri, queue_uri=queue_uri)
+    code = shipped[0].model_dump() if shipped else None
+    spec = spec_from_flags(**{**spec.model_dump(), **groups, "code": code})
     job = queue.submit(spec, job_id=job_id)
     if output == "json":
-        print_json(_job_row(job))
+        print_json({**_job_row(job), "code_uploaded": shipped[1] if shipped else None})
     else:
         click.echo(f"submitted {job.id} to {queue.uri}")
+        if shipped:
+            code, uploaded = shipped
+            click.echo(
+                f"code {code.sha256[:12]}: {code.files} files, {_size(code.size_bytes)} from {workdir}, "
+                f"{'uploaded to' if uploaded else 'already stored at'} {code.uri}"
+            )
+
+
+def _ship_workdir(workdir, max_size: str, *, checkpoint_uri: str | None, queue_uri: str):
+    """Snapshot ``workdir`` and store it where the queue's nodes read it: (CodeRef, uploaded), or None."""
+    if workdir is None:
+        return None
+    import tempfile
+    from pathlib import Path
+
+    from gpucloud.jobs.code.snapshot import build, parse_size
+    from gpucloud.jobs.code.store import store
+    from gpucloud.jobs.model import CodeRef
+
+    limit = parse_size(max_size)
+    with tempfile.TemporaryDirectory(prefix="gpucloud-snapshot-") as scratch:
+        snapshot = build(Path(workdir), Path(scratch), limit=limit)
+        stored = store(snapshot, checkpoint_uri=checkpoint_uri, queue_uri=queue_uri)
+    ref = CodeRef(uri=stored.uri, sha256=snapshot.sha256, size_bytes=snapshot.size_bytes, files=snapshot.files)
+    return ref, stored.uploaded
+
+
+def _size(n: int) -> str:
+    from gpucloud.jobs.code.snapshot import human_size
+
+    return human_size(n)
 
 
 def _job_groups(queue, group, fallback_group, fallback_after) -> dict[str, Any]:
@@ -169,6 +228,9 @@ def _job_row(job) -> dict[str, Any]:
         "cancel_requested_at": job.cancel_requested_at,
         "group": job.spec.group,
         "fallback_group": job.spec.fallback_group,
+        # Code shipping (submit --workdir/--setup): the snapshot's URI and hash, the setup command.
+        "code": job.spec.code.model_dump() if job.spec.code is not None else None,
+        "setup": job.spec.setup,
         # Live progress: the running attempt's step and steps/s (stored with its lease renewals),
         # or the last step of the attempt that ended last (step_rate null).
         "last_step": job.last_step,

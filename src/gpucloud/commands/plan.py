@@ -69,6 +69,7 @@ def plan(stack: str | None, stack_file: Path | None, catalog_file: Path | None, 
     name = stack if stack is not None else _stack_name_from(path)
     catalog = load_catalog(catalog_file)  # the same checks and one-line errors as `catalog show`
     spec = load_stack_file(path, catalog)
+    warnings = _stack_warnings(spec)
 
     _require_deploy_extra()
     from gpucloud.infra.preview import preview_stack
@@ -83,7 +84,12 @@ def plan(stack: str | None, stack_file: Path | None, catalog_file: Path | None, 
         result = preview_stack(spec, name, catalog)
         violations = run_policies(result.resources, stack=name)
         print_json(
-            {**result.to_json(), "catalog": source, "policy_violations": [dataclasses.asdict(v) for v in violations]}
+            {
+                **result.to_json(),
+                "catalog": source,
+                "policy_violations": [dataclasses.asdict(v) for v in violations],
+                "warnings": warnings,
+            }
         )
         _warn_emergency_save(result.emergency_saves)
     else:
@@ -95,10 +101,20 @@ def plan(stack: str | None, stack_file: Path | None, catalog_file: Path | None, 
         _print_human(result, source)
         _print_emergency_save(result.emergency_saves)
         _warn_emergency_save(result.emergency_saves)
+        for line in warnings:
+            click.echo(f"warning: {line}")
         _print_violations(violations)
     if any(v.enforcement == "mandatory" for v in violations):
         # `pulumi up --policy-pack` would refuse this stack: say so with the exit code too
         raise SystemExit(1)
+
+
+def _stack_warnings(spec: Any) -> list[str]:
+    """What the stack may deploy but will not work as it stands (one line each; JSON ``warnings``)."""
+    from gpucloud.jobs.code.agent_package import placeholder_warning
+
+    found = placeholder_warning(spec.agent.package)
+    return [found] if found else []
 
 
 def _stack_name_from(path: Path) -> str:

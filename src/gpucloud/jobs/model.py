@@ -81,6 +81,18 @@ CANCEL_GRACE_S = 120.0
 CANCEL_SOURCE = "cancel"  # the ``source`` of the stop notice a cancel records
 
 
+class CodeRef(BaseModel):
+    """The snapshot of the submitter's working directory a job runs in (``submit --workdir``;
+    ``jobs/code/``): where it is stored, and the tree's hash the node verifies it against."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    uri: str = Field(min_length=1, description="s3://BUCKET/code/<sha256>.tar.gz or a path on the queue's host")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="hash of the tree (paths, modes, contents)")
+    size_bytes: int = Field(ge=0, description="uncompressed content; a node refuses an archive that unpacks to more")
+    files: int = Field(ge=0)
+
+
 class JobSpec(BaseModel):
     """What to run and how: everything a worker on another node needs to run an attempt."""
 
@@ -90,6 +102,9 @@ class JobSpec(BaseModel):
     name: str | None = None
     checkpoint_uri: str | None = Field(default=None, description="durable checkpoint location")
     workdir: str | None = Field(default=None, description="working directory of the command")
+    # Code shipping (docs/code-shipping.md). Both absent from jobs stored before they existed.
+    code: CodeRef | None = Field(default=None, description="snapshot the command runs in (instead of workdir)")
+    setup: str | None = Field(default=None, min_length=1, description="shell command run once per node and hash")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables")
     nodes: int = Field(default=1, ge=1)
     # GPUs per node for GPU-hour accounting. 0 on CPU; torch.cuda.device_count() is not asked,

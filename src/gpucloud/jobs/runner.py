@@ -25,6 +25,8 @@ from typing import Any, Protocol
 
 from gpucloud import control, jobenv
 from gpucloud.errors import UserError
+from gpucloud.jobs.code.attempt import CodeNotReady, node_cache_dir
+from gpucloud.jobs.code.attempt import prepare as prepare_code
 from gpucloud.jobs.logs import AttemptLog, open_attempt_log
 from gpucloud.jobs.model import RESUMABLE, AttemptEnd, AttemptState, Job, JobState, is_cancel
 from gpucloud.jobs.process_group import CommandNotFound, OutputSink, ProcessGroup
@@ -178,12 +180,17 @@ def _run_logged(
     timeline = _Timeline(queue, job.id, number, on_event, output)
     env = attempt_environment(job, control_dir=control_dir, local_dir=local_checkpoint_dir)
     try:
+        # The job's code snapshot and setup env (submit --workdir/--setup), in this attempt's
+        # directory; the node's cache sits beside its run directory (control_dir's grandparent's).
+        code = prepare_code(
+            job, attempt_dir=control_dir.parent, cache=node_cache_dir(control_dir.parents[2]), env=env, log=output
+        )
         # Half the lease: a supervisor that dies leaves its ranks time to save, and they are gone
         # before the lease runs out and another worker may start the next attempt.
         group = ProcessGroup(
-            job.spec.command, env=env, cwd=job.spec.workdir, sink=output, save_grace=config.lease_seconds / 2
+            job.spec.command, env=code.env, cwd=code.cwd, sink=output, save_grace=config.lease_seconds / 2
         )
-    except (CommandNotFound, NotADirectoryError, FileNotFoundError) as err:
+    except (CommandNotFound, NotADirectoryError, FileNotFoundError, CodeNotReady) as err:
         end = AttemptEnd(state=AttemptState.FAILED, exit_code=127, reason=str(err))
         timeline.record("exit", exit_code=127, reason=str(err), log=str(output.path) if output.writable else None)
         return AttemptResult(number, end, queue.end_attempt(job.id, number, end), 127, None, [])

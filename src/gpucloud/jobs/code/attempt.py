@@ -1,0 +1,79 @@
+"""What the supervisor does before it starts an attempt's command: its code and its environment.
+
+A job submitted with ``--workdir`` runs in ``<attempt dir>/workdir``, a copy of its verified
+snapshot (``unpack.py``); with ``--setup``, in its cached venv (``setup_env.py``). Either way the
+interpreter running gpucloud comes first on ``PATH`` (docs/code-shipping.md says why). Failures
+are one line (``CodeNotReady``); the runner ends the attempt FAILED with it as the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Protocol
+
+from gpucloud.jobs.code.setup_env import SetupFailed, ensure_env, with_interpreter_first
+from gpucloud.jobs.code.store import CodeUnavailable
+from gpucloud.jobs.code.unpack import cached_tree, copy_tree
+from gpucloud.jobs.model import Job
+
+WORKDIR = "workdir"
+
+
+class CodeNotReady(Exception):
+    """The attempt's code or environment could not be prepared; ``str`` is one line."""
+
+
+class _Log(Protocol):
+    """What ``prepare`` writes to: the attempt's log (``jobs.logs.AttemptLog``)."""
+
+    def write(self, text: str, /) -> int: ...
+    def flush(self) -> None: ...
+    def supervisor(self, text: str, at: float | None = None) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    cwd: str | None
+    env: dict[str, str]
+
+
+def node_cache_dir(run_root: Path | None) -> Path:
+    """This node's cache of snapshots and envs, beside its run directory (``/var/lib/gpucloud/cache``
+    for the agent on a cluster node; ``$GPUCLOUD_HOME/cache`` by default)."""
+    from gpucloud.queue.locations import gpucloud_home
+
+    return (run_root.parent if run_root is not None else gpucloud_home()) / "cache"
+
+
+def prepare(job: Job, *, attempt_dir: Path, cache: Path, env: dict[str, str], log: _Log) -> Prepared:
+    """The command's working directory and environment for this attempt; ``CodeNotReady`` if not possible."""
+    spec = job.spec
+    if spec.code is None and spec.setup is None:
+        return Prepared(spec.workdir, env)
+    cwd = spec.workdir
+    try:
+        if spec.code is not None:
+            tree, cached = cached_tree(spec.code.uri, spec.code.sha256, spec.code.size_bytes, cache)
+            workdir = attempt_dir / WORKDIR
+            copy_tree(tree, workdir)
+            cwd = str(workdir)
+            how = "cached on this node" if cached else f"fetched from {spec.code.uri} and verified"
+            log.supervisor(f"code {spec.code.sha256[:12]} ({spec.code.files} files, {how}) in {workdir}")
+        if spec.setup is None:
+            return Prepared(cwd, with_interpreter_first(env))
+        venv, cached = ensure_env(
+            spec.setup,
+            workdir=Path(cwd) if cwd is not None else Path.cwd(),
+            cache=cache,
+            code_sha256=spec.code.sha256 if spec.code is not None else None,
+            env=env,
+            sink=log,
+        )
+        log.supervisor(f"setup env {venv} ({'cached on this node, setup not run again' if cached else 'set up'})")
+        return Prepared(cwd, with_interpreter_first(env, venv))
+    except (CodeUnavailable, SetupFailed) as err:
+        raise CodeNotReady(str(err)) from None
+    except OSError as err:  # the node's disk: full, read-only, no permission
+        where = f" ({err.filename})" if err.filename else ""
+        raise CodeNotReady(f"cannot prepare the job's code on this node: {err.strerror}{where}") from None

@@ -47,6 +47,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     ),
     "image": ("gpucloud.commands.image", "image", "Check the pinned GPU image version matrix."),
     "doctor": ("gpucloud.commands.doctor", "doctor", "Check this node: GPUs, EFA, drivers, mounts, IMDS, agent."),
+    "monitoring": (
+        "gpucloud.commands.monitoring",
+        "monitoring",
+        "Render the stack's monitoring files: Prometheus, alerts, Alertmanager, dashboards.",
+    ),
 }
 
 

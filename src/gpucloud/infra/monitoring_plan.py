@@ -23,10 +23,10 @@ SERVICE_PRICES = Path(__file__).resolve().parents[1] / "catalog" / "service_pric
 
 # Where the node exporters listen. dcgm-exporter's and node_exporter's defaults
 # (https://github.com/NVIDIA/dcgm-exporter#quickstart, https://github.com/prometheus/node_exporter);
-# the agent's /metrics port is the agent's default (`gpucloud agent --metrics-port`).
+# the agent's /metrics port is the agent's default (`gpucloud agent --metrics-port`, agent/metrics.py).
 NODE_EXPORTER_PORT = 9100
 DCGM_EXPORTER_PORT = 9400
-AGENT_METRICS_PORT = 9108
+AGENT_METRICS_PORT = 9401
 
 SCRAPE_INTERVAL_SECONDS = 15.0
 # Prometheus stores "an average of only 1-2 bytes per sample" and sizes disks as

@@ -24,6 +24,7 @@ from gpucloud.catalog import Catalog
 from gpucloud.infra.cost import CostEstimate
 from gpucloud.infra.efa_layout import EfaLayoutSummary
 from gpucloud.infra.instance_mix import plan_instance_mix
+from gpucloud.infra.monitoring_plan import MonitorCost, cluster_series, monitor_cost
 from gpucloud.infra.planning import EmergencySavePlan
 from gpucloud.spec.model import ClusterSpec
 
@@ -76,6 +77,7 @@ class StackPreview:
     efa_layouts: list[GroupLayout]
     cost: CostEstimate
     emergency_saves: list[EmergencySavePlan] = dataclasses.field(default_factory=list)
+    monitoring: MonitorCost | None = None  # what the stack's monitoring costs an hour
 
     @property
     def custom_resources(self) -> list[RecordedResource]:
@@ -96,6 +98,7 @@ class StackPreview:
             ],
             "cost": self.cost.to_json(),
             "emergency_save": [g.to_json() for g in self.emergency_saves],
+            "monitoring": self.monitoring.to_json() if self.monitoring is not None else None,
         }
 
 
@@ -130,6 +133,10 @@ class PreviewMocks(Mocks):
             return f"arn:aws:iam::{ACCOUNT}:{kind}/{physical}"
         if typ == "aws:cloudwatch/eventRule:EventRule":
             return f"arn:aws:events:{self.region}:{ACCOUNT}:rule/{physical}"
+        if typ == "aws:sns/topic:Topic":
+            return f"arn:aws:sns:{self.region}:{ACCOUNT}:{physical}"
+        if typ == "aws:amp/workspace:Workspace":
+            return f"arn:aws:aps:{self.region}:{ACCOUNT}:workspace/ws-{hashlib.sha1(physical.encode()).hexdigest()[:8]}"
         return f"arn:aws:{_service(typ)}:{self.region}:{ACCOUNT}:{typ.split(':')[-1].lower()}/{physical}"
 
     def new_resource(self, args: MockResourceArgs) -> tuple[str, dict]:
@@ -150,6 +157,13 @@ class PreviewMocks(Mocks):
             state["latestVersion"] = 1
         elif args.typ == "aws:ec2/vpc:Vpc":
             resource_id = "vpc-0123456789abcdef0"
+        elif args.typ == "aws:amp/workspace:Workspace":
+            resource_id = state["arn"].rsplit("/", 1)[-1]
+            state["prometheusEndpoint"] = (
+                f"https://aps-workspaces.{self.region}.amazonaws.com/workspaces/{resource_id}/"
+            )
+        elif args.typ == "aws:ebs/volume:Volume":
+            resource_id = "vol-0123456789abcdef0"
         return resource_id, state
 
     def call(self, args: MockCallArgs) -> tuple[dict, list[tuple[str, str]] | None]:
@@ -174,6 +188,8 @@ class PreviewMocks(Mocks):
             return {"name": self.region, "region": self.region, "id": self.region}
         if token == "aws:index/getCallerIdentity:getCallerIdentity":
             return {"accountId": ACCOUNT, "arn": f"arn:aws:iam::{ACCOUNT}:user/preview", "userId": "PREVIEW"}
+        if token == "aws:ec2/getSubnet:getSubnet":
+            return {"id": args.args.get("id"), "availabilityZone": self.availability_zone}
         if token == "aws:ec2/getVpc:getVpc":
             return {"id": args.args.get("id"), "cidrBlock": "10.0.0.0/16"}
         return {}
@@ -291,4 +307,10 @@ def preview_stack(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
         ],
         cost=plan.cost,
         emergency_saves=[g.emergency_save for g in plan.groups],
+        monitoring=monitor_cost(
+            spec.monitoring.mode,
+            cluster_series((g.instance_type, g.group.max_nodes) for g in plan.groups),
+            spec.monitoring.retention_days,
+            spec.monitoring.instance_type,
+        ),
     )

@@ -20,6 +20,7 @@ from gpucloud.infra.compute import DRAIN_HOOK, NodeGroup, NodeGroupArgs
 from gpucloud.infra.iam import NodeAccessPolicy, NodeAccessPolicyArgs, NodeIdentity, NodeIdentityArgs
 from gpucloud.infra.instance_mix import group_zone_indices, plan_instance_mix, plan_templates
 from gpucloud.infra.jobplane import InterruptionEvents, InterruptionEventsArgs, JobPlane, JobPlaneArgs
+from gpucloud.infra.monitoring import MonitoringArgs, Render, build_monitoring
 from gpucloud.infra.network import ClusterNetwork, ClusterNetworkArgs
 from gpucloud.infra.planning import ClusterPlan, plan_cluster
 from gpucloud.infra.scaling_plan import QueueTerm, queue_terms
@@ -50,6 +51,7 @@ class ClusterOutputs:
     # per capacity-block group with an end time: when it scales to 0 (ISO 8601 UTC)
     capacity_block_scale_down: dict[str, str] = dataclasses.field(default_factory=dict)
     ami_parameter_name: str | None = None  # set when the stack runs the image pipeline
+    alert_topic_arn: pulumi.Output[str] | None = None  # monitoring self-hosted or managed
 
     def export(self) -> None:
         pulumi.export("vpcId", self.vpc_id)
@@ -75,9 +77,14 @@ class ClusterOutputs:
             pulumi.export("fsxDnsName", self.fsx_dns_name)
         if self.ami_parameter_name is not None:
             pulumi.export("amiParameterName", self.ami_parameter_name)
+        if self.alert_topic_arn is not None:
+            pulumi.export("alertTopicArn", self.alert_topic_arn)
 
 
-def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = None) -> ClusterOutputs:
+def build_cluster(
+    spec: ClusterSpec, stack_name: str, catalog: Catalog | None = None, monitoring_render: Render | None = None
+) -> ClusterOutputs:
+    """``monitoring_render``: tests only; the stack renders its monitoring files with gpucloud.monitoring."""
     plan = plan_cluster(spec, catalog)
     cluster = spec.name_for(stack_name)
     tagging = Tagging(stack=stack_name, cluster=cluster, extra=dict(spec.tags))
@@ -158,6 +165,23 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
         ),
     )
 
+    monitoring = build_monitoring(
+        f"{cluster}-monitoring",
+        MonitoringArgs(
+            tagging=tagging,
+            spec=spec,
+            stack_name=stack_name,
+            plan=plan,
+            vpc_id=network.vpc_id,
+            subnet_id=first_subnet,
+            node_security_group_id=security.node_group_id,
+            node_role_name=identity.role.name,
+            bucket_name=store.bucket_name,
+            bucket_arn=store.bucket_arn,
+            render=monitoring_render,
+        ),
+    )
+
     groups: dict[str, NodeGroup] = {}
     # one job queue for every group: only one group's alarm may read it (scaling_plan's docstring)
     terms = queue_terms([(gp.group.name, gp.group.scaling.enabled) for gp in plan.groups])
@@ -183,6 +207,7 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
             "GPUCLOUD_PACKAGE": spec.agent.package or "",
             backlog_metric.SCALE_IN_ENV: "1" if gp.group.scaling.enabled else "0",
             backlog_metric.IDLE_MINUTES_ENV: str(gp.group.scaling.idle_minutes),
+            **monitoring.node_settings,  # which exporters the node starts, and where managed nodes write
         }
         if fsx is not None and fsx_settings is not None:
             settings.update(
@@ -214,7 +239,7 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
                 job_queue_name=jobs.job_queue.name,
                 queue_term=terms.get(gp.group.name, QueueTerm.NONE),
                 ssh_key_name=spec.access.ssh_key_name,
-                depends_on=[access.policy],
+                depends_on=[access.policy, *monitoring.node_depends_on],
             ),
         )
 
@@ -241,6 +266,7 @@ def build_cluster(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
         backlog_alarm_names={n: g.scaling.alarm.name for n, g in groups.items() if g.scaling is not None},
         capacity_block_scale_down={n: g.wind_down.scale_down_at for n, g in groups.items() if g.wind_down is not None},
         ami_parameter_name=pipeline.ami_parameter_name if pipeline is not None else None,
+        alert_topic_arn=monitoring.alert_topic_arn,
     )
 
 

@@ -14,9 +14,12 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_aws as aws
 
+from gpucloud.infra.monitoring_plan import AGENT_METRICS_PORT, DCGM_EXPORTER_PORT, NODE_EXPORTER_PORT
 from gpucloud.infra.tags import Tagging
 
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
+# what a monitor scrapes on every node (monitoring.mode: self-hosted)
+SCRAPE_PORTS = {"node-exporter": NODE_EXPORTER_PORT, "dcgm-exporter": DCGM_EXPORTER_PORT, "agent": AGENT_METRICS_PORT}
 
 
 @dataclasses.dataclass
@@ -125,3 +128,36 @@ class ClusterSecurity(pulumi.ComponentResource):
                     opts=child,
                 )
         return lustre.id
+
+
+def allow_scrapes(
+    name: str,
+    tagging: Tagging,
+    node_group_id: pulumi.Input[str],
+    monitor_group_id: pulumi.Input[str],
+    parent: pulumi.Resource,
+) -> None:
+    """The node group accepts the monitor's group on the exporters' ports, and nothing else from it."""
+    for label, port in SCRAPE_PORTS.items():
+        aws.vpc.SecurityGroupIngressRule(
+            f"{name}-{label}",
+            security_group_id=node_group_id,
+            ip_protocol="tcp",
+            from_port=port,
+            to_port=port,
+            referenced_security_group_id=monitor_group_id,
+            description=f"monitor scrapes {label}",
+            tags=tagging.tags(f"scrape-{label}"),
+            opts=pulumi.ResourceOptions(parent=parent),
+        )
+        aws.vpc.SecurityGroupEgressRule(
+            f"{name}-{label}-out",
+            security_group_id=monitor_group_id,
+            ip_protocol="tcp",
+            from_port=port,
+            to_port=port,
+            referenced_security_group_id=node_group_id,
+            description=f"scrape {label} on the nodes",
+            tags=tagging.tags(f"scrape-{label}-out"),
+            opts=pulumi.ResourceOptions(parent=parent),
+        )

@@ -19,16 +19,17 @@ ENV_FILE = "/etc/gpucloud/node.env"
 USER_DATA_LIMIT = 16 * 1024  # EC2 limit, before base64
 
 
-def render_user_data(settings: Mapping[str, str], script: str | None = None) -> str:
+def render_user_data(settings: Mapping[str, str], script: str | None = None, env_file: str = ENV_FILE) -> str:
+    """``env_file``: where the settings go (the monitor's script reads /etc/gpucloud/monitor.env)."""
     body = script if script is not None else BOOTSTRAP_SCRIPT.read_text(encoding="utf-8")
     env_lines = "\n".join(f"{key}={shlex.quote(str(value))}" for key, value in sorted(settings.items()))
     header = (
         "#!/usr/bin/env bash\n"
-        "# gpucloud node user data: settings first, then scripts/node-bootstrap.sh\n"
+        "# gpucloud user data: settings first, then the bootstrap script\n"
         "set -euo pipefail\n"
-        f"install -d -m 0755 {Path(ENV_FILE).parent}\n"
-        f"cat > {ENV_FILE} <<'GPUCLOUD_ENV'\n{env_lines}\nGPUCLOUD_ENV\n"
-        f"chmod 0644 {ENV_FILE}\n"
+        f"install -d -m 0755 {Path(env_file).parent}\n"
+        f"cat > {env_file} <<'GPUCLOUD_ENV'\n{env_lines}\nGPUCLOUD_ENV\n"
+        f"chmod 0644 {env_file}\n"
         "cat > /opt/gpucloud-bootstrap.sh <<'GPUCLOUD_BOOTSTRAP'\n"
     )
     text = f"{header}{body.rstrip()}\nGPUCLOUD_BOOTSTRAP\nexec bash /opt/gpucloud-bootstrap.sh\n"
@@ -37,13 +38,15 @@ def render_user_data(settings: Mapping[str, str], script: str | None = None) -> 
     return text
 
 
-def user_data_output(settings: Mapping[str, pulumi.Input[str]]) -> pulumi.Output[str]:
-    script = BOOTSTRAP_SCRIPT.read_text(encoding="utf-8")
+def user_data_output(
+    settings: Mapping[str, pulumi.Input[str]], script_path: Path = BOOTSTRAP_SCRIPT, env_file: str = ENV_FILE
+) -> pulumi.Output[str]:
+    script = script_path.read_text(encoding="utf-8")
     keys = sorted(settings)
     return pulumi.Output.all(*(settings[k] for k in keys)).apply(
         lambda values: base64.b64encode(
             render_user_data(
-                dict(zip(keys, (v if v is not None else "" for v in values), strict=True)), script
+                dict(zip(keys, (v if v is not None else "" for v in values), strict=True)), script, env_file
             ).encode()
         ).decode()
     )

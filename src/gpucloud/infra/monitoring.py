@@ -1,0 +1,139 @@
+"""Collection per stack (``gpucloud:monitoring.mode``): which monitoring components the program
+builds, and what the nodes learn about it.
+
+- ``self-hosted``: ``SelfHostedMonitor`` (monitoring_selfhosted.py);
+- ``managed``: ``ManagedMonitoring`` (monitoring_managed.py); nodes remote-write;
+- ``off``: nothing; the nodes' bootstrap starts no exporter either (nothing would scrape them).
+
+The files deployed are exactly what `gpucloud monitoring render` writes for the stack
+(``gpucloud.monitoring.render``, imported here when a stack has a monitor).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
+from pathlib import Path
+
+import pulumi
+
+from gpucloud.infra.monitoring_plan import AGENT_METRICS_PORT, cluster_series
+from gpucloud.infra.planning import ClusterPlan
+from gpucloud.infra.tags import Tagging
+from gpucloud.spec.model import ClusterSpec
+
+MATRIX_FILE = Path(__file__).resolve().parents[3] / "images" / "versions.yaml"
+
+# render(spec, stack_name, *, sns_topic_arn, amp_remote_write_url=None) -> {relative path: text}
+Render = Callable[..., Mapping[str, str]]
+
+
+def alert_topic_name(cluster: str) -> str:
+    """The SNS topic's name: what the rendered alertmanager.yml names (monitoring/names.py)."""
+    return f"{cluster}-alerts"
+
+
+def default_render() -> Render:
+    # lazy: the renderer pulls in the dashboard SDK, and only stacks with a monitor need it
+    render: Render = importlib.import_module("gpucloud.monitoring").render
+    return render
+
+
+@lru_cache(maxsize=1)
+def pinned_prometheus() -> str:
+    """The Prometheus version of the image matrix (nodes' agent mode), also the monitor's."""
+    from gpucloud.image.matrix import load_matrix
+
+    return load_matrix(MATRIX_FILE).versions.prometheus
+
+
+@dataclasses.dataclass
+class MonitoringArgs:
+    tagging: Tagging
+    spec: ClusterSpec
+    stack_name: str
+    plan: ClusterPlan
+    vpc_id: pulumi.Input[str]
+    subnet_id: pulumi.Input[str]
+    node_security_group_id: pulumi.Input[str]
+    node_role_name: pulumi.Input[str]
+    bucket_name: pulumi.Input[str]
+    bucket_arn: pulumi.Input[str]
+    render: Render | None = None  # tests give a stand-in; the product renders with gpucloud.monitoring
+
+
+@dataclasses.dataclass
+class BuiltMonitoring:
+    """What the rest of the program needs: node settings, and what a node must not boot before."""
+
+    node_settings: dict[str, pulumi.Input[str]]
+    node_depends_on: Sequence[pulumi.Resource] = ()
+    alert_topic_arn: pulumi.Output[str] | None = None
+    component: pulumi.ComponentResource | None = None
+
+
+def node_settings(mode: str, remote_write_url: pulumi.Input[str] | None = None) -> dict[str, pulumi.Input[str]]:
+    """What scripts/node-bootstrap.sh reads: the mode (off: no exporters), the agent's /metrics port,
+    and, managed, where the node's agent-mode Prometheus writes."""
+    settings: dict[str, pulumi.Input[str]] = {
+        "GPUCLOUD_MONITORING": mode,
+        "GPUCLOUD_METRICS_PORT": str(AGENT_METRICS_PORT),
+    }
+    if remote_write_url is not None:
+        settings["GPUCLOUD_AMP_REMOTE_WRITE_URL"] = remote_write_url
+    return settings
+
+
+def build_monitoring(name: str, args: MonitoringArgs) -> BuiltMonitoring:
+    settings = args.spec.monitoring
+    if settings.mode == "off":
+        return BuiltMonitoring(node_settings("off"))
+    render = args.render or default_render()
+    spec, stack = args.spec, args.stack_name
+    series = cluster_series((g.instance_type, g.group.max_nodes) for g in args.plan.groups)
+    if settings.mode == "self-hosted":
+        from gpucloud.infra.monitoring_selfhosted import SelfHostedMonitor, SelfHostedMonitorArgs
+
+        monitor = SelfHostedMonitor(
+            name,
+            SelfHostedMonitorArgs(
+                tagging=args.tagging,
+                region=spec.region,
+                vpc_id=args.vpc_id,
+                subnet_id=args.subnet_id,
+                node_security_group_id=args.node_security_group_id,
+                bucket_name=args.bucket_name,
+                bucket_arn=args.bucket_arn,
+                instance_type=settings.instance_type,
+                retention_days=settings.retention_days,
+                series=series,
+                prometheus_version=pinned_prometheus(),
+                render_files=lambda arn: render(spec, stack, sns_topic_arn=arn),
+                topic_name=alert_topic_name(args.tagging.cluster),
+                alert_emails=tuple(settings.alert_emails),
+            ),
+        )
+        return BuiltMonitoring(node_settings("self-hosted"), alert_topic_arn=monitor.topic.arn, component=monitor)
+    from gpucloud.infra.monitoring_managed import ManagedMonitoring, ManagedMonitoringArgs
+
+    managed = ManagedMonitoring(
+        name,
+        ManagedMonitoringArgs(
+            tagging=args.tagging,
+            region=spec.region,
+            node_role_name=args.node_role_name,
+            retention_days=settings.retention_days,
+            render_files=lambda arn, url: render(spec, stack, sns_topic_arn=arn, amp_remote_write_url=url),
+            topic_name=alert_topic_name(args.tagging.cluster),
+            alert_emails=tuple(settings.alert_emails),
+            managed_grafana=settings.managed_grafana,
+        ),
+    )
+    return BuiltMonitoring(
+        node_settings("managed", managed.remote_write_url),
+        node_depends_on=[managed.node_policy],
+        alert_topic_arn=managed.topic.arn,
+        component=managed,
+    )

@@ -101,7 +101,13 @@ def test_a_failed_save_counts_and_a_second_attempt_adds_to_the_node_totals(tmp_p
     # Something that is not a directory where step 4's staging directory must go: its save fails.
     (tmp_path / "ck" / "job").mkdir(parents=True)
     (tmp_path / "ck" / "job" / ".tmp-step-4-a0").write_text("in the way")
-    job.run(5)
+    job.session.restore()
+    for step in range(5):
+        job.train_step()
+        job.session.step_done(step + 1)
+        if step == 2:
+            assert value(scrape(node), "gpucloud_step_seconds_count") >= 1  # a read mid-attempt
+    job.session.finish()
     node.attempt_ended(None)
     node.attempt_started("job", 2, tmp_path / "ctl2")
     TinyJob(str(tmp_path / "ck"), control_dir=str(tmp_path / "ctl2"), every_steps=100).run(7)  # resumes at 2
@@ -179,3 +185,35 @@ def test_the_server_serves_the_registry_over_http_and_stops(tmp_path):
         server.close()
     with pytest.raises(OSError):
         urllib.request.urlopen(server.url, timeout=5)
+
+
+def test_only_the_member_that_recorded_a_requeue_counts_it_with_the_steps_the_next_attempt_recomputes(tmp_path):
+    from gpucloud.jobs.model import AttemptEnd, AttemptState, Job, JobSpec, JobState
+    from gpucloud.jobs.runner import AttemptResult
+    from gpucloud.queue.protocol import Transition
+
+    job = Job(
+        id="j-1", spec=JobSpec(command=["train"]), state=JobState.QUEUED, attempt=2, created_at=0.0, updated_at=0.0
+    )
+    end = AttemptEnd(state=AttemptState.CRASHED, exit_code=1, last_step=9, committed_step=None, resume_from=6)
+
+    def ended(applied: bool, state: JobState = JobState.QUEUED) -> AttemptResult:
+        after = job.model_copy(update={"state": state})
+        return AttemptResult(1, end, Transition(after, applied), 1, None, [])
+
+    node = node_metrics()
+    for result in (ended(True), ended(False), ended(True, JobState.FAILED), None):
+        node.attempt_started("j-1", 1, tmp_path / "ctl")
+        node.attempt_ended(result)
+    families = scrape(node)
+    assert value(families, "gpucloud_requeues_total") == 1
+    assert value(families, "gpucloud_steps_lost_total") == 9 - 6
+
+
+def test_the_agents_default_port_is_the_one_the_monitor_scrapes_and_the_security_group_opens():
+    from gpucloud.agent.metrics import DEFAULT_PORT
+    from gpucloud.commands.agent import agent
+    from gpucloud.infra.monitoring_plan import AGENT_METRICS_PORT
+
+    (option,) = [p for p in agent.params if p.name == "metrics_port"]
+    assert option.default == DEFAULT_PORT == AGENT_METRICS_PORT

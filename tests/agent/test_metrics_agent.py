@@ -1,0 +1,154 @@
+"""The agent's /metrics while it runs real attempts: an agent in this process with a hand-fed notice,
+and an agent process on its own IMDS emulator, scraped over HTTP while its attempt trains."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpucloud.agent.asg_hooks import OfflineHooks
+from gpucloud.agent.identity import NodeIdentity
+from gpucloud.agent.loop import Agent, AgentOptions, AgentSummary
+from gpucloud.jobs.model import JobSpec, JobState
+from gpucloud.jobs.supervisor import SupervisorConfig
+from gpucloud.queue.sqlite import SqliteQueue
+from gpucloud.signals.events import Notice, event_id_for
+from gpucloud.signals.imds_emulator import ImdsEmulator
+from jobs.conftest import Inbox
+
+from .conftest import CLI, wait_for
+from .gated_train import held_marker
+from .test_metrics import scrape, value
+
+GATED = Path(__file__).with_name("gated_train.py")  # examples/train_spot.py, held at a step until a gate opens
+CONFIG = SupervisorConfig(lease_seconds=10.0, ack_timeout=5.0, stop_margin=1.0, kill_after=2.0)
+
+
+def gated_job(tmp_path: Path, gate: Path, *, steps: int) -> JobSpec:
+    return JobSpec(
+        command=[sys.executable, str(GATED), "--steps", str(steps), "--every-steps", "2"],
+        checkpoint_uri=str(tmp_path / "ck"),
+        env={"GPUCLOUD_TEST_GATE": str(gate), "GPUCLOUD_TEST_GATE_AFTER": "4"},
+    )
+
+
+def spot_notice() -> Notice:
+    body = {"action": "terminate", "time": time.time() + 60}
+    return Notice(
+        kind="spot-interruption",
+        source="test",
+        deadline=time.time() + 60,
+        received_at=time.time(),
+        event_id=event_id_for("spot-interruption", body),
+        action="terminate",
+        payload=body,
+    )
+
+
+def test_a_noticed_attempt_is_on_metrics_while_it_runs_then_gone_with_its_notice_commit_and_requeue_counted(tmp_path):
+    queue = SqliteQueue(tmp_path / "queue.db")
+    gate = tmp_path / "gate"
+    job = queue.submit(gated_job(tmp_path, gate, steps=40))
+    inbox = Inbox()
+    agent = Agent(
+        SqliteQueue(tmp_path / "queue.db"),
+        NodeIdentity(worker="node-a", address="127.0.0.1", instance_type="c5.large", lifecycle="spot"),
+        inbox,
+        OfflineHooks(),
+        CONFIG,
+        AgentOptions(slot_lease=4.0, poll_interval=0.1, idle_exit=30.0, run_root=tmp_path / "run"),
+    )
+    summaries: list[AgentSummary] = []
+    runner = threading.Thread(target=lambda: summaries.append(agent.run()))
+    runner.start()
+    try:
+        wait_for(held_marker(gate).exists, 90, "the attempt to finish step 4 and wait at the gate")
+
+        def with_a_step() -> dict | None:
+            families = scrape(agent.metrics)
+            return families if value(families, "gpucloud_training_step", job_id=job.id) else None
+
+        running = wait_for(with_a_step, 30, "the attempt's step on /metrics")
+        assert value(running, "gpucloud_attempt_running", job_id=job.id, attempt="1", instance_id="node-a") == 1
+        assert value(running, "gpucloud_agent_state", state="running") == 1
+        assert 1 <= value(running, "gpucloud_training_step", job_id=job.id) <= 4
+        inbox.put(spot_notice())
+    finally:
+        gate.touch()
+        runner.join(timeout=120)
+    assert summaries and summaries[0].stopped_by == "spot-interruption"
+    assert queue.get(job.id).state is JobState.QUEUED and queue.get(job.id).attempt == 2
+
+    after = scrape(agent.metrics)
+    assert after["gpucloud_attempt_running"].samples == [] and after["gpucloud_training_step"].samples == []
+    assert value(after, "gpucloud_agent_state", state="stopped") == 1
+    assert value(after, "gpucloud_notices_total", kind="spot-interruption") == 1
+    assert value(after, "gpucloud_notices_total", kind="rebalance") == 0
+    assert value(after, "gpucloud_notice_to_commit_seconds_count") == 1
+    assert value(after, "gpucloud_requeues_total") == 1
+    assert value(after, "gpucloud_checkpoint_save_seconds_count", kind="emergency") == 1
+    assert value(after, "gpucloud_checkpoint_save_seconds_count", kind="periodic") >= 2  # steps 2 and 4
+    # The ranks stopped at the step they committed: attempt 2 restores it and recomputes nothing.
+    (first,) = [a for a in queue.attempts(job.id) if a.number == 1]
+    assert first.last_step == first.committed_step is not None and first.committed_step >= 5
+    assert value(after, "gpucloud_steps_lost_total") == 0
+    assert value(after, "gpucloud_step_seconds_count") >= 5
+
+
+def test_an_agent_process_serves_metrics_over_http_while_its_attempt_trains(tmp_path, env, gpucloud_home):
+    queue = SqliteQueue(gpucloud_home / "queue.db")
+    gate = tmp_path / "gate"
+    job = queue.submit(gated_job(tmp_path, gate, steps=8))
+    with ImdsEmulator(instance_id="i-0000000000000a001", instance_type="g5.xlarge", instance_life_cycle="spot") as imds:
+        argv = [
+            *CLI,
+            "agent",
+            "--imds-endpoint",
+            imds.endpoint,
+            "--poll-interval",
+            "0.2",
+            "--address",
+            "127.0.0.1",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--idle-exit",
+            "1",
+            "--metrics-port",
+            "0",
+            "--metrics-address",
+            "127.0.0.1",
+            "--output",
+            "json",
+        ]
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None
+            first = json.loads(proc.stdout.readline())
+            assert first["event"] == "metrics" and first["url"] == f"http://127.0.0.1:{first['port']}/metrics"
+
+            def scraped() -> dict | None:
+                with urllib.request.urlopen(first["url"], timeout=10) as response:
+                    families = {f.name: f for f in text_string_to_metric_families(response.read().decode())}
+                return families if value(families, "gpucloud_training_step", job_id=job.id) else None
+
+            families = wait_for(scraped, 90, "the attempt's step on the agent's /metrics")
+            assert value(families, "gpucloud_attempt_running", job_id=job.id, attempt="1") == 1
+            info = families["gpucloud_node_info"].samples[0].labels
+            assert (info["instance_id"], info["instance_type"], info["lifecycle"]) == (
+                "i-0000000000000a001",
+                "g5.xlarge",
+                "spot",
+            )
+        finally:
+            gate.touch()
+            out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert queue.get(job.id).state is JobState.FINISHED
+    assert json.loads(out.splitlines()[-1])["event"] == "summary"

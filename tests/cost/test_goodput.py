@@ -209,6 +209,10 @@ def test_spot_group_defaults_to_the_documented_rate_and_a_given_rate_wins() -> N
         values = [getattr(r, strategy).goodput for r in given_.sensitivity]
         assert values == sorted(values, reverse=True)
     assert given_.notice.goodput > given_.periodic.goodput  # the notice pays off on spot
+    # priced as plan prices the group as configured (1 on-demand base node + 3 spot), below all on-demand
+    cost = plan_cluster(spec, catalog).cost.groups[0]
+    assert cost.on_demand.max is not None
+    assert given_.usd_per_hour == cost.as_configured.max and given_.usd_per_hour < cost.on_demand.max
 
 
 def test_a_checkpoint_too_big_for_the_notice_gives_the_notice_no_advantage() -> None:

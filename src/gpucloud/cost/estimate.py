@@ -45,7 +45,7 @@ OTHER_RATE_SOURCE = "default for {capacity}: not reclaimed by EC2"
 
 # Failures without a notice, per node-hour [estimate]: Llama 3's pre-training saw 419 unexpected
 # interruptions in 54 days on 16,384 H100s (2,048 nodes of 8), about one per 6,300 node-hours
-# (https://arxiv.org/abs/2407.21783, section 3.3.4). Every capacity type has them; no notice precedes them.
+# (https://arxiv.org/abs/2407.21783). Every capacity type has them; no notice precedes them.
 LLAMA3_INTERRUPTIONS, LLAMA3_DAYS, LLAMA3_NODES = 419, 54, 16_384 // 8
 HARDWARE_FAILURES_PER_NODE_HOUR = LLAMA3_INTERRUPTIONS / (LLAMA3_DAYS * 24 * LLAMA3_NODES)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -301,6 +303,23 @@ def test_bad_flags_are_one_line_exit_2(argv: list[str], message: str, capsys: py
     assert captured.out == ""
     assert len(err.splitlines()) == 1, err
     assert err.startswith("gpucloud: error: ") and message in err, err
+
+
+def test_the_estimate_imports_neither_pulumi_nor_torch() -> None:
+    """It is pure planning: it must run without the deploy extra (no Pulumi) and without torch."""
+    script = (
+        "import sys\n"
+        "from gpucloud.cli import main\n"
+        "try:\n"
+        "    main(['estimate', '--stack', 'p4d-spot', '--model-gib', '500', '--step-seconds', '2', '-o', 'json'])\n"
+        "except SystemExit as done:\n"
+        "    assert not done.code, done.code\n"
+        "heavy = [m for m in ('pulumi', 'pulumi_aws', 'torch', 'boto3') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["groups"][0]["node_group"] == "a100"
 
 
 def test_help_teaches_and_the_command_is_listed(capsys: pytest.CaptureFixture[str]) -> None:

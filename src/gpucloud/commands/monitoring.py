@@ -90,8 +90,6 @@ def render_command(
         raise UserError(
             "give exactly one of --stack NAME or --stack-file PATH; shipped stacks: " + ", ".join(available_stacks())
         )
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"--out {out_dir}: exists and is not a directory")
     if sns_topic_arn is not None and not SNS_ARN.match(sns_topic_arn):
         raise UserError(
             f"--sns-topic-arn {sns_topic_arn!r} is not an SNS topic ARN; expected arn:aws:sns:REGION:ACCOUNT:NAME"

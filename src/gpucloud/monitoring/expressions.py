@@ -2,10 +2,12 @@
 
 ``all_expressions(files)`` reads the output of ``render`` (``{relative path: text}``): the ``expr`` of
 every rule in ``rules/*.yml``, every panel target of ``dashboards/*.json`` and the series selector of
-every ``label_values(...)`` template variable. Grafana's variables are replaced by values Prometheus
-accepts: ``$__rate_interval`` and friends by durations, the dashboards' own variables (always used as
-``label=~"$var"``) by ``.*``, so each expression can be checked by ``promtool`` or queried as is.
-``check_rules_file`` wraps them as recording rules, so ``promtool check rules`` parses every one.
+every ``label_values(...)`` template variable, as written (Grafana's ``$variables`` kept).
+``expressions_in(files)`` gives the same with where each one is and a ``promql`` form in which
+Grafana's variables are replaced by values Prometheus accepts (``$__rate_interval`` and friends by
+durations, the dashboards' own variables, always used as ``label=~"$var"``, by ``.*``): each can be
+checked by ``promtool`` or queried as is. ``check_rules_file`` wraps them as recording rules, so
+``promtool check rules`` parses every one.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ _VARIABLE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)|\[\[(\w+)\]\]")
 _LABEL_VALUES = re.compile(r"^\s*label_values\((?P<selector>.*),\s*\w+\s*\)\s*$", re.S)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, order=True)
 class Expression:
     file: str  # the rendered file's relative path
     where: str  # the rule (alert or record name) or "panel title / refId" or "variable name"
@@ -46,9 +48,15 @@ def substitute(expr: str, variables: Mapping[str, str] | None = None) -> str:
     return _VARIABLE.sub(value, expr)
 
 
-def all_expressions(files: Mapping[str, str], variables: Mapping[str, str] | None = None) -> list[Expression]:
+def all_expressions(files: Mapping[str, str]) -> list[str]:
     """Every PromQL expression in ``files`` (``render``'s output, or any ``{path: text}`` of rules
-    YAML and dashboard JSON), in file order."""
+    YAML and dashboard JSON) as written, Grafana's variables kept; each once, in file order."""
+    return list(dict.fromkeys(e.raw for e in expressions_in(files)))
+
+
+def expressions_in(files: Mapping[str, str], variables: Mapping[str, str] | None = None) -> list[Expression]:
+    """Every PromQL expression in ``files`` with where it is and its ``promql`` form (Grafana's
+    variables replaced: ``variables[name]``, else ``.*``)."""
     found: list[Expression] = []
     for path in sorted(files):
         text = files[path]

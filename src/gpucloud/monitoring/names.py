@@ -8,6 +8,8 @@ metrics").
 
 from __future__ import annotations
 
+from gpucloud.infra.monitoring_plan import AGENT_METRICS_PORT, DCGM_EXPORTER_PORT, NODE_EXPORTER_PORT
+
 # Labels every node series carries (set by service discovery's relabelling, or by static_configs offline).
 INSTANCE_ID = "instance_id"
 NODE_GROUP = "node_group"
@@ -16,9 +18,13 @@ NODE_GROUP = "node_group"
 DCGM_JOB = "dcgm-exporter"
 NODE_JOB = "node-exporter"
 AGENT_JOB = "gpucloud-agent"
-# dcgm-exporter's and node_exporter's defaults; the agent's is `gpucloud agent --metrics-port`'s default
-# (infra/monitoring_plan.py sizes the monitor with the same ports; a test keeps the two equal).
-EXPORTER_PORTS: dict[str, int] = {DCGM_JOB: 9400, NODE_JOB: 9100, AGENT_JOB: 9108}
+# The ports the monitor's security group opens and the bootstrap starts the exporters on: one definition
+# (infra/monitoring_plan.py; the agent's is `gpucloud agent --metrics-port`'s default).
+EXPORTER_PORTS: dict[str, int] = {
+    DCGM_JOB: DCGM_EXPORTER_PORT,
+    NODE_JOB: NODE_EXPORTER_PORT,
+    AGENT_JOB: AGENT_METRICS_PORT,
+}
 
 ALERTMANAGER_ADDRESS = "localhost:9093"  # self-hosted: Alertmanager runs beside Prometheus on the monitor
 

@@ -11,6 +11,10 @@
 #    gpucloud-agent.service, which runs `gpucloud agent` (claims gang slots from the cluster's
 #    queue named in node.env, runs attempts under the spot supervisor, holds scale-in protection
 #    while busy, scales the node in when idle).
+# 5. Exporters, unless monitoring.mode is off: node_exporter (infiniband collector: EFA counters) and
+#    dcgm-exporter (gpucloud's counters file, from the installed wheel); managed: Prometheus in
+#    agent mode writing them to Amazon Managed Prometheus with SigV4. The gpucloud image has them;
+#    on another AMI they are fetched at the image's pinned versions (node.env), checksums verified.
 set -euo pipefail
 
 ENV_FILE=/etc/gpucloud/node.env
@@ -30,7 +34,12 @@ source "$ENV_FILE"
 : "${GPUCLOUD_PACKAGE:=}"
 : "${GPUCLOUD_REGION:?missing in $ENV_FILE}"
 : "${GPUCLOUD_RETRY_ATTEMPTS:=8}"
+: "${GPUCLOUD_MONITORING:=off}"
+: "${GPUCLOUD_AMP_REMOTE_WRITE_URL:=}"
+: "${GPUCLOUD_NODE_EXPORTER_VERSION:=}" "${GPUCLOUD_DCGM_EXPORTER_VERSION:=}" "${GPUCLOUD_PROMETHEUS_VERSION:=}"
 AGENT_DIR=/opt/gpucloud
+UNIT_DIR=/etc/systemd/system
+CONF_DIR=/etc/gpucloud
 
 # Wait until a command succeeds or the deadline (seconds) passes.
 wait_for() {
@@ -237,12 +246,75 @@ UNIT
   log "agent: gpucloud-agent.service started"
 }
 
+# A Prometheus-project release (node_exporter, prometheus) unless the AMI has it: the tarball,
+# checked against the release's sha256sums.txt.
+ensure_release() {
+  local name="$1" version="$2" dir base tarball
+  if command -v "$name" >/dev/null 2>&1; then return 0; fi
+  dir="$(mktemp -d)"; tarball="$name-$version.linux-amd64.tar.gz"
+  base="https://github.com/prometheus/$name/releases/download/v$version"
+  retry curl -fsSL -o "$dir/$tarball" "$base/$tarball" && retry curl -fsSL -o "$dir/sums" "$base/sha256sums.txt"
+  (cd "$dir" && grep " $tarball\$" sums | sha256sum -c --status) || { log "monitoring: $tarball checksum mismatch"; return 1; }
+  tar -xzf "$dir/$tarball" -C "$dir" && install -m 0755 "$dir/$name-$version.linux-amd64/$name" /usr/local/bin/
+}
+
+exporter_unit() {  # name command...
+  local name="$1"; shift
+  printf '[Unit]\nDescription=gpucloud %s\nAfter=network-online.target\n\n[Service]\nExecStart=%s\nRestart=always\nRestartSec=5\n\n[Install]\nWantedBy=multi-user.target\n' \
+    "$name" "$*" > "$UNIT_DIR/gpucloud-$name.service"
+  systemctl daemon-reload && systemctl enable --now "gpucloud-$name.service"
+}
+
+start_exporters() {
+  if [[ "$GPUCLOUD_MONITORING" == "off" ]]; then log "monitoring: off, no exporters"; return 0; fi
+  ensure_release node_exporter "$GPUCLOUD_NODE_EXPORTER_VERSION"
+  exporter_unit node-exporter "$(command -v node_exporter)" --collector.infiniband --web.listen-address=:9100
+  if ! command -v dcgm-exporter >/dev/null 2>&1; then
+    # NVIDIA's CUDA repository (the DLAMI has it); the package's version may carry an epoch
+    local pkg=datacenter-gpu-manager-exporter rel="${GPUCLOUD_DCGM_EXPORTER_VERSION#*-}"
+    retry apt-get install -y -q "$pkg=$rel*" || apt-get install -y -q "$pkg=1:$rel*" || log "monitoring: WARNING no dcgm-exporter"
+  fi
+  local counters
+  local -a remote=()
+  counters="$("$AGENT_DIR/venv/bin/python" -c 'import importlib.util as u, os; print(os.path.join(u.find_spec("gpucloud").submodule_search_locations[0], "monitoring", "dcgm-counters.csv"))')"
+  # share the node's DCGM host engine (nvidia-dcgm) instead of embedding a second one
+  if systemctl is-active --quiet nvidia-dcgm.service; then remote=(-r localhost:5555); fi
+  if command -v dcgm-exporter >/dev/null 2>&1; then
+    exporter_unit dcgm-exporter "$(command -v dcgm-exporter)" -f "$counters" -a :9400 "${remote[@]}"
+  fi
+  if [[ "$GPUCLOUD_MONITORING" == "managed" ]]; then start_prometheus_agent; fi
+  log "monitoring: $GPUCLOUD_MONITORING exporters started"
+}
+
+# Managed: this node's exporters, labelled as the monitor's EC2 discovery would (instance_id,
+# node_group), remote-written with the instance role (aps:RemoteWrite on the stack's workspace).
+start_prometheus_agent() {
+  local token instance_id
+  ensure_release prometheus "$GPUCLOUD_PROMETHEUS_VERSION"
+  token="$(curl -fsS -X PUT http://169.254.169.254/latest/api/token -H 'X-aws-ec2-metadata-token-ttl-seconds: 60')"
+  instance_id="$(curl -fsS -H "X-aws-ec2-metadata-token: $token" http://169.254.169.254/latest/meta-data/instance-id)"
+  install -d -m 0755 "$CONF_DIR"
+  {
+    printf 'global:\n  scrape_interval: 15s\n  external_labels: {cluster: "%s"}\nscrape_configs:\n' "$GPUCLOUD_CLUSTER"
+    local job port
+    for job in dcgm-exporter:9400 node-exporter:9100 "gpucloud-agent:${GPUCLOUD_METRICS_PORT:-9401}"; do
+      port="${job##*:}"; job="${job%:*}"
+      printf '  - job_name: %s\n    honor_labels: %s\n    static_configs:\n      - targets: ["localhost:%s"]\n        labels: {instance_id: "%s", node_group: "%s"}\n' \
+        "$job" "$([[ $job == gpucloud-agent ]] && echo true || echo false)" "$port" "$instance_id" "$GPUCLOUD_NODE_GROUP"
+    done
+    printf 'remote_write:\n  - url: "%s"\n    sigv4: {region: "%s"}\n' "$GPUCLOUD_AMP_REMOTE_WRITE_URL" "$GPUCLOUD_REGION"
+  } > "$CONF_DIR/prometheus-agent.yml"
+  exporter_unit prometheus-agent "$(command -v prometheus)" --agent "--config.file=$CONF_DIR/prometheus-agent.yml" \
+    --storage.agent.path=/var/lib/gpucloud/prometheus-agent --web.listen-address=127.0.0.1:9090
+}
+
 main() {
   log "bootstrap of $GPUCLOUD_CLUSTER node started"
   setup_scratch
   mount_fsx
   check_efa
   install_agent
+  start_exporters || log "monitoring: WARNING exporters did not all start; the node works without them"
   date -u +%Y-%m-%dT%H:%M:%SZ > /var/lib/gpucloud/bootstrap-done
   log "bootstrap done"
 }

@@ -42,11 +42,21 @@ def default_render() -> Render:
 
 
 @lru_cache(maxsize=1)
-def pinned_prometheus() -> str:
-    """The Prometheus version of the image matrix (nodes' agent mode), also the monitor's."""
+def exporter_versions() -> dict[str, str]:
+    """The exporters' and Prometheus' pins in images/versions.yaml, as node.env settings."""
     from gpucloud.image.matrix import load_matrix
 
-    return load_matrix(MATRIX_FILE).versions.prometheus
+    pinned = load_matrix(MATRIX_FILE).versions
+    return {
+        "GPUCLOUD_NODE_EXPORTER_VERSION": pinned.node_exporter,
+        "GPUCLOUD_DCGM_EXPORTER_VERSION": pinned.dcgm_exporter,
+        "GPUCLOUD_PROMETHEUS_VERSION": pinned.prometheus,
+    }
+
+
+def pinned_prometheus() -> str:
+    """The image's Prometheus (nodes' agent mode), also the self-hosted monitor's."""
+    return exporter_versions()["GPUCLOUD_PROMETHEUS_VERSION"]
 
 
 @dataclasses.dataclass
@@ -81,6 +91,8 @@ def node_settings(mode: str, remote_write_url: pulumi.Input[str] | None = None) 
         "GPUCLOUD_MONITORING": mode,
         "GPUCLOUD_METRICS_PORT": str(AGENT_METRICS_PORT),
     }
+    if mode != "off":  # what a node without the gpucloud image fetches (the image's pins)
+        settings.update(exporter_versions())
     if remote_write_url is not None:
         settings["GPUCLOUD_AMP_REMOTE_WRITE_URL"] = remote_write_url
     return settings

@@ -8,6 +8,7 @@ templates require.
 from __future__ import annotations
 
 import base64
+import re
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,11 +18,20 @@ import pulumi
 BOOTSTRAP_SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "node-bootstrap.sh"
 ENV_FILE = "/etc/gpucloud/node.env"
 USER_DATA_LIMIT = 16 * 1024  # EC2 limit, before base64
+# Whole-line comments ("# ..." or a bare "#") are for readers of the script in the repository; EC2's
+# 16 KiB counts them, so they are left out of the user data. Code, and "#" inside lines, stay.
+_COMMENT_LINE = re.compile(r"^[ \t]*#( .*)?$")
+
+
+def without_comment_lines(script: str) -> str:
+    lines = script.splitlines()
+    head, rest = (lines[:1], lines[1:]) if lines and lines[0].startswith("#!") else ([], lines)
+    return "\n".join(head + [line for line in rest if not _COMMENT_LINE.match(line)]) + "\n"
 
 
 def render_user_data(settings: Mapping[str, str], script: str | None = None, env_file: str = ENV_FILE) -> str:
     """``env_file``: where the settings go (the monitor's script reads /etc/gpucloud/monitor.env)."""
-    body = script if script is not None else BOOTSTRAP_SCRIPT.read_text(encoding="utf-8")
+    body = without_comment_lines(script if script is not None else BOOTSTRAP_SCRIPT.read_text(encoding="utf-8"))
     env_lines = "\n".join(f"{key}={shlex.quote(str(value))}" for key, value in sorted(settings.items()))
     header = (
         "#!/usr/bin/env bash\n"

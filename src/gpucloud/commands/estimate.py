@@ -160,6 +160,8 @@ def _print_group(g: GroupEstimate) -> None:
     from gpucloud.output import print_table
 
     price = "price unknown (not in the catalog)" if g.usd_per_hour is None else f"{_money(g.usd_per_hour)}/h"
+    if g.usd_per_hour is not None and g.capacity_type == "spot":
+        price += " (spot at the catalog's estimate)"
     click.echo("")
     click.echo(f"Node group {g.node_group}: {g.nodes} x {g.instance_type} ({g.gpus} GPUs, {g.capacity_type}), {price}")
     fits = "fits" if g.save.fits else "does NOT fit"

@@ -12,7 +12,7 @@ model needs comes from what ``gpucloud plan`` already computes, so the two never
 * the interruption rate: ``--interruptions-per-hour``, else a default per capacity type (below).
 
 Figures marked [assumption] or [estimate] are not measured on AWS: change them (or pass the flags)
-when a drill or ``gpucloud report`` says otherwise.
+when a drill or your jobs say otherwise.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from gpucloud.spec.model import ClusterSpec
 # data https://spot-bid-advisor.s3.amazonaws.com/spot-advisor-data.json), and P4d/P5 sit in its upper
 # bands. A monthly band does not become a rate for one job without knowing how long instances live,
 # so the default is the mean time between interruptions TrainingSession(auto=True) already assumes
-# (checkpoint/policy.py: 6 h), for the whole gang. Pass your own figure; `gpucloud report` measures it.
+# (checkpoint/policy.py: 6 h), for the whole gang. Pass the rate your jobs saw.
 DEFAULT_SPOT_INTERRUPTIONS_PER_HOUR = 3600.0 / SavePolicy().mtbi_seconds
 SPOT_RATE_SOURCE = "default for spot: one every 6 h, TrainingSession's auto MTBI [assumption]"
 # EC2 does not reclaim on-demand, capacity-block or reservation instances (a block ends at its end

@@ -47,6 +47,15 @@ def test_a_recording_has_eight_gpus_of_the_model_with_dcgm_exporters_labels(inst
         assert sum(m[gpu] for m in memory.values()) == fb_total_mib  # used + free + reserved = the board's memory
 
 
+def test_every_field_the_shipped_counters_file_turns_on_is_in_both_recordings():
+    from gpucloud.monitoring.dcgm_fields import counters_csv, parse_counters
+
+    wanted = {c.field for c in parse_counters(counters_csv()) if c.prometheus_type != "label"}
+    for instance_type in NODES:
+        recorded = set(families(fixture_path(instance_type).read_text()))
+        assert wanted <= recorded, f"{instance_type}: record these too: {sorted(wanted - recorded)}"
+
+
 def test_the_fixture_exporter_serves_only_what_a_counters_file_lists():
     counters = (
         "# a comment\n"

@@ -1,0 +1,149 @@
+"""Every PromQL expression of the rendered dashboards and rules reads what a node exports.
+
+A real Prometheus on 127.0.0.1 scrapes, every second, a p5.48xlarge node made of a real
+``gpucloud agent`` running a real ``spot-train`` attempt (torchrun, gloo, the example training
+script), the real node_exporter over a sysfs of 32 EFA devices, and the fixture dcgm-exporter serving
+a recorded p5 scrape with the counters file the image ships (``scenario.py``). The node's IMDS then
+announces a spot interruption. Once Prometheus has scraped the agent with the notice counted, every
+expression ``gpucloud.monitoring.all_expressions`` lists is evaluated at that instant through the
+HTTP API (range-vector expressions as written, Grafana's variables replaced by the node's values):
+
+* an expression that returns samples passes;
+* one that returns nothing passes only if it waits for an event this run did not have (an XID, a
+  remapped row, ...): every metric it reads must have series in Prometheus, and every label it
+  matches on must be on them (``xid``/``clock_event`` appear with their events only). A panel or
+  rule that queries a metric nothing exports, or a label no exporter sets, fails here.
+
+Then the gate opens: the rank saves at the notice, the attempt is requeued and the agent exits 75.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from agent.gated_train import held_marker
+from conftest import NODE_ENV
+
+from .promql import selectors
+from .scenario import GATE_AFTER_STEP, INSTANCE_ID, JOB_ID, monitored_node
+from .tools import NODE_EXPORTER, PROMETHEUS, ci_requires_tools, missing_tools_reason, wait_until
+
+MISSING = missing_tools_reason(PROMETHEUS, NODE_EXPORTER)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(bool(MISSING) and not ci_requires_tools(), reason=MISSING or ""),
+]
+
+# Labels that exist only with their events (dcgm-exporter's expcollector.go): absent from a healthy node.
+EVENT_LABELS = {"DCGM_EXP_XID_ERRORS_COUNT": {"xid"}, "DCGM_EXP_CLOCK_EVENTS_COUNT": {"clock_event"}}
+# What the cluster dashboard reads and an EFA device does not export: EFA has no InfiniBand PMA port
+# counters, so node_exporter's infiniband collector exports its info, state and rate but no traffic,
+# errors or link events for rdmap* devices (node_exporter PR #3670; the counters are in the EFA driver's
+# ports/1/hw_counters, https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-working-monitor.html).
+# The fixture sysfs is faithful to that, so these panels are empty on the node as they would be on a
+# p5. Listed so that the test fails when one starts returning data (then remove it here), and fails on
+# any other metric nothing exports.
+KNOWN_UNEXPORTED = {
+    "node_infiniband_port_data_received_bytes_total",
+    "node_infiniband_port_data_transmitted_bytes_total",
+    "node_infiniband_port_errors_received_total",
+    "node_infiniband_port_discards_received_total",
+    "node_infiniband_link_downed_total",
+}
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if k not in NODE_ENV}
+    return clean | {"GPUCLOUD_HOME": str(tmp_path / "home")}
+
+
+def grafana_values(node_group: str) -> dict[str, str]:
+    """What the dashboards' template variables select: this node, this job (Grafana's interval
+    variables keep expressions_in's durations)."""
+    return {"instance_id": INSTANCE_ID, "node_group": node_group, "job_id": JOB_ID}
+
+
+def unexported(expr: str, label_names: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(metric, why) for what an expression that returned nothing reads and no exporter sets (empty:
+    the expression only waits for an event)."""
+    problems = []
+    for selector in selectors(expr):
+        name = selector.name or next((v for k, op, v in selector.matchers if k == "__name__" and op == "="), "")
+        if not name:
+            continue
+        if name not in label_names:
+            problems.append((name, "no series"))
+            continue
+        allowed = label_names[name] | EVENT_LABELS.get(name, set())
+        for label, op, wanted in selector.matchers:
+            matches_missing = op in ("=", "=~") and re.fullmatch(wanted, "") is not None
+            if label != "__name__" and label not in allowed and not matches_missing:
+                problems.append((name, f"no label {label} (it has {', '.join(sorted(label_names[name]))})"))
+    return problems
+
+
+def test_every_dashboard_and_rule_expression_reads_what_the_node_exports(tmp_path, env):
+    from gpucloud.monitoring import all_expressions, expressions_in
+
+    with monitored_node(tmp_path, env) as node:
+        prom = node.prometheus
+        agent = node.agent
+        wait_until(
+            lambda: prom.query(f'gpucloud_attempt_running{{job_id="{JOB_ID}"}} == 1'),
+            180,
+            f"Prometheus to scrape the agent running the attempt\n{agent.output()}",
+        )
+        wait_until(
+            lambda: held_marker(node.gate).exists() and prom.query("gpucloud_training_step > 0"),
+            120,
+            f"the rank at the gate (after step {GATE_AFTER_STEP}) and its step in Prometheus\n{agent.output()}",
+        )
+        node.emulator.spot_interruption("terminate", lead_seconds=120)
+        noticed = wait_until(
+            lambda: prom.query('gpucloud_notices_total{kind="spot-interruption"} > 0'),
+            60,
+            f"Prometheus to scrape the notice\n{agent.output()}",
+        )
+        at = float(noticed[0]["value"][0])
+        up = {s["metric"]["job"]: s["value"][1] for s in prom.query("up", at=at)}
+        assert up == {"dcgm-exporter": "1", "node-exporter": "1", "gpucloud-agent": "1"}, up
+
+        start = at - 600
+        label_names: dict[str, set[str]] = {}
+        for series in prom.api(
+            "series", **{"match[]": '{__name__=~".+"}', "start": f"{start:.3f}", "end": f"{at:.3f}"}
+        ):
+            label_names.setdefault(series["__name__"], set()).update(k for k in series if k != "__name__")
+
+        expressions = expressions_in(node.files, grafana_values(node.node_group))
+        assert {e.raw for e in expressions} == set(all_expressions(node.files))
+        assert {e.kind for e in expressions} == {"rule", "panel", "variable"}, "rules and both dashboards"
+        returned, waiting, failures, gaps = [], [], [], set()
+        for e in expressions:
+            if prom.query(e.promql, at=at):
+                returned.append(e)
+                continue
+            problems = unexported(e.promql, label_names)
+            gaps |= {metric for metric, _ in problems if metric in KNOWN_UNEXPORTED}
+            if unknown := [f"{metric}: {why}" for metric, why in problems if metric not in KNOWN_UNEXPORTED]:
+                failures.append(f"{e.file} {e.kind} {e.where!r}: {e.raw}\n    -> {'; '.join(unknown)}")
+            elif not problems:
+                waiting.append(e)
+        assert not failures, "expressions that read what no exporter exports:\n" + "\n".join(failures)
+        assert gaps == KNOWN_UNEXPORTED, (
+            f"these now have series: remove them from KNOWN_UNEXPORTED: {KNOWN_UNEXPORTED - gaps}"
+        )
+        assert len(returned) > len(waiting), f"most expressions should return data; empty: {waiting}"
+        print(
+            f"\n{len(returned)} of {len(expressions)} expressions returned data; waiting for an event: "
+            + ", ".join(sorted({e.where for e in waiting}))
+        )
+
+        # The run goes on as it would on the node: the rank saves at the notice, the job is requeued.
+        node.open_gate()
+        assert agent.proc.wait(timeout=120) == 75, agent.output()

@@ -12,14 +12,15 @@ import tomllib
 from packaging.requirements import Requirement
 
 REPO = Path(__file__).resolve().parents[2]
-DEPLOY_ONLY = {"pulumi", "pulumi-aws", "pulumi-policy"}
+# Pulumi and its providers, and the dashboards-as-code library the stack's monitoring files are rendered with
+DEPLOY_ONLY = {"pulumi", "pulumi-aws", "pulumi-policy", "grafana-foundation-sdk"}
 # the commands a node runs (scripts/node-bootstrap.sh starts `gpucloud agent`, which runs attempts)
 NODE_COMMANDS = ("agent", "spot-train", "worker", "doctor", "submit", "job", "jobs", "nodes")
 BLOCK_PULUMI = """
 import importlib.abc, sys
 class NoPulumi(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name.split(".")[0] in ("pulumi", "pulumi_aws", "pulumi_policy"):
+        if name.split(".")[0] in ("pulumi", "pulumi_aws", "pulumi_policy", "grafana_foundation_sdk"):
             raise ModuleNotFoundError(f"No module named {name!r} (a node has no deploy extra)", name=name)
 sys.meta_path.insert(0, NoPulumi())
 from gpucloud.cli import main

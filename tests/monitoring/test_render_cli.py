@@ -178,3 +178,31 @@ def test_cli_help_teaches_the_files_and_the_placeholders(capsys):
         "mode: off",
     ):
         assert text in out, text
+
+
+BLOCK_SDK = """
+import importlib.abc, sys
+class NoSdk(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] == "grafana_foundation_sdk":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, NoSdk())
+from gpucloud.cli import main
+main(sys.argv[1:])
+"""
+
+
+def test_without_the_deploy_extra_the_cli_says_how_to_get_it_in_one_line(tmp_path):
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCK_SDK, "monitoring", "render", "--stack", "dev", "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "gpucloud[deploy]" in lines[0] and "grafana-foundation-sdk" in lines[0], done.stderr
+    assert not (tmp_path / "o").exists()

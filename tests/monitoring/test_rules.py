@@ -145,3 +145,11 @@ def test_the_rules_header_says_how_xids_are_counted():
     text = render_rules()["rules/gpu-health.yml"]
     assert re.search(r"^# .*DCGM_EXP_XID_ERRORS_COUNT", text, re.M)
     assert "changes() cannot see it" in text
+
+
+def test_every_runbook_url_has_its_section_in_the_docs():
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "monitoring.md").read_text()
+    headings = {line[4:].strip().lower() for line in doc.splitlines() if line.startswith("### ")}
+    for alert in ALERTS:
+        anchor = alert.to_rule()["annotations"]["runbook_url"].split("#", 1)[1]
+        assert anchor in headings, f"docs/monitoring.md has no '### {alert.name}' section"

@@ -71,6 +71,25 @@ def test_an_ignored_directory_is_not_entered_and_git_is_never_shipped(tmp_path: 
     assert paths(root) == [".gitignore", "run.py", "vendor/lib/code.py"]
 
 
+def test_the_repositorys_gitignore_files_above_the_workdir_apply_as_git_applies_them(tmp_path: Path) -> None:
+    repo = tree(
+        tmp_path / "repo",
+        {
+            ".git/HEAD": "",
+            ".gitignore": "__pycache__/\n*.ckpt\n/jobs/bert/local.txt\n",
+            "jobs/.gitignore": "*.tmp\n",
+            "jobs/bert/run.py": "",
+            "jobs/bert/local.txt": "",  # anchored at the repository's top
+            "jobs/bert/out.ckpt": "",
+            "jobs/bert/scratch.tmp": "",
+            "jobs/bert/__pycache__/run.cpython-311.pyc": "",
+        },
+    )
+    assert paths(repo / "jobs" / "bert") == ["run.py"]
+    plain = tree(tmp_path / "plain", {".gitignore": "*.ckpt\n", "inner/run.py": "", "inner/out.ckpt": ""})
+    assert paths(plain / "inner") == ["out.ckpt", "run.py"]  # not a repository: git would not apply it either
+
+
 def test_links_inside_are_kept_as_links_and_a_link_out_is_refused_in_one_line(tmp_path: Path) -> None:
     root = tree(tmp_path / "w", {"conf/base.yaml": "a: 1\n", "run.py": ""})
     os.symlink("conf/base.yaml", root / "config.yaml")
@@ -95,6 +114,7 @@ def test_the_hash_and_archive_depend_on_content_and_mode_only(tmp_path: Path) ->
     second = build(b, tmp_path / "out-b")
     assert first.sha256 == second.sha256 and first.name == second.name
     assert first.archive.read_bytes() == second.archive.read_bytes()  # reproducible archive
+    assert first.archive.read_bytes()[3:8] == b"\0" * 5  # gzip header: no file name flag, no time
     assert (first.files, first.size_bytes) == (3, len("print(1)\n#!/bin/sh\n"))
     with tarfile.open(first.archive) as tar:
         members = tar.getmembers()

@@ -1,8 +1,9 @@
 """A snapshot of a job's working directory: which files, their content hash, a reproducible archive.
 
 What goes in: every regular file and symbolic link under the directory, except what its
-``.gitignore`` files exclude (every level's, with git's precedence: a deeper file's match wins, a
-``!`` pattern re-includes; an excluded directory is not entered, as git does not), and never
+``.gitignore`` files exclude (every level's, and those of the git repository it is in from the
+repository's top down, with git's precedence: a deeper file's match wins, a ``!`` pattern
+re-includes; an excluded directory is not entered, as git does not), and never
 ``.git`` (the repository's history is not code the job runs). Empty directories are left out, as
 git leaves them out. A link must stay inside the directory (a relative target that resolves inside
 it): the node unpacks the tree on a disk of its own, where a link to the submitter's
@@ -107,13 +108,21 @@ class TreeHash:
 
 
 class _Ignores:
-    """The ``.gitignore`` files met on the way down, deepest last."""
+    """The ``.gitignore`` files that apply, outermost first. Paths are matched relative to ``top``:
+    the repository the workdir is in (its nearest ancestor with a ``.git``), else the workdir."""
 
-    def __init__(self, layers: tuple[tuple[str, object], ...] = ()) -> None:
-        self.layers = layers
+    def __init__(self, top: Path, offset: str, layers: tuple[tuple[str, object], ...] = ()) -> None:
+        self.top, self.offset, self.layers = top, offset, layers
 
-    def entering(self, root: Path, rel_dir: str) -> _Ignores:
-        found = root / rel_dir / ".gitignore" if rel_dir else root / ".gitignore"
+    def _full(self, rel: str) -> str:
+        return f"{self.offset}/{rel}" if self.offset and rel else (self.offset or rel)
+
+    def entering(self, rel_dir: str) -> _Ignores:
+        """With the ``.gitignore`` of ``rel_dir`` (relative to the workdir) added, if it has one."""
+        return self._adding(self._full(rel_dir))
+
+    def _adding(self, base: str) -> _Ignores:
+        found = self.top / base / ".gitignore" if base else self.top / ".gitignore"
         if not found.is_file():
             return self
         import pathspec
@@ -122,15 +131,28 @@ class _Ignores:
             lines = found.read_text(errors="replace").splitlines()
         except OSError as err:
             raise UserError(f"cannot read {found}: {err.strerror}") from None
-        return _Ignores((*self.layers, (rel_dir, pathspec.GitIgnoreSpec.from_lines(lines))))
+        return _Ignores(self.top, self.offset, (*self.layers, (base, pathspec.GitIgnoreSpec.from_lines(lines))))
 
     def ignored(self, rel: str, is_dir: bool) -> bool:
+        full = self._full(rel)
         for base, spec in reversed(self.layers):  # the deepest file that says anything decides
-            sub = rel[len(base) + 1 :] if base else rel
+            sub = full[len(base) + 1 :] if base else full
             result = spec.check_file(sub + "/" if is_dir else sub)  # type: ignore[attr-defined]
             if result.include is not None:
                 return bool(result.include)
         return False
+
+    @classmethod
+    def for_workdir(cls, root: Path) -> _Ignores:
+        """The repository's ``.gitignore`` files from its top down to ``root``'s, as git applies them to
+        ``root``'s files (``root`` itself is shipped even if an outer file ignores it: it was asked for)."""
+        top = next((d for d in (root, *root.parents) if (d / ".git").exists()), root)
+        offset = root.relative_to(top).as_posix() if top != root else ""
+        ignores = cls(top, offset)
+        parts = offset.split("/") if offset else []
+        for depth in range(len(parts)):  # the repository's top, then each directory above root
+            ignores = ignores._adding("/".join(parts[:depth]))
+        return ignores.entering("")
 
 
 def collect(root: Path) -> list[Entry]:
@@ -139,7 +161,7 @@ def collect(root: Path) -> list[Entry]:
     if not root.is_dir():
         raise UserError(f"--workdir {root} is not a directory")
     entries: list[Entry] = []
-    _walk(root, "", _Ignores().entering(root, ""), entries)
+    _walk(root, "", _Ignores.for_workdir(root), entries)
     return sorted(entries, key=lambda e: e.path)
 
 
@@ -158,7 +180,7 @@ def _walk(root: Path, rel_dir: str, ignores: _Ignores, out: list[Entry]) -> None
         if ignores.ignored(rel, is_dir):
             continue
         if is_dir:
-            _walk(root, rel, ignores.entering(root, rel), out)
+            _walk(root, rel, ignores.entering(rel), out)
         elif stat.S_ISLNK(st.st_mode):
             out.append(Entry(rel, "link", 0o777, 0, _inside_target(root, rel, Path(child.path))))
         elif stat.S_ISREG(st.st_mode):

@@ -58,6 +58,11 @@ def test_the_worker_runs_the_command_in_a_copy_of_the_snapshot_stored_once(tmp_p
     assert seen["path0"] == str(Path(sys.executable).parent)  # gpucloud's interpreter first on PATH
     code, out, _ = run(capsys, "job", "logs", job["job_id"])
     assert f"code {job['code']['sha256'][:12]} (3 files, fetched from {stored} and verified)" in out
+    code, out, _ = run(capsys, "job", "show", job["job_id"])
+    size = job["code"]["size_bytes"]
+    assert f"code: {job['code']['sha256'][:12]} (3 files, {size} B) at {stored}\n" in out
+    code, out, _ = run(capsys, "job", "show", job["job_id"], "--output", "json")
+    assert json.loads(out)["code"] == job["code"] and json.loads(out)["setup"] is None
 
 
 def test_a_snapshot_changed_after_submit_fails_the_job_with_one_line(tmp_path: Path, gpucloud_home, capsys):

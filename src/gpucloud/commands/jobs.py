@@ -373,10 +373,18 @@ def show(job_id, queue_uri, output) -> None:
     queue = open_queue(queue_uri)
     current = resolve_job(queue, job_id)
     report = build_report(current, queue.attempts(current.id), queue.events(current.id))
+    spec = current.spec
     if output == "json":
-        print_json(report.model_dump())
+        code = spec.code.model_dump() if spec.code is not None else None
+        print_json({**report.model_dump(), "code": code, "setup": spec.setup})
         return
     render_report(report)
+    if spec.code is not None:  # what `submit --workdir/--setup` shipped (docs/code-shipping.md)
+        click.echo(
+            f"code: {spec.code.sha256[:12]} ({spec.code.files} files, {_size(spec.code.size_bytes)}) at {spec.code.uri}"
+        )
+    if spec.setup is not None:
+        click.echo(f"setup: {spec.setup}")
 
 
 @job.command(

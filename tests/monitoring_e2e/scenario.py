@@ -200,7 +200,7 @@ def monitored_node(work: Path, env: dict[str, str], *, instance_type: str = "p5.
             ImdsEmulator(instance_id=INSTANCE_ID, instance_type=instance_type, instance_life_cycle="spot")
         )
         agent = start_agent(env, work, emulator)
-        stack.callback(_stop, agent.proc)
+        stack.callback(_stop, agent.proc, gate)
         dcgm = stack.enter_context(FixtureExporter(served_text(recording(NODES[instance_type]), counters_csv())))
         node_exporter = stack.enter_context(NodeExporter(sysfs, work / "node_exporter.log"))
         port = wait_until(agent.metrics_port, 90, "the agent's metrics line", proc=None)
@@ -217,7 +217,14 @@ def monitored_node(work: Path, env: dict[str, str], *, instance_type: str = "p5.
         yield MonitoredNode(prometheus, agent, emulator, gate, dcgm, node_exporter, files, node_group=node_group)
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _stop(proc: subprocess.Popen, gate: Path) -> None:
+    """The agent still running (a failed test): SIGTERM, as on a node, after opening the gate so the
+    held rank reaches the step boundary where it learns of the stop; SIGKILL if it hangs."""
+    gate.touch()
     if proc.poll() is None:
-        proc.kill()
-        proc.wait(timeout=30)
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)

@@ -99,7 +99,13 @@ def test_an_empty_program_name_is_one_line(capsys):
 
 def test_a_missing_workdir_is_named(capsys, tmp_path):
     missing = tmp_path / "gone"
-    run(capsys, "submit", "--job-id", "w", "--workdir", str(missing), "--", "true")
+    # submit ships --workdir as a snapshot, so it refuses a missing one at once ...
+    code, _, err = run(capsys, "submit", "--job-id", "w", "--workdir", str(missing), "--", "true")
+    assert code == 2 and f"Directory '{missing}' does not exist" in one_line_error(err)
+    # ... and a job whose node-side working directory is missing (recorded by an older submit) is named on the node
+    from gpucloud.queue.locations import open_queue
+
+    open_queue().submit(JobSpec(command=["true"], workdir=str(missing)), job_id="w")
     run(capsys, "worker", "--no-imds", "--once")
     _, out, _ = run(capsys, "job", "show", "w", "--output", "json")
     reason = json.loads(out)["attempts"][0]["reason"]

@@ -1,7 +1,7 @@
 """``submit --setup CMD``: the job's packages, in a virtualenv cached per node and requirements hash.
 
-Which Python runs a job. The command runs with the interpreter that runs gpucloud itself first on
-``PATH``. On the gpucloud image that is ``/opt/gpucloud/venv`` (``images/scripts/pytorch.sh``:
+Which Python runs a job. A job with ``--workdir`` or ``--setup`` runs with the interpreter that
+runs gpucloud itself first on ``PATH`` (others keep the supervisor's ``PATH``). On the gpucloud image that is ``/opt/gpucloud/venv`` (``images/scripts/pytorch.sh``:
 Python 3.12 with the pinned CUDA build of torch from ``images/versions.yaml``), the one the agent
 runs from; a systemd unit's ``PATH`` would otherwise find ``/usr/bin/python3``, which has no torch.
 

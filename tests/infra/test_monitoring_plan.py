@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gpucloud.catalog import load_catalog
@@ -71,3 +73,40 @@ def test_price_file_has_its_date_and_sources():
     prices = mp.service_prices()
     assert prices.sources and prices.as_of.year >= 2026
     assert "t3.large" in mp.monitor_instance_types()
+
+
+# --- `gpucloud plan` shows the monitor's cost next to the cluster's --------------------------------
+
+
+def run_plan(argv: list[str], capsys) -> str:
+    from gpucloud.cli import main
+
+    try:
+        main(argv)
+    except SystemExit as done:
+        assert (done.code or 0) == 0
+    return capsys.readouterr().out
+
+
+def test_plan_prints_the_self_hosted_monitor_next_to_the_cluster(capsys, types):
+    out = " ".join(run_plan(["plan", "--stack", "p5-capacity-block"], capsys).split())
+    series = mp.cluster_series([(types["p5.48xlarge"], 2)])
+    cost = mp.monitor_cost("self-hosted", series, 15, "t3.large")
+    assert f"Monitoring (self-hosted): ${cost.total:.4f}/hour (t3.large ${cost.instance:.4f}" in out
+    assert f"gp3 TSDB {mp.MIN_DATA_VOLUME_GIB} GiB" in out
+    assert f"{100 * cost.total / (2 * types['p5.48xlarge'].on_demand_usd_per_hour):.2f}% of the cluster's" in out
+
+
+def test_plan_json_carries_the_monitoring_cost(capsys, tmp_path):
+    from gpucloud.spec import stack_file_for
+
+    text = stack_file_for("p4d-spot").read_text().replace("mode: self-hosted", "mode: managed")
+    assert "mode: managed" in text
+    path = tmp_path / "Pulumi.amp.yaml"
+    path.write_text(text)
+    data = json.loads(run_plan(["plan", "--stack-file", str(path), "--output", "json"], capsys))
+    monitoring = data["monitoring"]
+    assert monitoring["mode"] == "managed" and monitoring["estimate"] is True
+    assert monitoring["total"] == pytest.approx(monitoring["amp_ingest"] + monitoring["amp_storage"], abs=1e-4)
+    assert any(r["type"] == "aws:amp/workspace:Workspace" for r in data["resources"])
+    assert data["policy_violations"] == []

@@ -245,11 +245,11 @@ def test_job_plane(previews, stack: str) -> None:
 @stacks
 def test_iam_scoped_to_the_cluster(previews, stack: str) -> None:
     preview = previews[stack]
-    role = one(preview, "aws:iam/role:Role").inputs
+    role = one(preview, "aws:iam/role:Role", "-node-role").inputs  # the monitor's: tests/infra/test_monitoring.py
     assert json.loads(role["assumeRolePolicy"])["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}
-    ssm = one(preview, "aws:iam/rolePolicyAttachment:RolePolicyAttachment").inputs
+    ssm = one(preview, "aws:iam/rolePolicyAttachment:RolePolicyAttachment", "-node-ssm").inputs
     assert ssm["policyArn"] == "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
-    document = json.loads(one(preview, "aws:iam/rolePolicy:RolePolicy").inputs["policy"])
+    document = json.loads(one(preview, "aws:iam/rolePolicy:RolePolicy", "-node-access").inputs["policy"])
     known = {r.name for r in preview.custom_resources}
     for statement in document["Statement"]:
         assert all("*" not in action for action in statement["Action"])
@@ -266,7 +266,7 @@ def test_iam_scoped_to_the_cluster(previews, stack: str) -> None:
             assert arn != "*"
             named = _resource_name(arn)
             assert named in known, arn  # every ARN is one of this stack's own resources
-    profile = one(preview, "aws:iam/instanceProfile:InstanceProfile")
+    profile = one(preview, "aws:iam/instanceProfile:InstanceProfile", "-node-profile")
     assert one(preview, LT).inputs["iamInstanceProfile"]["arn"].endswith(f"instance-profile/{profile.name}")
 
 
@@ -307,6 +307,8 @@ def load_agent_package(stack: str) -> str:
 @stacks
 def test_ami_comes_from_the_dlami_parameter(previews, stack: str) -> None:
     calls = [c for c in previews[stack].invokes if c.token == "aws:ssm/getParameter:getParameter"]
+    # the self-hosted monitor boots Ubuntu (tests/infra/test_monitoring.py); the nodes the DLAMI
+    calls = [c for c in calls if not c.args["name"].startswith("/aws/service/canonical/")]
     assert [c.args["name"] for c in calls] == [
         "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
     ]

@@ -99,6 +99,7 @@ def plan(stack: str | None, stack_file: Path | None, catalog_file: Path | None, 
             result = preview_stack(spec, name, catalog)
             violations = run_policies(result.resources, stack=name)
         _print_human(result, source)
+        _print_monitoring(result)
         _print_emergency_save(result.emergency_saves)
         _warn_emergency_save(result.emergency_saves)
         for line in warnings:
@@ -177,6 +178,36 @@ def _print_human(result: Any, catalog: dict[str, Any]) -> None:
         markup=False,
         soft_wrap=True,
     )
+
+
+def _print_monitoring(result: Any) -> None:
+    """What the stack's monitoring costs an hour, next to the cluster it watches."""
+    from rich.console import Console
+
+    m = result.monitoring
+    if m is None:
+        return
+
+    def usd(value: float | None) -> str:  # a monitor's parts are cents an hour: show them
+        return "unknown" if value is None else f"${value:,.4f}"
+
+    cluster = result.cost.as_configured
+    if m.mode == "off":
+        line = "Monitoring: off (no monitor; nodes start no exporters)."
+    else:
+        if m.mode == "self-hosted":
+            what = f"{m.instance_type} {usd(m.instance)} + gp3 TSDB {m.data_volume_gib} GiB and root {usd(m.storage)}"
+        else:
+            what = (
+                f"estimate: AMP ingest {usd(m.amp_ingest)} ({m.samples_per_second:,.0f} samples/s) + "
+                f"storage {usd(m.amp_storage)}; queries and Managed Grafana users not included"
+            )
+        line = f"Monitoring ({m.mode}): {usd(m.total)}/hour ({what}), for ~{m.series:,} series at max nodes"
+        views = [("desired", cluster.desired)] + ([("max", cluster.max)] if cluster.max != cluster.desired else [])
+        for label, total in views:
+            if m.total is not None and total:
+                line += f"; {100 * m.total / total:.2f}% of the cluster's {_money(total)}/hour at {label} nodes"
+    Console().print(line, markup=False, soft_wrap=True)
 
 
 def _print_violations(violations: list[Any]) -> None:

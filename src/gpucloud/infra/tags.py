@@ -30,6 +30,11 @@ UNTAGGABLE_TYPES: frozenset[str] = frozenset(
         "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
         "aws:autoscaling/policy:Policy",
         "aws:autoscaling/schedule:Schedule",
+        "aws:ec2/volumeAttachment:VolumeAttachment",
+        "aws:sns/topicSubscription:TopicSubscription",
+        "aws:sns/topicPolicy:TopicPolicy",
+        "aws:amp/alertManagerDefinition:AlertManagerDefinition",
+        "aws:amp/workspaceConfiguration:WorkspaceConfiguration",
     }
 )
 

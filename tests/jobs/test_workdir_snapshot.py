@@ -157,3 +157,15 @@ def test_sizes_parse(text: str, expected: int) -> None:
 def test_a_bad_size_is_one_line_naming_the_flag(text: str) -> None:
     with pytest.raises(UserError, match=r"^--max-workdir-size .* is not a size; give e\.g\. 100MiB"):
         parse_size(text)
+
+
+def test_a_file_that_grows_while_it_is_snapshotted_is_recorded_and_limited_as_read(tmp_path, monkeypatch) -> None:
+    from gpucloud.jobs.code import snapshot
+
+    root = tree(tmp_path / "w", {"log.txt": "x" * 3000})
+    listed = snapshot.collect(root)
+    (root / "log.txt").write_text("x" * 6000)  # grows between the listing and the read
+    monkeypatch.setattr(snapshot, "collect", lambda _root: listed)
+    assert build(root, tmp_path / "out").size_bytes == 6000  # what the node will unpack, not the stale 3000
+    with pytest.raises(UserError, match=r"holds 5\.9 KiB to ship, over the 4\.0 KiB limit"):
+        build(root, tmp_path / "out2", limit=4096)

@@ -243,7 +243,7 @@ def build(root: Path, out_dir: Path, *, limit: int = DEFAULT_LIMIT_BYTES) -> Sna
     """Snapshot ``root`` into ``out_dir/<hash>.tar.gz`` (kept if it is already there)."""
     root = root.resolve()
     entries = collect(root)
-    total = check_size(root, entries, limit)
+    check_size(root, entries, limit)  # before reading anything: the sizes on the disk
     out_dir.mkdir(parents=True, exist_ok=True)
     tree = TreeHash()
     fd, tmp_name = tempfile.mkstemp(prefix=".snapshot-", suffix=ARCHIVE_SUFFIX, dir=out_dir)
@@ -254,8 +254,10 @@ def build(root: Path, out_dir: Path, *, limit: int = DEFAULT_LIMIT_BYTES) -> Sna
             gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz,
             tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
         ):
-            for entry in entries:
-                _add(tar, tree, root, entry)
+            # The sizes read, not the ones listed: a file that grew meanwhile is what the node gets
+            # (and checks against the recorded size), and must still fit the limit.
+            read = [dataclasses.replace(e, size=_add(tar, tree, root, e)) for e in entries]
+        total = check_size(root, read, limit)
         snapshot = Snapshot(tree.hexdigest(), sum(e.kind == "file" for e in entries), total, out_dir)
         final = out_dir / snapshot.name
         if final.exists():
@@ -268,7 +270,8 @@ def build(root: Path, out_dir: Path, *, limit: int = DEFAULT_LIMIT_BYTES) -> Sna
         raise
 
 
-def _add(tar: tarfile.TarFile, tree: TreeHash, root: Path, entry: Entry) -> None:
+def _add(tar: tarfile.TarFile, tree: TreeHash, root: Path, entry: Entry) -> int:
+    """Add ``entry`` to the archive and the hash; the bytes of content it added."""
     info = tarfile.TarInfo(entry.path)
     info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
     info.mode = entry.mode
@@ -277,7 +280,7 @@ def _add(tar: tarfile.TarFile, tree: TreeHash, root: Path, entry: Entry) -> None
         info.type, info.linkname = tarfile.SYMTYPE, entry.target
         tree.add_link(entry.path, entry.target)
         tar.addfile(info)
-        return
+        return 0
     try:
         data = (root / entry.path).read_bytes()  # read once: the hash and the archive see the same bytes
     except OSError as err:
@@ -285,3 +288,4 @@ def _add(tar: tarfile.TarFile, tree: TreeHash, root: Path, entry: Entry) -> None
     info.size = len(data)
     tree.add_file(entry.path, entry.mode, data)
     tar.addfile(info, io.BytesIO(data))
+    return len(data)

@@ -112,6 +112,13 @@ def test_every_dashboard_and_rule_expression_reads_what_the_node_exports(tmp_pat
         at = float(noticed[0]["value"][0])
         up = {s["metric"]["job"]: s["value"][1] for s in prom.query("up", at=at)}
         assert up == {"dcgm-exporter": "1", "node-exporter": "1", "gpucloud-agent": "1"}, up
+        # Every series of the node carries its instance id and group, the agent's own included (the
+        # labels rules and dashboards join on).
+        labelled = prom.query('count by (job, instance_id, node_group) ({job=~".+"})', at=at)
+        assert {(s["metric"].get("instance_id"), s["metric"].get("node_group")) for s in labelled} == {
+            (INSTANCE_ID, node.node_group)
+        }, labelled
+        assert {s["metric"]["job"] for s in labelled} == set(up)
 
         start = at - 600
         label_names: dict[str, set[str]] = {}

@@ -3,6 +3,9 @@
 Per type:
 - launch template / image recipe EBS block devices and ``ebs.Volume``: ``encrypted`` true (the
   provider schema uses the string ``"true"`` in launch templates);
+- instances (the self-hosted monitor): ``rootBlockDevice`` and every ``ebsBlockDevices`` entry
+  ``encrypted`` true;
+- SNS topics (alerts can name nodes and jobs): a ``kmsMasterKeyId``;
 - DynamoDB tables: ``serverSideEncryption.enabled`` (a KMS key we can audit and rotate, instead of
   the AWS-owned default key that no CloudTrail event shows);
 - SQS queues: ``sqsManagedSseEnabled`` or a ``kmsMasterKeyId``;
@@ -38,6 +41,18 @@ def storage_encrypted(args: ResourceValidationArgs, report: ReportViolation) -> 
     if kind in (rt.LAUNCH_TEMPLATE, rt.IMAGE_RECIPE):
         for device in _unencrypted_devices(props.get("blockDeviceMappings")):
             report(f"EBS volume {device} in blockDeviceMappings is not encrypted; set ebs.encrypted to 'true'", None)
+    elif kind == rt.INSTANCE:
+        devices: list[tuple[str, Any]] = [("rootBlockDevice", get_path(props, "rootBlockDevice", "encrypted"))]
+        devices += [
+            (f"ebsBlockDevices[{i}]", d.get("encrypted"))
+            for i, d in enumerate(as_mappings(props.get("ebsBlockDevices")))
+        ]
+        for where, encrypted in devices:
+            if not is_true(encrypted):
+                report(f"instance {where} is not encrypted; set encrypted to true", None)
+    elif kind == rt.SNS_TOPIC:
+        if not props.get("kmsMasterKeyId"):
+            report("SNS topic is not encrypted; give a kmsMasterKeyId (alias/aws/sns or a customer key)", None)
     elif kind == rt.EBS_VOLUME:
         if not is_true(props.get("encrypted")):
             report("EBS volume is not encrypted; set encrypted to true", None)

@@ -32,7 +32,7 @@ def wildcard_statements(document: Mapping[str, Any] | None) -> list[str]:
     return found
 
 
-def _documents(args: ResourceValidationArgs) -> list[tuple[str, Any]]:
+def policy_documents(args: ResourceValidationArgs) -> list[tuple[str, Any]]:
     if args.resource_type in rt.IAM_POLICY_DOCUMENT_HOLDERS:
         return [("policy", args.props.get("policy"))]
     if args.resource_type == rt.IAM_ROLE:
@@ -44,7 +44,7 @@ def _documents(args: ResourceValidationArgs) -> list[tuple[str, Any]]:
 
 
 def no_wildcard_admin(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    for where, raw in _documents(args):
+    for where, raw in policy_documents(args):
         document = parse_json_document(raw)
         if raw is not None and document is None:
             report(f"{where} is not a JSON policy document, so its statements cannot be checked", None)

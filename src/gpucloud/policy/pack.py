@@ -10,6 +10,7 @@ from gpucloud.policy.encryption import storage_encrypted
 from gpucloud.policy.events_queue import events_queue_senders
 from gpucloud.policy.iam_statements import no_wildcard_admin
 from gpucloud.policy.instances import imdsv2_required, no_public_ips, placement_group_in_one_zone
+from gpucloud.policy.least_privilege import no_wildcard_actions, sns_topic_not_public
 from gpucloud.policy.network_access import no_open_ingress
 from gpucloud.policy.tagging import tagged_with_stack
 
@@ -43,7 +44,7 @@ POLICIES: list[Policy] = [
     ),
     ResourceValidationPolicy(
         name="storage-encrypted",
-        description="EBS volumes, DynamoDB tables and SQS queues are encrypted at rest.",
+        description="EBS volumes (instances' too), DynamoDB tables, SQS queues and SNS topics are encrypted at rest.",
         validate=storage_encrypted,
         enforcement_level=MANDATORY,
     ),
@@ -63,6 +64,18 @@ POLICIES: list[Policy] = [
         name="no-iam-wildcard-admin",
         description="No IAM statement allows action '*' on resource '*'.",
         validate=no_wildcard_admin,
+        enforcement_level=MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="no-iam-wildcard-actions",
+        description="No IAM statement allows a wildcard action (*, service:*, service:Prefix*) or uses NotAction.",
+        validate=no_wildcard_actions,
+        enforcement_level=MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="sns-topic-not-public",
+        description="No SNS topic policy allows every principal without a condition.",
+        validate=sns_topic_not_public,
         enforcement_level=MANDATORY,
     ),
     StackValidationPolicy(

@@ -28,6 +28,8 @@ DYNAMODB_TABLE = "aws:dynamodb/table:Table"
 SQS_QUEUE = "aws:sqs/queue:Queue"
 SQS_QUEUE_POLICY = "aws:sqs/queuePolicy:QueuePolicy"
 EVENT_TARGET = "aws:cloudwatch/eventTarget:EventTarget"
+SNS_TOPIC = "aws:sns/topic:Topic"
+SNS_TOPIC_POLICY = "aws:sns/topicPolicy:TopicPolicy"
 
 IAM_POLICY = "aws:iam/policy:Policy"
 IAM_ROLE = "aws:iam/role:Role"

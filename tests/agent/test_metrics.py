@@ -22,6 +22,7 @@ from gpucloud.agent.metrics import (
     NodeMetrics,
     default_address,
     registry_for,
+    serve,
 )
 from gpucloud.errors import UserError
 from gpucloud.jobs.model import NodeState
@@ -216,4 +217,20 @@ def test_the_agents_default_port_is_the_one_the_monitor_scrapes_and_the_security
     from gpucloud.infra.monitoring_plan import AGENT_METRICS_PORT
 
     (option,) = [p for p in agent.params if p.name == "metrics_port"]
-    assert option.default == DEFAULT_PORT == AGENT_METRICS_PORT
+    assert f"Default {DEFAULT_PORT}" in (option.help or "")  # resolved in agent.metrics.serve (port None)
+    assert DEFAULT_PORT == AGENT_METRICS_PORT
+
+
+def test_a_busy_default_port_leaves_the_agent_running_without_metrics_and_an_asked_for_one_is_refused():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        server, why = serve(node_metrics(), address="127.0.0.1", port=None, default_port=port)
+        assert server is None and why is not None
+        assert why.startswith(f"cannot serve /metrics on 127.0.0.1:{port}") and why.endswith("without /metrics")
+        with pytest.raises(UserError, match=f"127.0.0.1:{port}"):
+            serve(node_metrics(), address="127.0.0.1", port=port)
+    server, why = serve(node_metrics(), address="127.0.0.1", port=0)
+    assert server is not None and why is None
+    server.close()

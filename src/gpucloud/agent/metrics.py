@@ -341,3 +341,18 @@ class MetricsServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+
+
+def serve(
+    node: NodeMetrics, *, address: str, port: int | None, default_port: int = DEFAULT_PORT
+) -> tuple[MetricsServer | None, str | None]:
+    """The server, or (None, why) when the *default* port cannot be bound: the agent then runs on
+    without /metrics (several agents on one host, each a "node" of a local fleet; Prometheus then
+    reports the target down). A port asked for (``port`` not None) that cannot be bound is the
+    UserError: the operator chose it and must choose again."""
+    if port is not None:
+        return MetricsServer(node, address=address, port=port), None
+    try:
+        return MetricsServer(node, address=address, port=default_port), None
+    except UserError as err:
+        return None, f"{err}; the agent runs without /metrics"

@@ -43,6 +43,7 @@ Metrics: the agent serves Prometheus' /metrics on --metrics-port (default 9401, 
 dcgm-exporter's 9400) at --metrics-address (default: every interface on an EC2 instance, where
 the security group admits the monitor only; 127.0.0.1 off EC2). --metrics-port 0 takes any free
 port; the first status line (`"event": "metrics"` with -o json) names the URL. --no-metrics: none.
+Another process on the default port: a warning, and the agent runs on without /metrics.
 What it serves: docs/monitoring.md.
 \b
 Exit codes: 0 idle exit or --exit-after-attempts reached; 75 stopped by an interruption notice.
@@ -110,11 +111,10 @@ Exit codes: 0 idle exit or --exit-after-attempts reached; 75 stopped by an inter
 @click.option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
-    default=9401,
-    show_default=True,
     envvar="GPUCLOUD_METRICS_PORT",
     show_envvar=True,
-    help="TCP port of /metrics (0: any free port, printed at start).",
+    help="TCP port of /metrics (0: any free port, printed at start). Default 9401; if another process "
+    "holds it the agent warns and runs without /metrics, while a port given here must be free.",
 )
 @click.option(
     "--metrics-address",
@@ -153,7 +153,7 @@ def agent(
     from gpucloud.agent.asg_hooks import OfflineHooks, hooks_for
     from gpucloud.agent.identity import discover
     from gpucloud.agent.loop import Agent, AgentOptions
-    from gpucloud.agent.metrics import MetricsServer, NodeLabels, NodeMetrics, default_address
+    from gpucloud.agent.metrics import NodeLabels, NodeMetrics, default_address, serve
     from gpucloud.agent.node_groups import NodeGroups
     from gpucloud.jobs.node import start_signal_hub
     from gpucloud.queue.locations import open_queue
@@ -184,9 +184,11 @@ def agent(
     watcher = server = None
     try:
         if not no_metrics:
-            address = metrics_address or default_address(identity)
-            server = MetricsServer(metrics, address=address, port=metrics_port)
-            status({"event": "metrics", "worker": identity.worker, "url": server.url, "port": server.port})
+            server, why_not = serve(metrics, address=metrics_address or default_address(identity), port=metrics_port)
+            if server is None:
+                click.echo(f"gpucloud: warning: {why_not}", err=True)
+            else:
+                status({"event": "metrics", "worker": identity.worker, "url": server.url, "port": server.port})
         if events_queue:
             from gpucloud.agent.events_handler import watch_events_queue
 

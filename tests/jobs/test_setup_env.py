@@ -6,17 +6,23 @@ from a wheel built here and installed with --no-index."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import sys
+import threading
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from gpucloud.jobs.code.setup_env import env_key, requirement_files
+from gpucloud.jobs.model import JobSpec
+from gpucloud.jobs.runner import supervise_job
 from gpucloud.queue.locations import open_queue
+from jobs.conftest import Inbox, wait_for
 from jobs.test_cli import run
+from jobs.test_runner import FAST
 
 REPORT = """\
 import json, os, shutil, sys, pathlib
@@ -87,21 +93,27 @@ def test_setup_runs_once_per_requirements_hash_and_the_command_sees_the_venv_fir
     assert "Successfully installed gpucloud-tiny-1.0" in out  # the setup's output is in the attempt's log
 
 
-def test_a_failed_setup_fails_the_job_in_one_line_and_leaves_no_env(tmp_path, gpucloud_home, capsys):
-    code, out, err = run(
-        capsys, "submit", "--setup", "echo resolving; echo 'no such package' >&2; exit 3", "--output", "json", "--",
-        "python", "-c", "print('never')",
-    )  # fmt: skip
-    assert code == 0, err
-    job_id = json.loads(out)["job_id"]
-    code, _, err = run(capsys, "worker", "--no-imds", "--once")
-    assert code != 0 and "Traceback" not in err
-    job = open_queue().get(job_id)
-    assert job.state.value == "failed"
-    assert job.reason == (
-        "the setup command \"echo resolving; echo 'no such package' >&2; exit 3\" exited with 3; "
-        "last output: resolving | no such package"
+def test_a_long_setup_keeps_the_lease_and_a_failed_one_fails_the_job_in_one_line(tmp_path, gpucloud_home):
+    started, gate = tmp_path / "started", tmp_path / "gate"
+    setup = f"echo resolving; touch {started}; while [ ! -e {gate} ]; do sleep 0.05; done; echo 'no such package' >&2; exit 3"
+    queue = open_queue()
+    job = queue.submit(JobSpec(command=["python", "-c", "print('never')"], setup=setup))
+    config = dataclasses.replace(FAST, lease_seconds=1.0)  # renewed every 0.25 s while the setup runs
+    supervisor = threading.Thread(
+        target=lambda: supervise_job(queue, job.id, notices=Inbox(), config=config, worker="w"), daemon=True
     )
+    supervisor.start()
+    try:
+        wait_for(started.exists, timeout=120, what="the setup to start (after the venv is made)")
+        first = queue.get(job.id).lease_until or 0
+        wait_for(lambda: (queue.get(job.id).lease_until or 0) > first + 0.5, what="a renewal while the setup runs")
+        assert queue.claim("another-worker", lease_seconds=1.0) is None  # still held: not taken over as lost
+    finally:
+        gate.touch()
+        supervisor.join(timeout=120)
+    failed = queue.get(job.id)
+    assert failed.state.value == "failed"
+    assert failed.reason == f"the setup command {setup!r} exited with 3; last output: resolving | no such package"
     envs = gpucloud_home / "cache" / "envs"
     assert [p.name for p in envs.iterdir() if not p.name.endswith(".lock")] == []  # the next attempt sets up again
 

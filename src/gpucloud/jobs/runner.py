@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from gpucloud import control, jobenv
 from gpucloud.errors import UserError
-from gpucloud.jobs.code.attempt import CodeNotReady, node_cache_dir
+from gpucloud.jobs.code.attempt import CodeNotReady, lease_kept, node_cache_dir
 from gpucloud.jobs.code.attempt import prepare as prepare_code
 from gpucloud.jobs.logs import AttemptLog, open_attempt_log
 from gpucloud.jobs.model import RESUMABLE, AttemptEnd, AttemptState, Job, JobState, is_cancel
@@ -182,9 +182,11 @@ def _run_logged(
     try:
         # The job's code snapshot and setup env (submit --workdir/--setup), in this attempt's
         # directory; the node's cache sits beside its run directory (control_dir's grandparent's).
-        code = prepare_code(
-            job, attempt_dir=control_dir.parent, cache=node_cache_dir(control_dir.parents[2]), env=env, log=output
-        )
+        renew = lambda: queue.heartbeat(job.id, number, worker, lease_seconds=config.lease_seconds)  # noqa: E731
+        with lease_kept(renew, every=config.lease_seconds / 4):
+            code = prepare_code(
+                job, attempt_dir=control_dir.parent, cache=node_cache_dir(control_dir.parents[2]), env=env, log=output
+            )
         # Half the lease: a supervisor that dies leaves its ranks time to save, and they are gone
         # before the lease runs out and another worker may start the next attempt.
         group = ProcessGroup(

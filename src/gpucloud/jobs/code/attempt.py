@@ -8,7 +8,11 @@ are one line (``CodeNotReady``); the runner ends the attempt FAILED with it as t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -18,6 +22,7 @@ from gpucloud.jobs.code.unpack import cached_tree, copy_tree
 from gpucloud.jobs.model import Job
 
 WORKDIR = "workdir"
+log = logging.getLogger("gpucloud.jobs")
 
 
 class CodeNotReady(Exception):
@@ -36,6 +41,29 @@ class _Log(Protocol):
 class Prepared:
     cwd: str | None
     env: dict[str, str]
+
+
+@contextlib.contextmanager
+def lease_kept(renew: Callable[[], object], every: float) -> Iterator[None]:
+    """Call ``renew`` every ``every`` seconds from a thread while the body runs: a download or a
+    ``pip install`` can outlast the attempt's lease, which the supervision loop renews only once the
+    command runs, and another worker would take the job over as lost."""
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(every):
+            try:
+                renew()
+            except Exception as err:  # noqa: BLE001 - retried next round; the lease has slack
+                log.warning("renewing the lease while preparing the attempt failed: %s", err)
+
+    thread = threading.Thread(target=run, name="lease-while-preparing", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=30)
 
 
 def node_cache_dir(run_root: Path | None) -> Path:

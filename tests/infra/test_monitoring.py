@@ -310,3 +310,27 @@ def test_off_creates_nothing_and_nodes_start_no_exporters(stack):
     assert not [r for r in resources if "monitoring" in r.name]
     for lt in of(resources, LT):
         assert env_of(user_data(lt))["GPUCLOUD_MONITORING"] == "off"
+
+
+@pytest.mark.parametrize("mode", ["self-hosted", "managed", "off"])
+def test_stack_outputs_name_the_topic_and_the_monitor(mode):
+    stack = "p5-capacity-block"
+    spec = spec_with(stack, mode=mode)
+    seen: dict[str, object] = {}
+
+    @pulumi.runtime.test
+    def run():
+        outputs = build_cluster(spec, stack, None, monitoring_render=stand_in_render)
+        outputs.export()
+        topic = outputs.alert_topic_arn if outputs.alert_topic_arn is not None else pulumi.Output.from_input(None)
+        monitor = outputs.monitor_instance_id
+        monitor = monitor if monitor is not None else pulumi.Output.from_input(None)
+        return pulumi.Output.all(topic, monitor).apply(lambda v: seen.update(topic=v[0], monitor=v[1]))
+
+    with mocked_runtime(stack, spec.region, spec.availability_zone):
+        run()
+    expected_topic = {"off": None}.get(mode, "arn:aws:sns:us-east-1:123456789012:p5-capacity-block-alerts")
+    assert seen == {
+        "topic": expected_topic,
+        "monitor": "p5-capacity-block-monitoring-instance-id" if mode == "self-hosted" else None,
+    }

@@ -81,6 +81,7 @@ class BuiltMonitoring:
     node_settings: dict[str, pulumi.Input[str]]
     node_depends_on: Sequence[pulumi.Resource] = ()
     alert_topic_arn: pulumi.Output[str] | None = None
+    monitor_instance_id: pulumi.Output[str] | None = None  # self-hosted: the SSM session's --target
     component: pulumi.ComponentResource | None = None
 
 
@@ -127,7 +128,12 @@ def build_monitoring(name: str, args: MonitoringArgs) -> BuiltMonitoring:
                 alert_emails=tuple(settings.alert_emails),
             ),
         )
-        return BuiltMonitoring(node_settings("self-hosted"), alert_topic_arn=monitor.topic.arn, component=monitor)
+        return BuiltMonitoring(
+            node_settings("self-hosted"),
+            alert_topic_arn=monitor.topic.arn,
+            monitor_instance_id=monitor.instance.id,
+            component=monitor,
+        )
     from gpucloud.infra.monitoring_managed import ManagedMonitoring, ManagedMonitoringArgs
 
     managed = ManagedMonitoring(

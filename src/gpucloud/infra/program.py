@@ -52,6 +52,7 @@ class ClusterOutputs:
     capacity_block_scale_down: dict[str, str] = dataclasses.field(default_factory=dict)
     ami_parameter_name: str | None = None  # set when the stack runs the image pipeline
     alert_topic_arn: pulumi.Output[str] | None = None  # monitoring self-hosted or managed
+    monitor_instance_id: pulumi.Output[str] | None = None  # self-hosted: reach Grafana through SSM
 
     def export(self) -> None:
         pulumi.export("vpcId", self.vpc_id)
@@ -79,6 +80,8 @@ class ClusterOutputs:
             pulumi.export("amiParameterName", self.ami_parameter_name)
         if self.alert_topic_arn is not None:
             pulumi.export("alertTopicArn", self.alert_topic_arn)
+        if self.monitor_instance_id is not None:
+            pulumi.export("monitorInstanceId", self.monitor_instance_id)
 
 
 def build_cluster(
@@ -267,6 +270,7 @@ def build_cluster(
         capacity_block_scale_down={n: g.wind_down.scale_down_at for n, g in groups.items() if g.wind_down is not None},
         ami_parameter_name=pipeline.ami_parameter_name if pipeline is not None else None,
         alert_topic_arn=monitoring.alert_topic_arn,
+        monitor_instance_id=monitoring.monitor_instance_id,
     )
 
 

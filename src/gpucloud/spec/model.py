@@ -283,7 +283,7 @@ class JobPlane(SpecModel):
 
 
 class Monitoring(SpecModel):
-    """Where the nodes' metrics go (docs/monitoring.md). Every node runs the exporters either way."""
+    """Where the nodes' metrics go (docs/monitoring.md). Nodes run the exporters unless mode is off."""
 
     # self-hosted: one private monitor instance (Prometheus, Alertmanager, Grafana) reached through
     # SSM; managed: Amazon Managed Service for Prometheus; off: exporters only, nothing collects.

@@ -334,3 +334,16 @@ def test_stack_outputs_name_the_topic_and_the_monitor(mode):
         "topic": expected_topic,
         "monitor": "p5-capacity-block-monitoring-instance-id" if mode == "self-hosted" else None,
     }
+
+
+def test_monitor_user_data_is_valid_bash_within_ec2s_limit(self_hosted, tmp_path):
+    import subprocess
+
+    from gpucloud.infra.userdata import USER_DATA_LIMIT
+
+    text = user_data(of(self_hosted[2], INSTANCE)[0])
+    assert len(text.encode()) < USER_DATA_LIMIT
+    assert "cat > /etc/gpucloud/monitor.env <<'GPUCLOUD_ENV'" in text and "install_release prometheus" in text
+    script = tmp_path / "monitor-user-data.sh"
+    script.write_text(text)
+    subprocess.run(["bash", "-n", str(script)], check=True, timeout=30)

@@ -24,6 +24,7 @@ source "$ENV_FILE"
 : "${GPUCLOUD_MONITOR_FILES:?missing in $ENV_FILE}"
 : "${GPUCLOUD_MONITOR_VOLUME_ID:?missing in $ENV_FILE}"
 : "${GPUCLOUD_RETENTION_DAYS:?missing in $ENV_FILE}"
+: "${GPUCLOUD_RETENTION_SIZE_GIB:?missing in $ENV_FILE}"
 : "${GPUCLOUD_PROMETHEUS_VERSION:?missing in $ENV_FILE}"
 : "${GPUCLOUD_ALERTMANAGER_VERSION:?missing in $ENV_FILE}"
 : "${GPUCLOUD_GRAFANA_VERSION:?missing in $ENV_FILE}"
@@ -119,7 +120,8 @@ start_prometheus() {
   chown -R prometheus:prometheus "$DATA/data" /var/lib/alertmanager
   unit prometheus "Prometheus (gpucloud monitor)" /usr/local/bin/prometheus \
     "--config.file=$CONF/prometheus.yml" "--storage.tsdb.path=$DATA/data" \
-    "--storage.tsdb.retention.time=${GPUCLOUD_RETENTION_DAYS}d" --web.listen-address=127.0.0.1:9090
+    "--storage.tsdb.retention.time=${GPUCLOUD_RETENTION_DAYS}d" \
+    "--storage.tsdb.retention.size=${GPUCLOUD_RETENTION_SIZE_GIB}GB" --web.listen-address=127.0.0.1:9090
   unit alertmanager "Alertmanager (gpucloud monitor)" /usr/local/bin/alertmanager \
     "--config.file=$CONF/alertmanager.yml" --storage.path=/var/lib/alertmanager \
     --web.listen-address=127.0.0.1:9093 --cluster.listen-address=

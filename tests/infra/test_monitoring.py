@@ -143,6 +143,8 @@ def test_tsdb_volume_is_encrypted_gp3_sized_from_retention(self_hosted):
     assert attachment.inputs["volumeId"] == volume.id
     env = env_of(user_data(of(resources, INSTANCE)[0]))
     assert env["GPUCLOUD_MONITOR_VOLUME_ID"] == volume.id and env["GPUCLOUD_RETENTION_DAYS"] == "400"
+    # Prometheus' size cap (GB there is 2**30 bytes) leaves a fifth of the volume to WAL and compaction
+    assert int(env["GPUCLOUD_RETENTION_SIZE_GIB"]) == int(volume.inputs["size"] * 0.8)
 
 
 def test_nothing_reaches_the_monitor_and_it_reaches_only_the_exporters(self_hosted):

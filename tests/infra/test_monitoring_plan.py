@@ -40,6 +40,10 @@ def test_volume_has_a_floor_and_grows_with_retention():
     assert mp.data_volume_gib(100_000, 365) > mp.data_volume_gib(100_000, 30) > mp.MIN_DATA_VOLUME_GIB
 
 
+def test_retention_size_leaves_room_for_the_wal():
+    assert mp.retention_size_gib(20) == 16 and mp.retention_size_gib(1) == 1
+
+
 def test_volume_never_exceeds_gp3_limit():
     assert mp.data_volume_gib(10**9, 3650) == mp.MAX_DATA_VOLUME_GIB
 

@@ -96,6 +96,13 @@ def stored_bytes(series: int, retention_days: int) -> float:
     return samples_per_second(series) * retention_days * 86400 * BYTES_PER_SAMPLE
 
 
+def retention_size_gib(volume_gib: int) -> int:
+    """Prometheus' ``--storage.tsdb.retention.size`` for the volume: the blocks may fill 80% of it,
+    the rest is the WAL's and compaction's, so a larger cluster than planned loses old samples
+    instead of filling the disk (https://prometheus.io/docs/prometheus/latest/storage/)."""
+    return max(1, int(volume_gib * 0.8))
+
+
 def data_volume_gib(series: int, retention_days: int) -> int:
     """The monitor's encrypted gp3 TSDB volume: the blocks plus WAL and compaction headroom, whole
     GiB, at least ``MIN_DATA_VOLUME_GIB`` and at most gp3's limit."""

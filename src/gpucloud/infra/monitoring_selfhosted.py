@@ -26,7 +26,7 @@ import pulumi_aws as aws
 
 from gpucloud.infra.iam import SSM_CORE_POLICY
 from gpucloud.infra.monitoring_iam import monitor_policy_document
-from gpucloud.infra.monitoring_plan import ROOT_VOLUME_GIB, data_volume_gib
+from gpucloud.infra.monitoring_plan import ROOT_VOLUME_GIB, data_volume_gib, retention_size_gib
 from gpucloud.infra.security import allow_scrapes
 from gpucloud.infra.tags import Tagging
 from gpucloud.infra.userdata import user_data_output
@@ -181,10 +181,11 @@ class SelfHostedMonitor(pulumi.ComponentResource):
         profile = aws.iam.InstanceProfile(f"{name}-profile", role=self.role.name, tags=t.tags("monitor"), opts=child)
 
         zone = aws.ec2.get_subnet_output(id=args.subnet_id, opts=invoke).availability_zone
+        volume_gib = data_volume_gib(args.series, args.retention_days)
         self.data_volume = aws.ebs.Volume(
             f"{name}-tsdb",
             availability_zone=zone,
-            size=data_volume_gib(args.series, args.retention_days),
+            size=volume_gib,
             type="gp3",
             encrypted=True,
             tags=t.tags("monitor-tsdb"),
@@ -198,6 +199,7 @@ class SelfHostedMonitor(pulumi.ComponentResource):
             "GPUCLOUD_MONITOR_VOLUME_ID": self.data_volume.id,
             "GPUCLOUD_MONITOR_FILES_DIGEST": rendered.apply(files_digest),
             "GPUCLOUD_RETENTION_DAYS": str(args.retention_days),
+            "GPUCLOUD_RETENTION_SIZE_GIB": str(retention_size_gib(volume_gib)),
             "GPUCLOUD_PROMETHEUS_VERSION": args.prometheus_version,
             "GPUCLOUD_ALERTMANAGER_VERSION": ALERTMANAGER_VERSION,
             "GPUCLOUD_GRAFANA_VERSION": GRAFANA_VERSION,

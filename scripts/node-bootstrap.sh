@@ -40,6 +40,7 @@ source "$ENV_FILE"
 AGENT_DIR=/opt/gpucloud
 UNIT_DIR=/etc/systemd/system
 CONF_DIR=/etc/gpucloud
+BIN_DIR=/usr/local/bin
 
 # Wait until a command succeeds or the deadline (seconds) passes.
 wait_for() {
@@ -255,7 +256,7 @@ ensure_release() {
   base="https://github.com/prometheus/$name/releases/download/v$version"
   retry curl -fsSL -o "$dir/$tarball" "$base/$tarball" && retry curl -fsSL -o "$dir/sums" "$base/sha256sums.txt"
   (cd "$dir" && grep " $tarball\$" sums | sha256sum -c --status) || { log "monitoring: $tarball checksum mismatch"; return 1; }
-  tar -xzf "$dir/$tarball" -C "$dir" && install -m 0755 "$dir/$name-$version.linux-amd64/$name" /usr/local/bin/
+  tar -xzf "$dir/$tarball" -C "$dir" && install -m 0755 "$dir/$name-$version.linux-amd64/$name" "$BIN_DIR/"
 }
 
 exporter_unit() {  # name command...

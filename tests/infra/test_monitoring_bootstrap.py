@@ -130,3 +130,55 @@ def test_node_user_data_with_monitoring_settings_fits_ec2s_limit():
     assert len(text.encode()) < USER_DATA_LIMIT
     body = text.split("<<'GPUCLOUD_BOOTSTRAP'\n", 1)[1]
     assert "start_exporters" in body and "\n# " not in body
+
+
+# --- fetching a pinned release on an AMI without it -------------------------------------------------
+
+CURL_FROM_DIR = '#!/bin/sh\nfor last; do :; done\nout=""\nwhile [ $# -gt 0 ]; do [ "$1" = -o ] && out="$2"; shift; done\ncp "$RELEASES/$(basename "$last")" "$out"\n'
+
+
+def fetch(tmp_path: Path, corrupt: bool = False) -> tuple[int, str, Path]:
+    import hashlib
+    import tarfile
+
+    releases, stubs, bin_dir = tmp_path / "releases", tmp_path / "stubs", tmp_path / "bin"
+    for d in (releases, stubs, bin_dir):
+        d.mkdir()
+    folder = tmp_path / "node_exporter-1.10.2.linux-amd64"
+    folder.mkdir()
+    (folder / "node_exporter").write_text("#!/bin/sh\necho node_exporter, version 1.10.2\n")
+    tarball = releases / "node_exporter-1.10.2.linux-amd64.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(folder, arcname=folder.name)
+    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    if corrupt:
+        digest = "0" * 64
+    (releases / "sha256sums.txt").write_text(f"{'1' * 64}  other.tar.gz\n{digest}  {tarball.name}\n")
+    (stubs / "curl").write_text(CURL_FROM_DIR)
+    (stubs / "curl").chmod(0o755)
+    script = "\n".join(
+        [
+            "set -euo pipefail",
+            'log() { echo "LOG: $*"; }',
+            f"BIN_DIR={bin_dir} GPUCLOUD_RETRY_ATTEMPTS=1",
+            function_source("retry"),
+            function_source("ensure_release"),
+            "ensure_release node_exporter 1.10.2",
+        ]
+    )
+    env = {"PATH": f"{stubs}:/usr/bin:/bin", "RELEASES": str(releases), "HOME": str(tmp_path)}
+    proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30)
+    return proc.returncode, proc.stdout + proc.stderr, bin_dir
+
+
+def test_a_missing_exporter_is_fetched_and_checked(tmp_path):
+    code, out, bin_dir = fetch(tmp_path)
+    assert code == 0, out
+    installed = bin_dir / "node_exporter"
+    assert subprocess.run([str(installed)], capture_output=True, text=True).stdout.startswith("node_exporter, version")
+
+
+def test_a_release_that_fails_its_checksum_is_not_installed(tmp_path):
+    code, out, bin_dir = fetch(tmp_path, corrupt=True)
+    assert code != 0
+    assert "checksum mismatch" in out and not (bin_dir / "node_exporter").exists()

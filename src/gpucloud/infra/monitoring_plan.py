@@ -42,12 +42,12 @@ ROOT_VOLUME_GIB = 16  # the monitor's root volume (Ubuntu + Prometheus, Alertman
 
 # Series one node exports, by source, calibrated on benchmarks/bench_scrape.py at p5 size (8 GPUs,
 # 32 EFA devices, docs/monitoring.md "Scrape cost per node": dcgm-exporter 35 per GPU, infiniband 4
-# per EFA device, the agent 99, node_exporter's defaults about 3,000 at 192 vCPUs), rounded up:
+# per EFA device, the agent 99, node_exporter's defaults about 2,900 at 192 vCPUs), with some margin:
 DCGM_SERIES_PER_GPU = 40  # one per field of the counters file, per GPU
 NODE_BASE_SERIES = 700  # node_exporter's default collectors on a GPU host, less per-CPU and per-device
 NODE_SERIES_PER_VCPU = 12  # node_cpu_seconds_total (8 modes), cpufreq, softnet, ...
-INFINIBAND_SERIES_PER_EFA = 4  # node_infiniband_* port counters, per EFA device
-AGENT_SERIES = 100  # the agent's /metrics: the histograms' buckets, counters, the state gauge
+INFINIBAND_SERIES_PER_EFA = 5  # node_infiniband_* port counters, per EFA device (4 measured)
+AGENT_SERIES = 120  # the agent's /metrics: histogram buckets, counters, the state gauge (99 measured)
 
 
 class ServicePrices(BaseModel):

@@ -37,7 +37,8 @@ STACK_FILE_RE = re.compile(r"^Pulumi\.(?P<name>.+)\.ya?ml$")
 )
 @output_option()
 def plan(stack: str | None, stack_file: Path | None, catalog_file: Path | None, output: str) -> None:
-    """Preview a stack offline: what `pulumi up` would create, the EFA layout and the hourly cost.
+    """Preview a stack offline: what `pulumi up` would create, the EFA layout and the hourly cost
+    (the cluster's, and its monitoring's next to it: gpucloud:monitoring).
 
     Runs the real stack program under Pulumi mocks in this process: no AWS account, credentials,
     network or Pulumi CLI needed. Lookups (availability zones, the DLAMI's SSM parameter, the AMI)

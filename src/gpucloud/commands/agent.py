@@ -183,16 +183,16 @@ def agent(
     metrics = NodeMetrics(NodeLabels.of(identity, options.groups.own))
     watcher = server = None
     try:
-        if not no_metrics:
+        if events_queue:
+            from gpucloud.agent.events_handler import watch_events_queue
+
+            watcher = watch_events_queue(events_queue, queue, hooks, node_lease=slot_lease, worker=identity.worker)
+        if not no_metrics:  # after every other option is known good: a refused one prints no URL first
             server, why_not = serve(metrics, address=metrics_address or default_address(identity), port=metrics_port)
             if server is None:
                 click.echo(f"gpucloud: warning: {why_not}", err=True)
             else:
                 status({"event": "metrics", "worker": identity.worker, "url": server.url, "port": server.port})
-        if events_queue:
-            from gpucloud.agent.events_handler import watch_events_queue
-
-            watcher = watch_events_queue(events_queue, queue, hooks, node_lease=slot_lease, worker=identity.worker)
         summary = Agent(
             queue, identity, hub, hooks, config, options, status=status, on_event=print_event, metrics=metrics
         ).run()

@@ -82,7 +82,8 @@ install_grafana() {
   dir="$(mktemp -d)"
   retry curl -fsSL -o "$dir/$deb" "https://dl.grafana.com/oss/release/$deb"
   retry curl -fsSL -o "$dir/$deb.sha256" "https://dl.grafana.com/oss/release/$deb.sha256"
-  echo "$(cat "$dir/$deb.sha256")  $dir/$deb" | sha256sum -c --status || { log "$deb: checksum mismatch"; return 1; }
+  # the .sha256 holds the hash (first field, whether or not a file name follows)
+  echo "$(awk '{ print $1; exit }' "$dir/$deb.sha256")  $dir/$deb" | sha256sum -c --status || { log "$deb: checksum mismatch"; return 1; }
   retry apt-get update -q
   DEBIAN_FRONTEND=noninteractive retry apt-get install -y -q "$dir/$deb"
   rm -rf "$dir"

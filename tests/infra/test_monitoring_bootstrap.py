@@ -182,3 +182,49 @@ def test_a_release_that_fails_its_checksum_is_not_installed(tmp_path):
     code, out, bin_dir = fetch(tmp_path, corrupt=True)
     assert code != 0
     assert "checksum mismatch" in out and not (bin_dir / "node_exporter").exists()
+
+
+# --- the monitor's Grafana package ------------------------------------------------------------------
+
+MONITOR = REPO / "scripts" / "monitor-bootstrap.sh"
+
+
+@pytest.mark.parametrize(
+    ("sha_line", "installed"),
+    [("{digest}\n", True), ("{digest}  grafana_12.1.1_amd64.deb\n", True), ("{bad}\n", False)],
+    ids=["hash-only", "hash-and-name", "mismatch"],
+)
+def test_monitor_installs_grafana_only_when_its_checksum_matches(tmp_path, sha_line, installed):
+    import hashlib
+
+    releases, stubs = tmp_path / "releases", tmp_path / "stubs"
+    releases.mkdir()
+    stubs.mkdir()
+    deb = releases / "grafana_12.1.1_amd64.deb"
+    deb.write_bytes(b"not really a deb")
+    digest = hashlib.sha256(deb.read_bytes()).hexdigest()
+    (releases / f"{deb.name}.sha256").write_text(sha_line.format(digest=digest, bad="0" * 64))
+    for name, body in (("curl", CURL_FROM_DIR), ("apt-get", RECORD)):
+        (stubs / name).write_text(body)
+        (stubs / name).chmod(0o755)
+    text = MONITOR.read_text()
+
+    def source(name: str) -> str:
+        start = text.index(f"\n{name}() {{") + 1
+        return text[start : text.index("\n}\n", start) + 3]
+
+    script = "\n".join(
+        [
+            "set -euo pipefail",
+            'log() { echo "LOG: $*"; }',
+            "GPUCLOUD_GRAFANA_VERSION=12.1.1",
+            source("retry"),
+            source("install_grafana"),
+            "install_grafana",
+        ]
+    )
+    env = {"PATH": f"{stubs}:/usr/bin:/bin", "RELEASES": str(releases), "CALLS": str(tmp_path / "calls")}
+    proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30)
+    calls = (tmp_path / "calls").read_text() if (tmp_path / "calls").exists() else ""
+    assert (proc.returncode == 0) == installed, proc.stdout + proc.stderr
+    assert ("grafana_12.1.1_amd64.deb" in calls) == installed

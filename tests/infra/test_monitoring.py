@@ -349,3 +349,10 @@ def test_monitor_user_data_is_valid_bash_within_ec2s_limit(self_hosted, tmp_path
     script = tmp_path / "monitor-user-data.sh"
     script.write_text(text)
     subprocess.run(["bash", "-n", str(script)], check=True, timeout=30)
+
+
+def test_topic_name_is_the_one_the_rendered_files_name():
+    from gpucloud.infra.monitoring import alert_topic_name
+    from gpucloud.monitoring.names import alert_topic_name as rendered_name
+
+    assert alert_topic_name("p5-capacity-block") == rendered_name("p5-capacity-block")

@@ -105,7 +105,8 @@ class SelfHostedMonitor(pulumi.ComponentResource):
                 f"{name}-alerts-email-{i}", topic=self.topic.arn, protocol="email", endpoint=email, opts=child
             )
 
-        # Files, rendered for this topic (one render; the names are known before the ARN is)
+        # The file names come from a render for a placeholder ARN (known before the topic exists);
+        # their contents from the render for the real one.
         names = sorted(args.render_files("arn:aws:sns:placeholder"))
         rendered = self.topic.arn.apply(lambda arn: dict(args.render_files(arn)))
         for path in names:

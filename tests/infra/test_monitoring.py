@@ -356,3 +356,16 @@ def test_topic_name_is_the_one_the_rendered_files_name():
     from gpucloud.monitoring.names import alert_topic_name as rendered_name
 
     assert alert_topic_name("p5-capacity-block") == rendered_name("p5-capacity-block")
+
+
+def test_the_shipped_p5_stack_stages_exactly_what_monitoring_render_writes():
+    from gpucloud.infra.preview import preview_stack
+    from gpucloud.monitoring import render
+
+    stack = "p5-capacity-block"
+    spec = load_stack_file(stack_file_for(stack))
+    assert spec.monitoring.mode == "self-hosted"  # the default for the shipped P4d/P5 stacks
+    staged = {r.inputs["key"]: r.inputs["content"] for r in of(preview_stack(spec, stack).resources, OBJECT)}
+    expected = render(spec, stack, sns_topic_arn=f"arn:aws:sns:us-east-1:123456789012:{stack}-alerts")
+    assert staged == {f"gpucloud-monitor/{path}": text for path, text in expected.items()}
+    assert {"prometheus.yml", "alertmanager.yml"} <= set(expected) and any(p.startswith("rules/") for p in expected)

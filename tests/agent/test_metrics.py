@@ -234,3 +234,23 @@ def test_a_busy_default_port_leaves_the_agent_running_without_metrics_and_an_ask
     server, why = serve(node_metrics(), address="127.0.0.1", port=0)
     assert server is not None and why is None
     server.close()
+
+
+def test_a_failed_emergency_save_counts_as_a_failure_and_its_wait_as_a_stall(tmp_path):
+    from gpucloud.checkpoint.session import CheckpointSaveError
+
+    node = node_metrics()
+    ctl = tmp_path / "ctl"
+    node.attempt_started("job", 1, ctl)
+    job = TinyJob(str(tmp_path / "ck"), control_dir=str(ctl))
+    job.session.restore()
+    (tmp_path / "ck" / "job").mkdir(parents=True)
+    (tmp_path / "ck" / "job" / ".tmp-step-1-a0").write_text("in the way")  # step 1's staging cannot be made
+    job.train_step()
+    control.write(ctl, control.PREEMPT, {"kind": "spot-interruption"})
+    with pytest.raises(CheckpointSaveError):
+        job.session.step_done(1)
+    families = scrape(node)
+    assert value(families, "gpucloud_checkpoint_failures_total") == 1
+    assert value(families, "gpucloud_checkpoint_stall_seconds_count") == 1
+    assert value(families, "gpucloud_checkpoint_save_seconds_count", kind="emergency") == 0

@@ -219,6 +219,9 @@ install_agent() {
 # events queue, so a noticed node whose agent died is still handled. Control directories live on
 # the node's own disk.
 set -euo pipefail
+# A job's `python` and `torchrun` are the agent venv's (on the gpucloud image: Python with the image's
+# CUDA torch, docs/code-shipping.md), not /usr/bin/python3, which systemd's bare PATH would find first.
+export PATH="/opt/gpucloud/venv/bin:$PATH"
 exec /opt/gpucloud/venv/bin/gpucloud agent --run-dir /var/lib/gpucloud/run
 START
   chmod 0755 /opt/gpucloud/agent-start

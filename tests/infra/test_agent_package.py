@@ -289,3 +289,26 @@ def test_a_bad_wheelhouse_uri_is_one_line(package: str) -> None:
     with pytest.raises(UserError) as refused:
         spec_from_config(config(**{"gpucloud:agent": {"package": package}}), "Pulumi.f.yaml")
     assert "\n" not in str(refused.value) and "gpucloud:agent.package" in str(refused.value)
+
+
+def test_the_agent_and_its_jobs_find_the_agent_venvs_python_first(tmp_path: Path) -> None:
+    """systemd starts the agent with a bare PATH, where `python` is /usr/bin's (no torch on the image):
+    agent-start puts the venv first, so a job's `python train.py` or `torchrun` is the venv's."""
+    text = BOOTSTRAP.read_text()
+    start = text.index("<<'START'\n") + len("<<'START'\n")
+    agent_start = text[start : text.index("\nSTART\n", start)].replace("/opt/gpucloud/venv", str(tmp_path / "venv"))
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name, body in (("python", "#!/bin/sh\n"), ("gpucloud", '#!/bin/sh\ncommand -v python; echo "$@"\n')):
+        (bin_dir / name).write_text(body)
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "agent-start").write_text(agent_start + "\n")
+    done = subprocess.run(
+        ["bash", str(tmp_path / "agent-start")],
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [str(bin_dir / "python"), "agent --run-dir /var/lib/gpucloud/run"]

@@ -16,16 +16,17 @@ fi
 # workplace sets it) nothing is cached later, and every process would compile torch from source.
 pip_install() { .venv/bin/python -m pip install --quiet "$@" 2> >(grep -v "^WARNING: Location" >&2); }
 pip_install "torch==2.13.0" -e ".[${extras}]"
-# The real monitoring tools the tests run (promtool, amtool, a Prometheus server, node_exporter): Debian's packages.
+# The real tools the tests run (promtool, amtool, a Prometheus server, node_exporter; headless Chromium for
+# the HTML report): Debian's packages.
 # Installed only where apt-get can (root, as in CI); elsewhere the tests that need them say so and skip.
-monitoring_tools_missing() { ! command -v promtool || ! command -v amtool || ! command -v prometheus-node-exporter; } >/dev/null
-if [[ "${1:-}" == "--test" ]] && monitoring_tools_missing; then
+test_tools_missing() { ! command -v promtool || ! command -v amtool || ! command -v prometheus-node-exporter || ! command -v chromium; } >/dev/null
+if [[ "${1:-}" == "--test" ]] && test_tools_missing; then
   if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
-    echo "installing Prometheus and Alertmanager (Debian packages) for the monitoring tests" >&2
+    echo "installing Prometheus, Alertmanager, node_exporter and Chromium (Debian packages) for the tests" >&2
     apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager prometheus-node-exporter >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager prometheus-node-exporter chromium >/dev/null
   else
-    echo "promtool, amtool or node_exporter not found and apt-get unavailable (not root?): the monitoring tests will be skipped" >&2
+    echo "promtool, amtool, node_exporter or chromium not found and apt-get unavailable (not root?): the tests that need them will be skipped" >&2
   fi
 fi
 echo "gpucloud installed in .venv ($(.venv/bin/python -c 'import gpucloud; print(gpucloud.__version__)'))" >&2

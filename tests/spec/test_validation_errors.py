@@ -735,6 +735,57 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         "gpucloud:monitoring.retentionDays = 2000",
         "at most 1095 days",
     ),
+    "budget-zero": (
+        "budget_amount",
+        _set("gpucloud:budget", {"monthlyUsd": 0, "alertEmails": ["finance@example.com"]}),
+        "gpucloud:budget.monthlyUsd = 0",
+        "more than 0",
+    ),
+    "budget-percent-out-of-range": (
+        "budget_alert_percents",
+        _set("gpucloud:budget", {"monthlyUsd": 5000, "alertAtPercent": [50, 1200], "alertEmails": ["f@example.com"]}),
+        "gpucloud:budget.alertAtPercent[1] = 1200",
+        "at most 1000",
+    ),
+    "budget-percent-zero": (
+        "budget_alert_percents",
+        _set("gpucloud:budget", {"monthlyUsd": 5000, "alertAtPercent": [0], "alertEmails": ["f@example.com"]}),
+        "gpucloud:budget.alertAtPercent[0] = 0",
+        "more than 0",
+    ),
+    "budget-percent-twice": (
+        "budget_alert_percents",
+        _set("gpucloud:budget", {"monthlyUsd": 5000, "alertAtPercent": [80, 80.0], "alertEmails": ["f@example.com"]}),
+        "gpucloud:budget.alertAtPercent[1]",
+        "given twice",
+    ),
+    "budget-on-exceeded-unknown": (
+        None,
+        _set("gpucloud:budget", {"monthlyUsd": 5000, "onExceeded": "terminate", "alertEmails": ["f@example.com"]}),
+        "gpucloud:budget.onExceeded",
+        "stop-scale-out",
+    ),
+    "budget-stop-without-scaling": (
+        "budget_stop_scale_out",
+        _both(
+            lambda c: [g.__setitem__("scaling", {"enabled": False}) for g in c["gpucloud:nodeGroups"]],
+            _set("gpucloud:budget", {"monthlyUsd": 5000, "onExceeded": "stop-scale-out", "alertEmails": ["f@x.io"]}),
+        ),
+        "gpucloud:budget.onExceeded = 'stop-scale-out'",
+        "no node group scales out",
+    ),
+    "budget-alerts-nowhere": (
+        "budget_alert_destination",
+        _set("gpucloud:budget", {"monthlyUsd": 5000}),
+        "gpucloud:budget.alertEmails",
+        "need somewhere to go",
+    ),
+    "budget-alert-email-bad": (
+        "budget_alert_destination",
+        _set("gpucloud:budget", {"monthlyUsd": 5000, "alertEmails": ["finance"]}),
+        "gpucloud:budget.alertEmails[0] = 'finance'",
+        "not an email address",
+    ),
     "monitoring-mode-unknown": (
         None,
         _set("gpucloud:monitoring", {"mode": "prometheus"}),

@@ -22,6 +22,7 @@ EfaMode = Literal["auto", "on", "off"]
 EfaLayout = Literal["efa-only", "legacy"]
 EgressMode = Literal["nat", "endpoints"]
 MonitoringMode = Literal["self-hosted", "managed", "off"]
+BudgetOnExceeded = Literal["notify", "stop-scale-out"]
 
 DEFAULT_VPC_CIDR = "10.0.0.0/16"
 DEFAULT_DLAMI_FLAVOUR = "base-oss-nvidia-driver-gpu-ubuntu-22.04"
@@ -294,6 +295,17 @@ class Monitoring(SpecModel):
     alert_emails: list[str] = []  # subscribed to the alert topic (each confirms by mail)
 
 
+class Budget(SpecModel):
+    """An AWS Budgets monthly cost budget over this stack's tagged resources (docs/cost.md, "Budgets")."""
+
+    monthly_usd: Float
+    # notifications (ACTUAL cost GREATER_THAN this % of monthlyUsd) to the budget's SNS topic
+    alert_at_percent: list[Float] = [50, 80, 100]
+    # at 100%: notify only, or also stop scale-out for new work (running jobs are never stopped)
+    on_exceeded: BudgetOnExceeded = "notify"
+    alert_emails: list[str] = []  # subscribed to the budget topic, besides monitoring.alertEmails
+
+
 class ClusterSpec(SpecModel):
     region: str
     availability_zone: str | None = None  # None: the region's first available AZ
@@ -310,6 +322,7 @@ class ClusterSpec(SpecModel):
     access: Access = Access()
     job_plane: JobPlane = JobPlane()
     monitoring: Monitoring = Monitoring()
+    budget: Budget | None = None
     tags: dict[str, str] = {}
     cost_ceiling_usd_per_hour: Float | None = None
     # default for every group's expectedCheckpointGiB (GiB of checkpoint state per job)

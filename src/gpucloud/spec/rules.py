@@ -999,6 +999,62 @@ def monitoring_egress(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
         )
 
 
+BUDGET_PERCENT_MAX = 1000  # a notification above 10x the limit would never be read in time
+
+
+def budget_amount(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    budget = spec.budget
+    if budget is not None and not budget.monthly_usd > 0:
+        yield Problem(key_path("budget", "monthlyUsd"), "allowed: more than 0 (USD per month)", budget.monthly_usd)
+
+
+def budget_alert_percents(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    budget = spec.budget
+    if budget is None:
+        return
+    seen: set[float] = set()
+    for j, percent in enumerate(budget.alert_at_percent):
+        key = key_path("budget", "alertAtPercent", j)
+        if not 0 < percent <= BUDGET_PERCENT_MAX:
+            yield Problem(key, f"allowed: more than 0 and at most {BUDGET_PERCENT_MAX} (% of monthlyUsd)", percent)
+        elif percent in seen:
+            yield Problem(key, "given twice; list each percentage once (one notification each)", percent)
+        seen.add(percent)
+
+
+def budget_stop_scale_out(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    """stop-scale-out acts on the groups' scale-out; with none scaling there is nothing to stop."""
+    budget = spec.budget
+    if budget is not None and budget.on_exceeded == "stop-scale-out":
+        if not any(g.scaling.enabled for g in spec.node_groups):
+            yield Problem(
+                key_path("budget", "onExceeded"),
+                "no node group scales out (every scaling.enabled is false); use notify, or enable scaling",
+                budget.on_exceeded,
+            )
+
+
+def budget_alert_destination(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    """The budget's notifications go to its SNS topic: someone must be subscribed to it."""
+    budget = spec.budget
+    if budget is None:
+        return
+    if not budget.alert_emails and not spec.monitoring.alert_emails:
+        yield Problem(
+            key_path("budget", "alertEmails"),
+            "budget alerts need somewhere to go: list budget.alertEmails (or monitoring.alertEmails)",
+            budget.alert_emails,
+        )
+    seen: set[str] = set()
+    for j, email in enumerate(budget.alert_emails):
+        key = key_path("budget", "alertEmails", j)
+        if not EMAIL_RE.fullmatch(email):
+            yield Problem(key, "not an email address; expected e.g. 'finance@example.com'", email)
+        elif email.lower() in seen:
+            yield Problem(key, "given twice; list each address once (SNS subscribes it once)", email)
+        seen.add(email.lower())
+
+
 def sizing_for(group: NodeGroup, itype: InstanceType) -> GroupSizing:
     return GroupSizing(
         name=group.name,
@@ -1061,6 +1117,10 @@ RULES: tuple[Rule, ...] = (
     monitoring_managed_grafana,
     monitoring_managed_retention,
     monitoring_egress,
+    budget_amount,
+    budget_alert_percents,
+    budget_stop_scale_out,
+    budget_alert_destination,
 )
 
 

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from gpucloud.agent.asg import AutoScaling, ScaleIn
 from gpucloud.agent.backlog_metric import IDLE_MINUTES_ENV, SCALE_IN_ENV, GroupBacklog, put_metric_data_request
+from gpucloud.agent.budget_gate import AlarmSwitch, BudgetGate, gate_from_env, held
 from gpucloud.agent.scaling import idle_scale_in
 from gpucloud.errors import UserError
 from gpucloud.signals.events import Notice, event_id_for
@@ -149,6 +150,8 @@ class AsgHooks:
         self._protected: bool | None = None
         self.sleep: Callable[[float], None] = time.sleep  # between completion attempts (tests skip it)
         self.clock: Callable[[], float] = time.monotonic
+        self.budget: BudgetGate | None = None  # budget.onExceeded stop-scale-out (agent/budget_gate.py)
+        self.alarm_switch = AlarmSwitch(autoscaling, asg_name)
 
     def busy(self, busy: bool) -> None:
         if self._protected == busy:
@@ -189,7 +192,12 @@ class AsgHooks:
             return
         backlogs = [GroupBacklog(cluster, self.settings.node_group, unclaimed_slots, busy_nodes)]
         backlogs += [GroupBacklog(cluster, g, u, b) for g, (u, b) in (other_groups or {}).items()]
-        self._cloudwatch.put_metric_data(**put_metric_data_request(backlogs, dt.datetime.now(dt.timezone.utc)))
+        exceeded = self.budget is not None and self.budget.exceeded()
+        self._cloudwatch.put_metric_data(
+            **put_metric_data_request(held(backlogs, exceeded), dt.datetime.now(dt.timezone.utc))
+        )
+        if self.budget is not None:
+            self.alarm_switch.apply(exceeded)
 
     def scale_in(self, *, idle_for: float, unclaimed_slots: int) -> bool:
         if not self.settings.scale_in or unclaimed_slots > 0 or idle_for < self.settings.idle_seconds:
@@ -312,10 +320,12 @@ def hooks_for(instance_id: str | None, *, region: str | None = None) -> FleetHoo
     asg_name = group_of(autoscaling, instance_id)
     if asg_name is None:
         return OfflineHooks()
-    return AsgHooks(
+    hooks = AsgHooks(
         autoscaling=autoscaling,
         cloudwatch=session.client("cloudwatch"),
         instance_id=instance_id,
         asg_name=asg_name,
         settings=NodeSettings.from_env(),
     )
+    hooks.budget = gate_from_env(session)
+    return hooks

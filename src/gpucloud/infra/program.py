@@ -16,6 +16,7 @@ import pulumi_aws as aws
 from gpucloud.agent import backlog_metric
 from gpucloud.catalog import Catalog
 from gpucloud.infra.ami import resolve_image
+from gpucloud.infra.budget import BudgetNodeAccess, ClusterBudget, ClusterBudgetArgs, budget_node_settings
 from gpucloud.infra.compute import DRAIN_HOOK, NodeGroup, NodeGroupArgs
 from gpucloud.infra.iam import NodeAccessPolicy, NodeAccessPolicyArgs, NodeIdentity, NodeIdentityArgs
 from gpucloud.infra.instance_mix import group_zone_indices, plan_instance_mix, plan_templates
@@ -53,6 +54,7 @@ class ClusterOutputs:
     ami_parameter_name: str | None = None  # set when the stack runs the image pipeline
     alert_topic_arn: pulumi.Output[str] | None = None  # monitoring self-hosted or managed
     monitor_instance_id: pulumi.Output[str] | None = None  # self-hosted: reach Grafana through SSM
+    budget: ClusterBudget | None = None  # gpucloud:budget
 
     def export(self) -> None:
         pulumi.export("vpcId", self.vpc_id)
@@ -82,6 +84,8 @@ class ClusterOutputs:
             pulumi.export("alertTopicArn", self.alert_topic_arn)
         if self.monitor_instance_id is not None:
             pulumi.export("monitorInstanceId", self.monitor_instance_id)
+        if self.budget is not None:
+            pulumi.export("budget", {"name": self.budget.budget.name, "topicArn": self.budget.topic.arn})
 
 
 def build_cluster(
@@ -185,6 +189,20 @@ def build_cluster(
         ),
     )
 
+    # gpucloud:budget (infra/budget.py): stop-scale-out lets the agents read it, before any node boots
+    budget_ids = (aws.get_partition_output().partition, aws.get_caller_identity_output().account_id)
+    budget_access = None
+    if spec.budget is not None and spec.budget.on_exceeded == "stop-scale-out":
+        budget_access = BudgetNodeAccess(
+            f"{cluster}-budget",
+            role_name=identity.role.name,
+            region=spec.region,
+            stack=stack_name,
+            cluster=cluster,
+            partition=budget_ids[0],
+            account=budget_ids[1],
+        )
+
     groups: dict[str, NodeGroup] = {}
     # one job queue for every group: only one group's alarm may read it (scaling_plan's docstring)
     terms = queue_terms([(gp.group.name, gp.group.scaling.enabled) for gp in plan.groups])
@@ -211,6 +229,7 @@ def build_cluster(
             backlog_metric.SCALE_IN_ENV: "1" if gp.group.scaling.enabled else "0",
             backlog_metric.IDLE_MINUTES_ENV: str(gp.group.scaling.idle_minutes),
             **monitoring.node_settings,  # which exporters the node starts, and where managed nodes write
+            **budget_node_settings(stack_name, budget_ids[1], spec.budget),
         }
         if fsx is not None and fsx_settings is not None:
             settings.update(
@@ -242,7 +261,11 @@ def build_cluster(
                 job_queue_name=jobs.job_queue.name,
                 queue_term=terms.get(gp.group.name, QueueTerm.NONE),
                 ssh_key_name=spec.access.ssh_key_name,
-                depends_on=[access.policy, *monitoring.node_depends_on],
+                depends_on=[
+                    access.policy,
+                    *monitoring.node_depends_on,
+                    *([budget_access.policy] if budget_access is not None else []),
+                ],
             ),
         )
 
@@ -255,6 +278,20 @@ def build_cluster(
             asg_names=[g.asg.name for g in groups.values()],
         ),
     )
+    budget = None
+    if spec.budget is not None:
+        scaling = {n: (g.asg.name, g.asg.arn) for n, g in groups.items() if g.scaling is not None}
+        budget = ClusterBudget(
+            f"{cluster}-budget",
+            ClusterBudgetArgs(
+                tagging=tagging,
+                settings=spec.budget,
+                alert_emails=[*spec.budget.alert_emails, *spec.monitoring.alert_emails],
+                partition=budget_ids[0],
+                account=budget_ids[1],
+                scaling_groups=scaling,
+            ),
+        )
     return ClusterOutputs(
         plan=plan,
         vpc_id=network.vpc_id,
@@ -271,6 +308,7 @@ def build_cluster(
         ami_parameter_name=pipeline.ami_parameter_name if pipeline is not None else None,
         alert_topic_arn=monitoring.alert_topic_arn,
         monitor_instance_id=monitoring.monitor_instance_id,
+        budget=budget,
     )
 
 

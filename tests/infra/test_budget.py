@@ -169,3 +169,18 @@ def test_plan_line() -> None:
     assert budget_summary(None) is None
     line = budget_summary(Budget(monthlyUsd=60000, alertAtPercent=[50, 80, 100], onExceeded="stop-scale-out"))
     assert line == "60,000.00 USD/month; alerts at 50%, 80%, 100%; at 100%: stop-scale-out"
+
+
+def test_plan_shows_the_shipped_stacks_budget_in_one_line_and_in_json(capsys) -> None:
+    import json as json_module
+
+    from gpucloud.cli import main
+
+    main(["plan", "--stack", "p4d-spot"])  # returns: no mandatory policy violation
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("budget: ")]
+    assert lines == ["budget: 60,000.00 USD/month; alerts at 50%, 80%, 100%; at 100%: stop-scale-out"]
+    main(["plan", "--stack", "p4d-spot", "--output", "json"])
+    found = json_module.loads(capsys.readouterr().out)["budget"]
+    assert found["monthly_usd"] == 60000 and found["on_exceeded"] == "stop-scale-out"
+    assert found["alert_at_percent"] == [50, 80, 100]

@@ -73,6 +73,7 @@ def plan(stack: str | None, stack_file: Path | None, catalog_file: Path | None, 
     warnings = _stack_warnings(spec)
 
     _require_deploy_extra()
+    from gpucloud.infra.budget import budget_json, budget_summary
     from gpucloud.infra.preview import preview_stack
     from gpucloud.policy.runner import run_policies
 
@@ -90,6 +91,7 @@ def plan(stack: str | None, stack_file: Path | None, catalog_file: Path | None, 
                 "catalog": source,
                 "policy_violations": [dataclasses.asdict(v) for v in violations],
                 "warnings": warnings,
+                "budget": budget_json(spec.budget),  # gpucloud:budget (docs/cost.md, "Budgets")
             }
         )
         _warn_emergency_save(result.emergency_saves)
@@ -101,6 +103,8 @@ def plan(stack: str | None, stack_file: Path | None, catalog_file: Path | None, 
             violations = run_policies(result.resources, stack=name)
         _print_human(result, source)
         _print_monitoring(result)
+        if spec.budget is not None:
+            click.echo(f"budget: {budget_summary(spec.budget)}")
         _print_emergency_save(result.emergency_saves)
         _warn_emergency_save(result.emergency_saves)
         for line in warnings:

@@ -178,6 +178,18 @@ def budget_summary(budget: Budget | None) -> str | None:
     return f"{budget.monthly_usd:,.2f} USD/month; alerts at {alerts}; at 100%: {budget.on_exceeded}"
 
 
+def budget_json(budget: Budget | None) -> dict[str, Any] | None:
+    """``gpucloud plan -o json``'s ``budget``."""
+    if budget is None:
+        return None
+    return {
+        "monthly_usd": budget.monthly_usd,
+        "alert_at_percent": list(budget.alert_at_percent),
+        "on_exceeded": budget.on_exceeded,
+        "summary": budget_summary(budget),
+    }
+
+
 class BudgetNodeAccess(pulumi.ComponentResource):
     """stop-scale-out: the node role's budget policy. Created before the groups (it names the groups
     by tag, not ARN), so the first agent can already read the budget."""

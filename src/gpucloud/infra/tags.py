@@ -30,6 +30,7 @@ UNTAGGABLE_TYPES: frozenset[str] = frozenset(
         "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
         "aws:autoscaling/policy:Policy",
         "aws:autoscaling/schedule:Schedule",
+        "aws:scheduler/schedule:Schedule",  # EventBridge Scheduler schedules take no tags
         "aws:ec2/volumeAttachment:VolumeAttachment",
         "aws:sns/topicSubscription:TopicSubscription",
         "aws:sns/topicPolicy:TopicPolicy",

@@ -774,6 +774,16 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         "gpucloud:budget.onExceeded = 'stop-scale-out'",
         "no node group scales out",
     ),
+    "budget-stop-without-nat": (
+        "budget_stop_scale_out",
+        _both(
+            _set("gpucloud:network", {"vpcCidr": "10.20.0.0/16", "egress": "endpoints"}),
+            _set("gpucloud:agent", {"package": "s3://wheels-bucket/wheelhouse/"}),
+            _set("gpucloud:budget", {"monthlyUsd": 5000, "onExceeded": "stop-scale-out", "alertEmails": ["f@x.io"]}),
+        ),
+        "gpucloud:budget.onExceeded = 'stop-scale-out'",
+        "set egress: nat",
+    ),
     "budget-alerts-nowhere": (
         "budget_alert_destination",
         _set("gpucloud:budget", {"monthlyUsd": 5000}),

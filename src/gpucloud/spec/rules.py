@@ -1023,15 +1023,26 @@ def budget_alert_percents(spec: ClusterSpec, catalog: Catalog) -> Iterator[Probl
 
 
 def budget_stop_scale_out(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    """stop-scale-out acts on the groups' scale-out; with none scaling there is nothing to stop."""
+    """stop-scale-out acts on the groups' scale-out (with none scaling there is nothing to stop), and
+    the agents read the budget from the AWS Budgets API, which the endpoints egress does not reach
+    (no VPC endpoint for it among network.py's)."""
     budget = spec.budget
-    if budget is not None and budget.on_exceeded == "stop-scale-out":
-        if not any(g.scaling.enabled for g in spec.node_groups):
-            yield Problem(
-                key_path("budget", "onExceeded"),
-                "no node group scales out (every scaling.enabled is false); use notify, or enable scaling",
-                budget.on_exceeded,
-            )
+    if budget is None or budget.on_exceeded != "stop-scale-out":
+        return
+    key = key_path("budget", "onExceeded")
+    if not any(g.scaling.enabled for g in spec.node_groups):
+        yield Problem(
+            key,
+            "no node group scales out (every scaling.enabled is false); use notify, or enable scaling",
+            "stop-scale-out",
+        )
+    elif spec.network.egress != "nat" and not spec.network.existing:
+        yield Problem(
+            key,
+            "the nodes read the budget from the AWS Budgets API, which network.egress endpoints does not reach; "
+            "set egress: nat or onExceeded: notify",
+            "stop-scale-out",
+        )
 
 
 def budget_alert_destination(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:

@@ -195,3 +195,55 @@ def test_without_a_budget_gate_the_backlog_is_published_as_counted(node_clients)
     )
     cw.add_response("put_metric_data", {}, _published({"a100": 4.0}, {"a100": 1.0}))
     hooks.publish_backlog(unclaimed_slots=4, busy_nodes=1)
+
+
+def _group(desired: int = 2) -> dict:
+    return {
+        "AutoScalingGroupName": GROUP,
+        "MinSize": 0,
+        "MaxSize": 4,
+        "DesiredCapacity": desired,
+        "DefaultCooldown": 300,
+        "AvailabilityZones": ["us-east-1a"],
+        "HealthCheckType": "EC2",
+        "CreatedTime": "2026-11-01T00:00:00Z",
+    }
+
+
+def test_a_busy_node_stops_scale_out_at_its_group_check_and_the_wind_down_check_still_runs(
+    node_clients, caplog
+) -> None:
+    """Busy nodes publish no backlog; their group check (every minute while running) applies the gate.
+    A refused suspend is logged once and retried, and never costs the wind-down check."""
+    budgets_client, budgets_stub, autoscaling, asg, cloudwatch, _ = node_clients
+    settings = NodeSettings(
+        cluster="p4d", node_group="a100", lifecycle_hook="gpucloud-drain", scale_in=True, idle_seconds=900
+    )
+    hooks = AsgHooks(
+        autoscaling=autoscaling, cloudwatch=cloudwatch, instance_id=INSTANCE, asg_name=GROUP, settings=settings
+    )
+    clock = Clock()
+    hooks.budget = BudgetGate(budgets_client, account_id=ACCOUNT, budget_name=BUDGET, clock=clock, check_seconds=600)
+    suspend = {"AutoScalingGroupName": GROUP, "ScalingProcesses": ["AlarmNotification"]}
+    describe = {"AutoScalingGroupNames": [GROUP]}
+    caplog.set_level(logging.WARNING, logger="gpucloud.agent")
+
+    budgets_stub.add_response("describe_budget", budget_response("5000.0"), DESCRIBE)
+    asg.add_client_error("suspend_processes", "AccessDenied", "not authorized", 403, expected_params=suspend)
+    asg.add_response("describe_auto_scaling_groups", {"AutoScalingGroups": [_group()]}, describe)
+    assert hooks.group_ending() is None  # not wound down; checked despite the refused suspend
+
+    asg.add_client_error("suspend_processes", "AccessDenied", "not authorized", 403, expected_params=suspend)
+    asg.add_response("describe_auto_scaling_groups", {"AutoScalingGroups": [_group()]}, describe)
+    assert hooks.group_ending() is None
+    assert sum("cannot suspend" in r.getMessage() for r in caplog.records) == 1
+
+    asg.add_response("suspend_processes", {}, suspend)
+    asg.add_response(
+        "describe_auto_scaling_groups", {"AutoScalingGroups": [_group(desired=0) | {"MaxSize": 0}]}, describe
+    )
+    notice = hooks.group_ending()
+    assert notice is not None and notice.kind == "asg-terminate"  # the wind-down still stops the node
+
+    asg.add_response("describe_auto_scaling_groups", {"AutoScalingGroups": [_group()]}, describe)
+    assert hooks.group_ending() is None  # suspended once: no second call while still exceeded

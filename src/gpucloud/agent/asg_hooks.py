@@ -223,7 +223,10 @@ class AsgHooks:
         return True
 
     def group_ending(self) -> Notice | None:
-        """A stop notice for this node when its group has been wound down (see ``wind_down_notice``)."""
+        """A stop notice for this node when its group has been wound down (see ``wind_down_notice``).
+        Also where a busy node, which publishes no backlog, applies the budget gate to its group."""
+        if self.budget is not None:
+            self.alarm_switch.apply(self.budget.exceeded())  # never raises; the gate fails open
         groups = self._client.describe_auto_scaling_groups(AutoScalingGroupNames=[self.asg_name])["AutoScalingGroups"]
         if not groups:
             return None

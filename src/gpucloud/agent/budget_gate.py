@@ -12,6 +12,8 @@ backlog the alarm reads, ``backlog_metric.py``), so they are where it stops:
 - over budget, it publishes every group's ``UnclaimedSlots`` as 0 (``held``): the alarm's agent
   term sees no new work. ``BusyNodes`` is published as it is, and nothing is terminated or
   unprotected: running jobs finish, and idle nodes still take queued jobs (already paid for);
+- busy nodes do not publish the backlog (only idle agents do), so every agent also reads the gate
+  at its group check (``AsgHooks.group_ending``, every minute, running or idle);
 - the alarm of a one-group cluster also counts the job queue's own visible messages
   (``infra/scaling_plan.py``), which no agent can zero; so the agent also suspends its group's
   ``AlarmNotification`` process (the alarm's scaling policies no longer run; launches that replace
@@ -126,13 +128,24 @@ class AlarmSwitch:
     def __init__(self, autoscaling: Any, asg_name: str) -> None:
         self._client, self.asg_name = autoscaling, asg_name
         self._applied: bool | None = None  # the exceeded state last applied to the group
+        self._failing = False
 
     def apply(self, exceeded: bool) -> None:
+        """Never raises: it runs beside the wind-down check, which must not be lost to it. A failed
+        call is logged once and retried at the next reading."""
         if self._applied == exceeded:
             return
         call = self._client.suspend_processes if exceeded else self._client.resume_processes
-        call(AutoScalingGroupName=self.asg_name, ScalingProcesses=[ALARM_PROCESS])
-        self._applied = exceeded
+        try:
+            call(AutoScalingGroupName=self.asg_name, ScalingProcesses=[ALARM_PROCESS])
+        except Exception as err:  # noqa: BLE001 - the published backlog still says 0; retried next time
+            if not self._failing:
+                log.warning(
+                    "cannot %s %s of %s: %s", "suspend" if exceeded else "resume", ALARM_PROCESS, self.asg_name, err
+                )
+            self._failing = True
+            return
+        self._applied, self._failing = exceeded, False
 
 
 def gate_from_env(session: Any, env: dict[str, str] | None = None) -> BudgetGate | None:

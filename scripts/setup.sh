@@ -6,8 +6,8 @@
 # Only python3 is required. torch is pinned to the CPU build so no CUDA packages are pulled.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extras="train,deploy"
-if [[ "${1:-}" == "--test" ]]; then extras="train,deploy,test,s3,frameworks"; fi
+extras="train,deploy,report"
+if [[ "${1:-}" == "--test" ]]; then extras="train,deploy,test,s3,frameworks,report"; fi
 if [[ ! -x .venv/bin/python ]]; then
   python3 -m venv .venv
 fi

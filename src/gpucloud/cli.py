@@ -23,6 +23,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "estimate",
         "Goodput and cost per useful GPU-hour: periodic checkpoints vs the notice-driven save.",
     ),
+    "report": (
+        "gpucloud.commands.report",
+        "report",
+        "Training-efficiency report: cost, utilisation, interruptions and waste per job and node group.",
+    ),
     "catalog": ("gpucloud.commands.catalog", "catalog", "Show or refresh the GPU instance catalog."),
     "spot-train": (
         "gpucloud.commands.spot_train",

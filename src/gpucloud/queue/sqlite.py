@@ -534,6 +534,35 @@ class SqliteQueue:
                 self._report_unreadable(name, job_id, why)
         return events
 
+    def histories_since(self, since: float) -> list[tuple[Job, list[Attempt], list[Event]]]:
+        """Every job that was not over before ``since`` (not terminal, or updated since), with its
+        attempts and timeline, in three reads (``gpucloud report``: ``attempts``/``events`` per job
+        would be two reads each, 20,000 for 10,000 jobs). Unreadable rows are skipped as elsewhere."""
+        active = "SELECT id FROM jobs WHERE state IN ('queued', 'running') OR updated_at >= ?"
+        jobs = {
+            j.id: j for j in self._readable_jobs(self._read(f"SELECT * FROM jobs WHERE id IN ({active})", (since,)))
+        }
+        attempts: dict[str, list[Attempt]] = {job_id: [] for job_id in jobs}
+        for row in self._read(f"SELECT * FROM attempts WHERE job_id IN ({active}) ORDER BY job_id, number", (since,)):
+            try:
+                attempts[row["job_id"]].append(Attempt(**dict(row)))
+            except (ValidationError, KeyError):
+                self._report_unreadable(f"attempt {row['number']!r}", str(row["job_id"]), "unreadable")
+        events: dict[str, list[Event]] = {job_id: [] for job_id in jobs}
+        sql = f"SELECT job_id, attempt, kind, at, data FROM events WHERE job_id IN ({active}) ORDER BY at, seq"
+        for row in self._read(sql, (since,)):
+            try:
+                data = parse_json(row["data"], "its data", UnreadableRow)
+            except UnreadableRow:
+                data = {}
+            try:
+                events[row["job_id"]].append(
+                    Event(job_id=row["job_id"], attempt=row["attempt"], kind=row["kind"], at=row["at"], data=data)
+                )
+            except (ValidationError, KeyError, TypeError):
+                self._report_unreadable(f"timeline event {str(row['kind'])[:40]!r}", str(row["job_id"]), "unreadable")
+        return [(job, attempts[job_id], events[job_id]) for job_id, job in jobs.items()]
+
     # -- gang slots and node records (GangStore) -----------------------------------------------
 
     def slot_offers(self, *, hide_seconds: float, now: float | None = None) -> list[SlotOffer]:

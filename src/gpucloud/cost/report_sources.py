@@ -1,0 +1,144 @@
+"""Where ``gpucloud report``'s inputs come from: the window, the queue's records, Prometheus, prices.
+
+The I/O half of the report (``cost/report.py`` is the pure half).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from typing import Any
+
+from gpucloud.cost.report import IDLE_BELOW_PCT, SECONDS_PER_HOUR, CostFunction, JobCost, JobHistory, Utilisation
+from gpucloud.errors import UserError
+from gpucloud.jobs.model import JobState, NodeRecord
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+SINCE_RULE = "a duration back from now (30m, 24h, 7d, 2w) or an ISO 8601 time (2026-11-23T08:00:00Z)"
+
+
+def parse_since(text: str, *, now: float) -> float:
+    """``--since``: the window's start, as epoch seconds, or a one-line ``UserError``."""
+    value = text.strip()
+    match = _DURATION.fullmatch(value)
+    if match:
+        seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
+        if seconds <= 0:
+            raise UserError(f"--since {text!r} is an empty window; give {SINCE_RULE}")
+        return now - seconds
+    try:
+        moment = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise UserError(f"--since {text[:60]!r} is not {SINCE_RULE}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)  # a time without a zone is read as UTC
+    start = moment.timestamp()
+    if start >= now:
+        raise UserError(f"--since {text[:60]!r} is in the future; give {SINCE_RULE}")
+    return start
+
+
+def read_histories(queue: Any, since: float) -> list[JobHistory]:
+    """Every job possibly active since ``since`` with its attempts and timeline.
+
+    The embedded queue reads it in three queries (``SqliteQueue.histories_since``). Other backends
+    list the jobs and read each job that was not over before ``since``: a terminal job not updated
+    since then ended before the window (its ``updated_at`` is at least its last attempt's end)."""
+    bulk = getattr(queue, "histories_since", None)
+    if bulk is not None:
+        return [JobHistory(job, attempts, events) for job, attempts, events in bulk(since)]
+    histories = []
+    for job in queue.list_jobs():
+        if job.state in (JobState.FINISHED, JobState.FAILED, JobState.CANCELLED) and job.updated_at < since:
+            continue
+        histories.append(JobHistory(job, queue.attempts(job.id), queue.events(job.id)))
+    return histories
+
+
+def job_cost_function() -> CostFunction:
+    """The per-job cost: ``cost/job_cost.py`` (dollars from each attempt's instance type, AZ,
+    lifecycle and the price in force) once it exists; until then no job has a price (reported as
+    unknown, never a guess)."""
+    return _no_price
+
+
+def _no_price(history: JobHistory, nodes: Mapping[str, NodeRecord]) -> JobCost | None:
+    return None
+
+
+# --------------------------------------------------------------------------------- Prometheus
+
+# Each GPU's utilisation averaged over each step, kept only while an attempt of a job runs on its
+# instance, labelled with that job: the agent's gpucloud_attempt_running{job_id, instance_id} joined
+# on instance_id (the label every node series carries, monitoring/names.py), as the job dashboard does.
+UTIL_QUERY = (
+    "avg_over_time(DCGM_FI_DEV_GPU_UTIL[{step}s])\n"
+    "* on (instance_id) group_left (job_id)\n"
+    "(max by (instance_id, job_id) (gpucloud_attempt_running) == 1)"
+)
+# Prometheus refuses a range query of more than 11,000 points per series
+# (https://prometheus.io/docs/prometheus/latest/querying/api/#range-queries); stay well under.
+MAX_POINTS = 5000
+MIN_STEP_S = 60
+
+
+def range_step(since: float, until: float) -> int:
+    return max(MIN_STEP_S, int(-(-(until - since) // MAX_POINTS)))
+
+
+def read_utilisation(url: str, *, since: float, until: float, timeout_s: float = 60.0) -> Utilisation:
+    """GPU utilisation per job over the window, from Prometheus's HTTP API (``/api/v1/query_range``,
+    https://prometheus.io/docs/prometheus/latest/querying/api/#range-queries), or a one-line ``UserError``."""
+    base = url.rstrip("/")
+    if not base.startswith(("http://", "https://")):
+        raise UserError(f"--prometheus {url[:80]!r} is not an http(s):// URL (e.g. http://localhost:9090)")
+    step = range_step(since, until)
+    params = urllib.parse.urlencode(
+        {"query": UTIL_QUERY.format(step=step), "start": f"{since:.3f}", "end": f"{until:.3f}", "step": str(step)}
+    )
+    request = urllib.request.Request(f"{base}/api/v1/query_range?{params}", headers={"Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # the scheme is checked above
+            body = json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        raise UserError(f"Prometheus at {base} refused the utilisation query: HTTP {err.code}") from None
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        raise UserError(f"cannot read GPU utilisation from Prometheus at {base}: {err}") from None
+    return utilisation_from_matrix(body, source=base, step_s=step)
+
+
+def utilisation_from_matrix(body: Any, *, source: str, step_s: float) -> Utilisation:
+    """Per-job mean utilisation and idle GPU-hours (samples below ``IDLE_BELOW_PCT`` × step), and the
+    mean over every GPU at each step, from a query_range answer (one series per GPU and job)."""
+    if not isinstance(body, dict) or body.get("status") != "success":
+        error = body.get("error") if isinstance(body, dict) else None
+        raise UserError(f"Prometheus at {source} answered the utilisation query with an error: {error or body!r:.200}")
+    data = body.get("data") or {}
+    if data.get("resultType") != "matrix":
+        raise UserError(f"Prometheus at {source} answered with a {data.get('resultType')!r}, not a matrix")
+    sums: dict[str, list[float]] = {}  # job -> [sum of samples, samples, idle samples]
+    at_time: dict[float, list[float]] = {}
+    for series in data.get("result") or []:
+        job_id = (series.get("metric") or {}).get("job_id")
+        if not isinstance(job_id, str):
+            continue
+        acc = sums.setdefault(job_id, [0.0, 0.0, 0.0])
+        for at, text in series.get("values") or []:
+            value = float(text)
+            if value != value:  # NaN: no sample
+                continue
+            acc[0] += value
+            acc[1] += 1
+            acc[2] += 1 if value < IDLE_BELOW_PCT else 0
+            point = at_time.setdefault(float(at), [0.0, 0.0])
+            point[0] += value
+            point[1] += 1
+    per_job = {job: (s / n, idle * step_s / SECONDS_PER_HOUR) for job, (s, n, idle) in sums.items() if n}
+    series_out = [(at, s / n) for at, (s, n) in sorted(at_time.items())]
+    return Utilisation(source=source, per_job=per_job, series=series_out)

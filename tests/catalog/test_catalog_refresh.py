@@ -108,6 +108,8 @@ def test_bad_type_names_are_rejected(bad):
 
 def test_refresh_queries_aws_and_builds_the_catalog(base):
     types = ["g6.xlarge", "p5.48xlarge"]
+    pre_cut = base.instance_types["p5.48xlarge"].model_copy(update={"on_demand_usd_per_hour": 98.32})
+    base = base.model_copy(update={"instance_types": {**base.instance_types, "p5.48xlarge": pre_cut}})
     steps: list[str] = []
     with stubbed_clients() as (clients, ec2, pricing):
         expect_describe(ec2, types, [[g6_xlarge()], [p5_48xlarge()]])  # two pages

@@ -67,7 +67,7 @@ def test_plan_json_without_credentials(tmp_path: Path) -> None:
             "by_type": {"interface": 1, "efa-only": 32},
         }
     ]
-    assert data["cost"]["on_demand"]["max"] == pytest.approx(2 * 98.32)
+    assert data["cost"]["on_demand"]["max"] == pytest.approx(2 * 55.04)  # after the June 2025 price cut
     assert data["cost"]["groups"][0]["capacity"] == "capacity-block"
 
 

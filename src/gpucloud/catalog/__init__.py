@@ -25,7 +25,7 @@ MAX_QUOTED_CHARS = 80
 # A catalog file is user input (`--catalog-file`): a NaN price compares false with every ceiling
 # and a negative one lowers the estimate, so both would get a stack past its cost ceiling.
 Count = Annotated[int, Field(ge=0, strict=True)]  # strict: `true` is not 1 GPU
-Price = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+UsdRate = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Amount = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
@@ -51,8 +51,9 @@ class InstanceType(BaseModel):
     network_cards: list[NetworkCard]
     efa_supported: bool
     max_efa_interfaces: Count
-    on_demand_usd_per_hour: Price | None
-    spot_usd_per_hour: Price | None  # an estimate: spot prices move every few minutes
+    # The catalog's home region (``Catalog.region``); other regions' prices are in ``Catalog.prices``.
+    on_demand_usd_per_hour: UsdRate | None
+    spot_usd_per_hour: UsdRate | None  # an estimate: spot prices move every few minutes
     placement_strategies: list[str]
     usage_classes: list[str]  # "on-demand", "spot", "capacity-block"
 
@@ -61,14 +62,71 @@ class InstanceType(BaseModel):
         return "cluster" in self.placement_strategies
 
 
+class SpotPoint(BaseModel):
+    """One DescribeSpotPriceHistory entry: the price in force in one AZ from ``at`` on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    at: datetime.datetime
+    usd_per_hour: UsdRate
+
+
+class TypePrices(BaseModel):
+    """What one instance type costs in one region, each figure with where it came from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    on_demand_usd_per_hour: UsdRate | None = None
+    on_demand_source: str = ""
+    # Used only when no spot history is known for the type (then labelled an estimate everywhere).
+    spot_estimate_usd_per_hour: UsdRate | None = None
+    spot_history: dict[str, list[SpotPoint]] = {}  # AZ name -> points, oldest first
+    # A Capacity Block's effective hourly rate (its up-front fee / its hours), per instance.
+    capacity_block_usd_per_hour: UsdRate | None = None
+    capacity_block_source: str = ""
+
+
+class RegionPrices(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    as_of: datetime.date
+    sources: list[str]
+    instance_types: dict[str, TypePrices]
+
+
 class Catalog(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     as_of: datetime.date
-    region: str
+    region: str  # the home region: the InstanceType price fields are this region's
     sources: list[str]
     instance_types: dict[str, InstanceType]
     notes: list[str] = []  # what the sources could not confirm, and which numbers are estimates
+    prices: dict[str, RegionPrices] = {}  # region -> prices; a catalog without it knows its home region only
+
+    def region_prices(self, region: str) -> RegionPrices | None:
+        """The prices known for ``region``; None when the catalog has none for it."""
+        if region in self.prices:
+            return self.prices[region]
+        if region != self.region:
+            return None
+        # an older catalog file (no "prices" section): its home-region figures on the instance types
+        return RegionPrices(
+            as_of=self.as_of,
+            sources=self.sources,
+            instance_types={
+                name: TypePrices(
+                    on_demand_usd_per_hour=t.on_demand_usd_per_hour,
+                    on_demand_source=f"catalog ({self.region}, {self.as_of.isoformat()})",
+                    spot_estimate_usd_per_hour=t.spot_usd_per_hour,
+                )
+                for name, t in self.instance_types.items()
+            },
+        )
+
+    @property
+    def priced_regions(self) -> list[str]:
+        return sorted(set(self.prices) | {self.region})
 
 
 def load_catalog(path: Path | None = None) -> Catalog:
@@ -123,6 +181,13 @@ def save_catalog(catalog: Catalog, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(catalog.model_dump_json(indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)
+
+
+# re-exported: ``from gpucloud.catalog import hourly_price, Price``; imported here because pricing needs Catalog
+from gpucloud.catalog.pricing import NoPrice as NoPrice  # noqa: E402
+from gpucloud.catalog.pricing import Price as Price  # noqa: E402
+from gpucloud.catalog.pricing import PriceSource as PriceSource  # noqa: E402
+from gpucloud.catalog.pricing import hourly_price as hourly_price  # noqa: E402
 
 
 def get_instance_type(name: str, catalog: Catalog | None = None) -> InstanceType:

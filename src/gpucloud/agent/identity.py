@@ -16,10 +16,23 @@ class NodeIdentity:
     instance_id: str | None = None
     instance_type: str | None = None
     lifecycle: str | None = None  # spot | on-demand
+    availability_zone: str | None = None  # placement/availability-zone: what a spot price is quoted for
+    region: str | None = None  # placement/region
+
+    def placement(self) -> dict[str, str | None]:
+        """What each attempt records about the node it ran on (the ``started`` event's ``node``),
+        from which ``cost/job_cost.py`` prices the attempt."""
+        return {
+            "instance_id": self.instance_id,
+            "instance_type": self.instance_type,
+            "lifecycle": self.lifecycle,
+            "availability_zone": self.availability_zone,
+            "region": self.region,
+        }
 
 
 def discover(imds_endpoint: str | None, *, address: str | None = None) -> NodeIdentity:
-    """Read instance id, type, life cycle and private address from IMDS; ``address`` overrides
+    """Read instance id, type, life cycle, AZ, region and private address from IMDS; ``address`` overrides
     the private address (several agents on one host). Without IMDS: the host name and 127.0.0.1."""
     facts: dict[str, str | None] = {}
     if imds_endpoint is not None:
@@ -29,6 +42,9 @@ def discover(imds_endpoint: str | None, *, address: str | None = None) -> NodeId
             ("instance_type", "instance-type"),
             ("lifecycle", "instance-life-cycle"),
             ("private_ip", "local-ipv4"),
+            # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-data-categories.html
+            ("availability_zone", "placement/availability-zone"),
+            ("region", "placement/region"),
         ):
             try:
                 facts[name] = client.get_text(f"/latest/meta-data/{path}")
@@ -42,4 +58,6 @@ def discover(imds_endpoint: str | None, *, address: str | None = None) -> NodeId
         instance_id=facts.get("instance_id"),
         instance_type=facts.get("instance_type"),
         lifecycle=facts.get("lifecycle"),
+        availability_zone=facts.get("availability_zone"),
+        region=facts.get("region"),
     )

@@ -457,6 +457,7 @@ class Agent:
                 local_checkpoint_dir=self.options.local_checkpoint_dir,
                 on_event=on_event,
                 run_root=self.options.run_root,
+                node={**self.identity.placement(), "worker": self.identity.worker},  # priced per node
             )
             return result
         finally:

@@ -136,11 +136,14 @@ def run_attempt(
     sink: OutputSink | None = None,
     on_event: EventHook | None = None,
     run_root: Path | None = None,
+    node: dict[str, Any] | None = None,
 ) -> AttemptResult:
     """Run the claimed attempt ``job.attempt`` to its end and record that end exactly once.
 
     ``run_root`` holds this node's per-attempt scratch (the control directory); default
-    ``$GPUCLOUD_HOME/run``.
+    ``$GPUCLOUD_HOME/run``. ``node``: where this member runs (``NodeIdentity.placement``: instance
+    type, AZ, region, life cycle), recorded on its ``started`` and ``exit`` events, whose times are
+    this node's wall time on the attempt (what ``cost/job_cost.py`` prices).
     """
     number = job.attempt
     control_dir = control_dir_for(job.id, number, run_root)
@@ -154,7 +157,9 @@ def run_attempt(
     # The command's output and the supervisor's lines, kept per attempt (`gpucloud job logs`).
     output = open_attempt_log(job, echo=sink)
     try:
-        return _run_logged(queue, job, worker, notices, config, local_checkpoint_dir, output, on_event, control_dir)
+        return _run_logged(
+            queue, job, worker, notices, config, local_checkpoint_dir, output, on_event, control_dir, node
+        )
     finally:
         output.close()
 
@@ -175,9 +180,10 @@ def _run_logged(
     output: AttemptLog,
     on_event: EventHook | None,
     control_dir: Path,
+    node: dict[str, Any] | None = None,
 ) -> AttemptResult:
     number = job.attempt
-    timeline = _Timeline(queue, job.id, number, on_event, output)
+    timeline = _Timeline(queue, job.id, number, on_event, output, node)
     env = attempt_environment(job, control_dir=control_dir, local_dir=local_checkpoint_dir)
     try:
         # The job's code snapshot and setup env (submit --workdir/--setup), in this attempt's
@@ -194,7 +200,13 @@ def _run_logged(
         )
     except (CommandNotFound, NotADirectoryError, FileNotFoundError, CodeNotReady) as err:
         end = AttemptEnd(state=AttemptState.FAILED, exit_code=127, reason=str(err))
-        timeline.record("exit", exit_code=127, reason=str(err), log=str(output.path) if output.writable else None)
+        timeline.record(
+            "exit",
+            exit_code=127,
+            reason=str(err),
+            log=str(output.path) if output.writable else None,
+            **timeline.node_data(),
+        )
         return AttemptResult(number, end, queue.end_attempt(job.id, number, end), 127, None, [])
     attempt = _AttemptLoop(queue, job, worker, group, control_dir, config, timeline)
     command_exit = attempt.run(notices)
@@ -217,10 +229,21 @@ class _Timeline:
     the supervisor's line for each into the attempt's log."""
 
     def __init__(
-        self, queue: JobQueue, job_id: str, attempt: int, on_event: EventHook | None, output: AttemptLog
+        self,
+        queue: JobQueue,
+        job_id: str,
+        attempt: int,
+        on_event: EventHook | None,
+        output: AttemptLog,
+        node: dict[str, Any] | None = None,
     ) -> None:
         self.queue, self.job_id, self.attempt, self.on_event = queue, job_id, attempt, on_event
-        self.output = output
+        self.output, self.node = output, node
+
+    def node_data(self) -> dict[str, Any]:
+        """``node=`` for the started and exit events: the node's wall time on the attempt lies
+        between them (each gang member records its own pair). Nothing when unknown."""
+        return {"node": self.node} if self.node else {}
 
     def record(self, kind: str, /, at: float | None = None, **data: Any) -> None:
         self.queue.record(self.job_id, self.attempt, kind, at=at, data=data)
@@ -266,6 +289,7 @@ class _AttemptLoop:
             checkpoint_uri=checkpoint_uri_for(job.spec.checkpoint_uri),  # what `job show` reports as used
             log=str(timeline.output.path) if timeline.output.writable else None,  # what `job logs` reads
             log_uri=timeline.output.uri,  # ... and its copy in the bucket, on a cluster
+            **timeline.node_data(),
         )
         self.next_heartbeat = started + config.lease_seconds / 4
         self.next_scan = started
@@ -302,7 +326,7 @@ class _AttemptLoop:
         command_exit = self.group.wait()
         self.group.close()
         self._read_control_files()
-        self.timeline.record("exit", exit_code=command_exit)
+        self.timeline.record("exit", exit_code=command_exit, **self.timeline.node_data())
         return command_exit
 
     def _read_stop_request(self) -> Notice | None:
@@ -485,6 +509,7 @@ def supervise_job(
     on_event: EventHook | None = None,
     claimed: Job | None = None,
     run_root: Path | None = None,
+    node: dict[str, Any] | None = None,
 ) -> JobResult:
     """Claim ``job_id`` (or run the already ``claimed`` job) and run attempts until it is requeued
     by a notice (75), finished (0) or failed (the command's non-zero exit code)."""
@@ -502,6 +527,7 @@ def supervise_job(
             sink=sink,
             on_event=on_event,
             run_root=run_root,
+            node=node,
         )
         results.append(result)
         after = result.transition.job

@@ -133,7 +133,7 @@ def _utilisation(report: Report) -> str:
         axes.text(
             0.5,
             0.5,
-            "unknown: no GPU samples (monitoring off, or no --prometheus)",
+            "unknown: no GPU samples (monitoring off, or no Prometheus given)",
             ha="center",
             va="center",
             transform=axes.transAxes,

@@ -118,7 +118,9 @@ def utilisation_from_matrix(body: Any, *, source: str, step_s: float) -> Utilisa
     mean over every GPU at each step, from a query_range answer (one series per GPU and job)."""
     if not isinstance(body, dict) or body.get("status") != "success":
         error = body.get("error") if isinstance(body, dict) else None
-        raise UserError(f"Prometheus at {source} answered the utilisation query with an error: {error or body!r:.200}")
+        raise UserError(
+            f"Prometheus at {source} answered the utilisation query with an error: {str(error or body)[:200]}"
+        )
     data = body.get("data") or {}
     if data.get("resultType") != "matrix":
         raise UserError(f"Prometheus at {source} answered with a {data.get('resultType')!r}, not a matrix")

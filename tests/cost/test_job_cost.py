@@ -210,9 +210,21 @@ def test_a_gang_prices_each_member_on_its_own_node_and_time():
     assert first.cost_usd == pytest.approx(10 * 3660 / 3600 + 12 * 3570 / 3600)
 
 
-def test_the_bundled_catalog_adapter_prices_known_types_and_refuses_unknown_ones(tmp_path):
+def test_the_catalog_lookup_prices_known_types_at_the_time_and_refuses_unknown_ones():
     lookup = catalog_prices()
-    price = lookup("p4d.24xlarge", "us-east-1", "on-demand", az="us-east-1a", at=0)
-    assert price.usd_per_hour > 0 and price.source
+    on_demand = lookup("p4d.24xlarge", "us-east-1", "on-demand", az="us-east-1a", at=1_790_000_000.0)
+    spot = lookup("p4d.24xlarge", "us-east-1", "spot", az="us-east-1a", at=1_790_000_000.0)
+    assert on_demand.usd_per_hour > spot.usd_per_hour > 0 and on_demand.source == "on-demand"
+    assert spot.source in ("spot-history", "spot-estimate")
     with pytest.raises(Exception, match="p9.mega"):
         lookup("p9.mega", "us-east-1", "spot", az=None, at=0)
+
+
+def test_the_catalog_prices_a_real_job_and_names_an_unpriced_region():
+    attempts, events = interrupted_spot_job()
+    cost = job_cost(job(), attempts, events, catalog_prices(), now=10_000)
+    assert cost.cost_usd is not None and 0 < cost.cost_usd < cost.on_demand_equivalent_usd
+    far = {**SPOT_A, "region": "ap-south-2", "availability_zone": "ap-south-2a"}
+    attempts, events = interrupted_spot_job(node_a=far)
+    unpriced = job_cost(job(), attempts, events, catalog_prices(), now=10_000)
+    assert unpriced.cost_usd is None and "ap-south-2" in unpriced.unknown_reasons[0]

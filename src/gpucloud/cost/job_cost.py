@@ -45,6 +45,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from gpucloud.catalog import Catalog
 from gpucloud.jobs.model import Attempt, AttemptState, Event, Job
 from gpucloud.jobs.report import steps_lost
 
@@ -362,35 +363,17 @@ def _lost(
 # ------------------------------------------------------------------------------- the price lookup
 
 
-class _CatalogPrice(BaseModel):
-    usd_per_hour: float
-    source: str
-    as_of: str | None
-
-
-def catalog_prices(catalog_path: Any = None) -> PriceLookup:
-    """The price lookup ``job show`` uses: the catalog's ``hourly_price`` (region-aware, spot price
-    history per AZ where refreshed, else the estimate, else on-demand), or, with a catalog that has
-    no such function, its single region's on-demand and spot-estimate columns."""
-    from gpucloud import catalog as catalog_module
-
-    hourly_price = getattr(catalog_module, "hourly_price", None)
-    if hourly_price is not None and catalog_path is None:
-        return hourly_price
-    catalog = catalog_module.load_catalog(catalog_path)
+def catalog_prices(catalog: Catalog | None = None) -> PriceLookup:
+    """The price lookup ``job show`` and ``jobs`` use: the catalog's ``hourly_price`` (by region;
+    spot from the AZ's price history in force at the node's start where ``catalog refresh`` stored
+    one, else the estimate labelled ``spot-estimate``; on-demand; capacity-block), with the epoch
+    times this module works in turned into the UTC datetimes it takes."""
+    from gpucloud.catalog import hourly_price
 
     def lookup(
         instance_type: str, region: str, lifecycle: str, az: str | None = None, at: float | None = None
-    ) -> _CatalogPrice | None:
-        entry = catalog.instance_types.get(instance_type)
-        if entry is None:
-            raise LookupError(f"{instance_type} is not in the catalog")
-        if region != catalog.region:
-            raise LookupError(f"the catalog prices {catalog.region} only")
-        spot = lifecycle == "spot"
-        usd = entry.spot_usd_per_hour if spot else entry.on_demand_usd_per_hour
-        if usd is None:
-            return None
-        return _CatalogPrice(usd_per_hour=usd, source="estimate" if spot else ON_DEMAND, as_of=str(catalog.as_of))
+    ) -> PriceLike:
+        when = None if at is None else datetime.datetime.fromtimestamp(at, tz=datetime.timezone.utc)
+        return hourly_price(instance_type, region, lifecycle, az=az, at=when, catalog=catalog)
 
     return lookup

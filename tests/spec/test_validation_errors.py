@@ -790,6 +790,8 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         "gpucloud:budget.alertEmails",
         "need somewhere to go",
     ),
+    "ttl-hours-zero": ("ttl_hours", _set("gpucloud:ttlHours", 0), "gpucloud:ttlHours = 0", "more than 0"),
+    "ttl-hours-over-a-year": ("ttl_hours", _set("gpucloud:ttlHours", 9000), "gpucloud:ttlHours = 9000", "at most 8760"),
     "budget-alert-email-bad": (
         "budget_alert_destination",
         _set("gpucloud:budget", {"monthlyUsd": 5000, "alertEmails": ["finance"]}),

@@ -75,6 +75,7 @@ def plan(stack: str | None, stack_file: Path | None, catalog_file: Path | None, 
     _require_deploy_extra()
     from gpucloud.infra.budget import budget_json, budget_summary
     from gpucloud.infra.preview import preview_stack
+    from gpucloud.infra.tags import recorded_expires_at
     from gpucloud.policy.runner import run_policies
 
     source = {
@@ -92,6 +93,7 @@ def plan(stack: str | None, stack_file: Path | None, catalog_file: Path | None, 
                 "policy_violations": [dataclasses.asdict(v) for v in violations],
                 "warnings": warnings,
                 "budget": budget_json(spec.budget),  # gpucloud:budget (docs/cost.md, "Budgets")
+                "expires_at": recorded_expires_at(r.inputs for r in result.resources),  # gpucloud:ttlHours
             }
         )
         _warn_emergency_save(result.emergency_saves)
@@ -105,6 +107,10 @@ def plan(stack: str | None, stack_file: Path | None, catalog_file: Path | None, 
         _print_monitoring(result)
         if spec.budget is not None:
             click.echo(f"budget: {budget_summary(spec.budget)}")
+        if (expiry := recorded_expires_at(r.inputs for r in result.resources)) is not None:
+            click.echo(
+                f"expires-at: {expiry} (gpucloud:ttlHours from now; each `pulumi up` moves it: docs/teardown.md)"
+            )
         _print_emergency_save(result.emergency_saves)
         _warn_emergency_save(result.emergency_saves)
         for line in warnings:

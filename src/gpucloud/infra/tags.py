@@ -7,11 +7,33 @@ policy pack can check every resource, and so a stack's resources can be found wi
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import datetime as dt
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 STACK_TAG = "gpucloud:stack"
 CLUSTER_TAG = "gpucloud:cluster"
 NODE_GROUP_TAG = "gpucloud:node-group"
+# gpucloud:ttlHours: when `gpucloud sweep --expired` may delete the resource (ISO 8601 UTC)
+EXPIRES_AT_TAG = "gpucloud:expires-at"
+KEEP_TAG = "gpucloud:keep"  # "true": sweep never touches the resource
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+# The clock the program reads when it runs (each `pulumi up` moves expires-at forward); tests set it.
+clock: Callable[[], dt.datetime] = _utcnow
+
+
+def expires_at(ttl_hours: float | None, now: dt.datetime | None = None) -> str | None:
+    """``gpucloud:expires-at`` for a stack with ``gpucloud:ttlHours`` (None without one), to the second."""
+    if ttl_hours is None:
+        return None
+    moment = (now or clock()).astimezone(dt.timezone.utc) + dt.timedelta(hours=ttl_hours)
+    return moment.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
 
 # Resource types that have no tags in AWS (settings attached to a tagged parent resource).
 UNTAGGABLE_TYPES: frozenset[str] = frozenset(
@@ -40,15 +62,27 @@ UNTAGGABLE_TYPES: frozenset[str] = frozenset(
 )
 
 
+def recorded_expires_at(inputs: Iterable[Mapping[str, Any]]) -> str | None:
+    """The ``gpucloud:expires-at`` the resources were given (their recorded inputs), for ``plan``."""
+    for resource_inputs in inputs:
+        tags = resource_inputs.get("tags")
+        if isinstance(tags, Mapping) and isinstance(tags.get(EXPIRES_AT_TAG), str):
+            return str(tags[EXPIRES_AT_TAG])
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Tagging:
     stack: str
     cluster: str
     extra: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    expires_at: str | None = None  # EXPIRES_AT_TAG's value, from ``expires_at(spec.ttl_hours)``
 
     def tags(self, name: str | None = None, **more: str) -> dict[str, str]:
         """The tag set for one resource; ``name`` becomes the console-visible ``Name`` tag."""
         out = {**self.extra, STACK_TAG: self.stack, CLUSTER_TAG: self.cluster, **more}
+        if self.expires_at is not None:
+            out[EXPIRES_AT_TAG] = self.expires_at
         if name is not None:
             out["Name"] = f"{self.cluster}-{name}"
         return out

@@ -324,6 +324,8 @@ class ClusterSpec(SpecModel):
     monitoring: Monitoring = Monitoring()
     budget: Budget | None = None
     tags: dict[str, str] = {}
+    # every resource gets gpucloud:expires-at = the time `pulumi up` ran + this (`gpucloud sweep --expired`)
+    ttl_hours: Float | None = None
     cost_ceiling_usd_per_hour: Float | None = None
     # default for every group's expectedCheckpointGiB (GiB of checkpoint state per job)
     expected_checkpoint_gib: Float | None = Field(default=None, alias="expectedCheckpointGiB")

@@ -851,6 +851,15 @@ def tag_values(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
             yield Problem(key_path("tags", key), f"tag values are at most {TAG_VALUE_MAX_CHARS} characters", value)
 
 
+TTL_HOURS_MAX = 24 * 365  # a longer-lived stack is not a temporary one: leave ttlHours out
+
+
+def ttl_hours(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    """``ttlHours`` sets ``gpucloud:expires-at`` (docs/teardown.md): a positive number of hours."""
+    if spec.ttl_hours is not None and not 0 < spec.ttl_hours <= TTL_HOURS_MAX:
+        yield Problem(key_path("ttlHours"), f"allowed: more than 0 and at most {TTL_HOURS_MAX} (hours)", spec.ttl_hours)
+
+
 def printable_text(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     """No setting holds a line break or other control character: each ends up in a name, a tag,
     a script or a log line, where 'dev\\n' is not 'dev' (an ASG named 'dev\\n-asg')."""
@@ -1119,6 +1128,7 @@ RULES: tuple[Rule, ...] = (
     agent_installable_offline,
     tag_keys,
     tag_values,
+    ttl_hours,
     printable_text,
     job_plane_limits,
     cost_ceiling,

@@ -50,12 +50,14 @@ def interrupted_job(
     next_worker: str = "agent-b",
     gpus: int = 8,
     save_seconds: float = 36.0,
+    node_info: dict[str, str] | None = None,
 ) -> JobHistory:
     """Two 1-hour attempts on one node of ``gpus`` GPUs: a spot notice, then a finish.
 
     Attempt 1: [start, start+3600], trains steps 0..120, committed 100 at the notice; attempt 2:
     [start+3700, start+7300], restores step 100 at start+3760 (60 s restart), finishes at 220.
-    One save of ``save_seconds`` in each attempt."""
+    One save of ``save_seconds`` in each attempt. ``node_info``: what the ``started`` events carry
+    about the node (instance type, region, AZ, life cycle; ``jobs/runner.py``), which prices it."""
     spec = JobSpec(command=["python", "train.py"], gpus_per_node=gpus, nodes=1, group=group, name=f"{job_id}-run")
     job = Job(id=job_id, spec=spec, state=JobState.FINISHED, attempt=2, created_at=start - 10, updated_at=start + 7300)
     attempts = [
@@ -87,12 +89,12 @@ def interrupted_job(
         return Event(job_id=job_id, attempt=attempt, kind=what, at=start + at, data=data)
 
     events = [
-        ev(1, "started", 0.0),
+        ev(1, "started", 0.0, **({"node": {**node_info, "worker": worker}} if node_info else {})),
         ev(1, "resume", 0.0, step=0),
         ev(1, "saved", 1800.0, step=50, bytes=10**9, seconds=save_seconds),
         ev(1, "notice", 3500.0, kind="spot-interruption", deadline=start + 3620.0),
         ev(1, "requeue", 3600.0, reason="checkpointed on notice"),
-        ev(2, "started", 3700.0),
+        ev(2, "started", 3700.0, **({"node": {**node_info, "worker": next_worker}} if node_info else {})),
         ev(2, "resume", 3760.0, step=100),
         ev(2, "saved", 5400.0, step=160, bytes=10**9, seconds=save_seconds),
         ev(2, "finish", 7300.0, step=220),

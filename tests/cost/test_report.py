@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpucloud.cli import main
+from gpucloud.cost.job_cost import catalog_prices, job_cost
 from gpucloud.cost.report import JobCost, Utilisation, build
 from gpucloud.cost.report_sources import parse_since, read_histories
 from gpucloud.jobs.model import NodeState
@@ -175,6 +176,27 @@ def test_report_json_over_a_sqlite_queue(tmp_path: Path, capsys):
     assert job["gpu_utilisation_pct"] is None and job["idle_gpu_hours"] is None
     assert {g["group"] for g in data["groups"]} == {"p5-spot", "p5-od"}
     assert data["totals"]["jobs"] == 1
+
+
+def test_report_prices_jobs_with_job_cost_and_counts_the_recorded_life_cycle(tmp_path: Path, capsys):
+    now = time.time()
+    node_info = {"instance_type": "p5.48xlarge", "region": "us-east-1", "availability_zone": "us-east-1a"}
+    priced = interrupted_job("j1", start=now - 7400, node_info={**node_info, "lifecycle": "on-demand"})
+    unpriced = interrupted_job("j2", start=now - 7400)  # ran before nodes were recorded
+    uri = write_sqlite(tmp_path / "q.db", [priced, unpriced])  # no node records: the events tell
+    code, out, err = run(capsys, "report", "--queue", uri, "--since", "3h", "--output", "json")
+    assert code == 0, err
+    data = json.loads(out)
+    jobs = {j["job_id"]: j for j in data["jobs"]}
+    expected = job_cost(priced.job, priced.attempts, priced.events, catalog_prices(), now=now)
+    assert expected.cost_usd is not None and expected.cost_usd > 0
+    assert jobs["j1"]["cost_usd"] == pytest.approx(expected.cost_usd, abs=1e-3)
+    assert jobs["j1"]["price_source"] == ", ".join(expected.price_sources)
+    assert jobs["j2"]["cost_usd"] is None
+    assert data["totals"]["cost_usd"] == pytest.approx(expected.cost_usd, abs=0.01)
+    assert data["totals"]["jobs_without_cost"] == 1
+    [group] = data["groups"]
+    assert (group["on_demand_node_hours"], group["unknown_lifecycle_node_hours"]) == (2.0, 2.0)
 
 
 def test_report_table_marks_unknown_utilisation_and_writes_to_a_file(tmp_path: Path, capsys):

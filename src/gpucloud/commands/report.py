@@ -75,7 +75,9 @@ def report(queue_uri, since, output, out_path, prometheus_url) -> None:
         nodes = queue.nodes()
     finally:
         queue.close()
-    built = model.build(histories, nodes, since=start, until=now, cost_of=job_cost_function(), utilisation=utilisation)
+    built = model.build(
+        histories, nodes, since=start, until=now, cost_of=job_cost_function(now=now), utilisation=utilisation
+    )
     text = _render(built, output, to_file=out_path is not None)
     if text is None:
         return

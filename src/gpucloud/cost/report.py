@@ -287,9 +287,20 @@ def _node_seconds(
             continue
         end = attempt.ended_at if attempt.ended_at is not None else until
         node = by_worker.get(attempt.worker or "")
-        lifecycle = node.lifecycle if node is not None and node.lifecycle in ("spot", "on-demand") else "unknown"
+        # The life cycle the node recorded when it started the attempt (IMDS, ``jobs/runner.py``),
+        # else the agent's node record (the node's current one: the same instance, so the same life cycle).
+        lifecycle = _started_lifecycle(history.events, attempt.number) or (node.lifecycle if node else None)
+        lifecycle = lifecycle if lifecycle in ("spot", "on-demand") else "unknown"
         group = node.group if node is not None and node.group else history.job.spec.group or UNKNOWN_GROUP
         yield str(lifecycle), group, max(0.0, end - attempt.started_at) * history.job.spec.nodes
+
+
+def _started_lifecycle(events: list[Event], attempt: int) -> str | None:
+    for event in events:
+        if event.attempt == attempt and event.kind == "started" and isinstance(event.data.get("node"), dict):
+            lifecycle = event.data["node"].get("lifecycle")
+            return lifecycle if isinstance(lifecycle, str) else None
+    return None
 
 
 def _split_by_day(line: JobLine, spans: list[tuple[float, float]], day_cost: dict[str, list[float]]) -> None:

@@ -61,15 +61,26 @@ def read_histories(queue: Any, since: float) -> list[JobHistory]:
     return histories
 
 
-def job_cost_function() -> CostFunction:
-    """The per-job cost: ``cost/job_cost.py`` (dollars from each attempt's instance type, AZ,
-    lifecycle and the price in force) once it exists; until then no job has a price (reported as
-    unknown, never a guess)."""
-    return _no_price
+def job_cost_function(*, now: float) -> CostFunction:
+    """The per-job cost: ``cost/job_cost.py``'s ``job_cost`` (each attempt's nodes priced at the
+    price in force, spot history where known, else the estimate; ``job show`` prints the same), over
+    the catalog's prices. None where it knows no price (reported as unknown, never a guess)."""
+    from gpucloud.cost.job_cost import catalog_prices, job_cost
 
+    prices = catalog_prices()
 
-def _no_price(history: JobHistory, nodes: Mapping[str, NodeRecord]) -> JobCost | None:
-    return None
+    def cost_of(history: JobHistory, nodes: Mapping[str, NodeRecord]) -> JobCost | None:
+        figure = job_cost(history.job, history.attempts, history.events, prices, now=now)
+        if figure.cost_usd is None:
+            return None
+        return JobCost(
+            cost_usd=figure.cost_usd,
+            cost_lost_usd=figure.cost_lost_usd,
+            on_demand_equivalent_usd=figure.on_demand_equivalent_usd,
+            price_source=", ".join(figure.price_sources) or None,
+        )
+
+    return cost_of
 
 
 # --------------------------------------------------------------------------------- Prometheus

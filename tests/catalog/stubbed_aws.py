@@ -55,9 +55,21 @@ def expect_prices(stub: Stubber, region: str, instance_type: str, price_list: Se
     )
 
 
-def expect_spot(stub: Stubber, types: Sequence[str], history: Sequence[dict]) -> None:
-    stub.add_response(
-        "describe_spot_price_history",
-        {"SpotPriceHistory": list(history)},
-        {"InstanceTypes": list(types), "ProductDescriptions": ["Linux/UNIX"], "StartTime": NOW},
-    )
+def expect_spot(
+    stub: Stubber, types: Sequence[str], history: Sequence[dict], *more_pages: Sequence[dict], days=7
+) -> None:
+    """DescribeSpotPriceHistory answered in one page per ``history`` argument, linked by NextToken."""
+    pages = [history, *more_pages]
+    for number, page in enumerate(pages):
+        params = {
+            "InstanceTypes": list(types),
+            "ProductDescriptions": ["Linux/UNIX"],
+            "StartTime": NOW - datetime.timedelta(days=days),
+            "EndTime": NOW,
+        }
+        response: dict = {"SpotPriceHistory": list(page)}
+        if number:
+            params["NextToken"] = f"spot-{number}"
+        if number + 1 < len(pages):
+            response["NextToken"] = f"spot-{number + 1}"
+        stub.add_response("describe_spot_price_history", response, params)

@@ -93,7 +93,7 @@ def test_refresh_writes_the_catalog_and_reports_changes(capsys, monkeypatch, tmp
         ec2.add_response(
             "describe_spot_price_history",
             {"SpotPriceHistory": [spot_entry("p5.48xlarge", "us-east-1a", "22.0", 1, NOW)]},
-            {"InstanceTypes": types, "ProductDescriptions": ["Linux/UNIX"], "StartTime": ANY},
+            {"InstanceTypes": types, "ProductDescriptions": ["Linux/UNIX"], "StartTime": ANY, "EndTime": ANY},
         )
         monkeypatch.setattr(catalog_refresh, "make_clients", lambda region: clients)
         code, out, _ = run_cli(

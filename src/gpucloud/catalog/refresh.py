@@ -9,9 +9,12 @@ the same functions are tested with botocore Stubber responses and used against r
 - ``pricing:GetProducts`` (the Pricing endpoint lives in us-east-1) with ServiceCode AmazonEC2 and
   the filters regionCode, instanceType, tenancy=Shared, operatingSystem=Linux, preInstalledSw=NA,
   capacitystatus=Used gives the on-demand Linux price; PriceList entries are JSON strings.
-- ``ec2:DescribeSpotPriceHistory`` (optional) gives the current Linux/UNIX spot price per AZ; the
-  estimate is the median over AZs of each AZ's latest price (a cluster lives in one AZ, and the
-  median is neither the best nor the worst one you might land in).
+- ``ec2:DescribeSpotPriceHistory`` (optional, paginated) gives the Linux/UNIX spot price history per
+  AZ over the last ``--spot-days`` days; every point is kept per AZ (``prices[region]...spot_history``)
+  so a job's cost can use the price in force in its AZ at the time, and the instance type's
+  ``spot_usd_per_hour`` is the median over AZs of each AZ's latest price (a cluster lives in one AZ,
+  and the median is neither the best nor the worst one you might land in).
+  https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeSpotPriceHistory.html
 """
 
 from __future__ import annotations
@@ -25,10 +28,13 @@ import statistics
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from gpucloud.catalog import Catalog, InstanceType, NetworkCard
+from gpucloud.catalog import Catalog, InstanceType, NetworkCard, RegionPrices, SpotPoint, TypePrices
 from gpucloud.errors import UserError
 
 PRICING_ENDPOINT_REGION = "us-east-1"
+SPOT_HISTORY_DAYS = 7  # default window; AWS keeps 90 days of spot price history
+MAX_SPOT_HISTORY_DAYS = 90
+SPOT_ESTIMATE_SHARE = 0.4  # spot estimate when no history is known: the typical GPU spot discount
 SPOT_PRODUCT_DESCRIPTION = "Linux/UNIX"
 ON_DEMAND_FILTERS = {
     "tenancy": "Shared",
@@ -147,6 +153,24 @@ def spot_estimates(history: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     return {t: round(statistics.median(prices), 4) for t, prices in sorted(per_type.items())}
 
 
+def spot_history_by_az(history: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, list[SpotPoint]]]:
+    """Instance type -> AZ -> its spot price points, oldest first (duplicates from overlapping pages dropped)."""
+    points: dict[str, dict[str, dict[datetime.datetime, float]]] = {}
+    for entry in history:
+        stamp = entry["Timestamp"]
+        if stamp.tzinfo is None:
+            stamp = stamp.replace(tzinfo=datetime.timezone.utc)
+        by_az = points.setdefault(entry["InstanceType"], {}).setdefault(entry.get("AvailabilityZone", ""), {})
+        by_az[stamp] = float(entry["SpotPrice"])
+    return {
+        instance_type: {
+            az: [SpotPoint(at=at, usd_per_hour=usd) for at, usd in sorted(stamps.items())]
+            for az, stamps in sorted(by_az.items())
+        }
+        for instance_type, by_az in sorted(points.items())
+    }
+
+
 @dataclasses.dataclass(frozen=True)
 class TypeChange:
     """How one instance type's entry differs from the catalog it replaces."""
@@ -175,8 +199,12 @@ def build_catalog(
     descriptions: Sequence[Mapping[str, Any]],
     on_demand: Mapping[str, Sequence[float]],
     spot: Mapping[str, float] | None,
+    spot_history: Mapping[str, Mapping[str, list[SpotPoint]]] | None = None,
 ) -> RefreshResult:
-    """The refreshed catalog holding exactly ``requested``, and what changed against ``base``."""
+    """The refreshed catalog holding exactly ``requested``, and what changed against ``base``.
+
+    The refreshed region's entry in ``prices`` is rebuilt (other regions' are kept from ``base``).
+    """
     fresh: dict[str, InstanceType] = {}
     for description in descriptions:
         if description.get("InstanceType") not in requested:
@@ -231,8 +259,50 @@ def build_catalog(
         sources.append(f"ec2:DescribeSpotPriceHistory {SPOT_PRODUCT_DESCRIPTION} ({region}, {as_of.isoformat()})")
     if missing:
         sources.extend(base.sources)
-    catalog = Catalog(as_of=as_of, region=region, sources=sources, instance_types=instance_types, notes=notes)
+    region_prices = _region_prices(base, region, as_of, sources, instance_types, set(fresh), spot_history or {})
+    catalog = Catalog(
+        as_of=as_of,
+        region=region,
+        sources=sources,
+        instance_types=instance_types,
+        notes=notes,
+        prices={**{r: p for r, p in base.prices.items() if r != region}, region: region_prices},
+    )
     return RefreshResult(catalog=catalog, changes=_changes(base, instance_types, set(missing)))
+
+
+def _region_prices(
+    base: Catalog,
+    region: str,
+    as_of: datetime.date,
+    sources: list[str],
+    instance_types: Mapping[str, InstanceType],
+    refreshed: set[str],
+    spot_history: Mapping[str, Mapping[str, list[SpotPoint]]],
+) -> RegionPrices:
+    """``region``'s prices after the refresh: fresh figures for the refreshed types, the Capacity Block
+    rates (no public API gives them without a reservation request) and spot estimates kept from ``base``."""
+    before = base.region_prices(region)
+    entries: dict[str, TypePrices] = {}
+    for name, entry in instance_types.items():
+        old = before.instance_types.get(name) if before else None
+        if name not in refreshed:
+            if old is not None:
+                entries[name] = old
+            continue
+        on_demand = entry.on_demand_usd_per_hour
+        estimate = old.spot_estimate_usd_per_hour if old and old.spot_estimate_usd_per_hour else None
+        if estimate is None and on_demand is not None:
+            estimate = round(SPOT_ESTIMATE_SHARE * on_demand, 4)
+        entries[name] = TypePrices(
+            on_demand_usd_per_hour=on_demand,
+            on_demand_source=f"pricing:GetProducts ServiceCode=AmazonEC2 regionCode={region} ({as_of.isoformat()})",
+            spot_estimate_usd_per_hour=estimate,
+            spot_history=dict(spot_history.get(name, {})),
+            capacity_block_usd_per_hour=old.capacity_block_usd_per_hour if old else None,
+            capacity_block_source=old.capacity_block_source if old else "",
+        )
+    return RegionPrices(as_of=as_of, sources=sources, instance_types=entries)
 
 
 def _changes(base: Catalog, after: Mapping[str, InstanceType], kept: set[str]) -> list[TypeChange]:
@@ -309,11 +379,16 @@ def get_on_demand_price_list(pricing: Any, region: str, instance_type: str) -> l
         return [item for page in pages for item in page.get("PriceList", [])]
 
 
-def spot_price_history(ec2: Any, types: Sequence[str], region: str, now: datetime.datetime) -> list[dict[str, Any]]:
-    # StartTime=now returns the price in effect now in every AZ (one entry per AZ and type)
+def spot_price_history(
+    ec2: Any, types: Sequence[str], region: str, now: datetime.datetime, days: int = SPOT_HISTORY_DAYS
+) -> list[dict[str, Any]]:
+    # From StartTime to now, per AZ; the first entry of each AZ is the price in effect at StartTime.
     with _calling("DescribeSpotPriceHistory", region):
         pages = ec2.get_paginator("describe_spot_price_history").paginate(
-            InstanceTypes=list(types), ProductDescriptions=[SPOT_PRODUCT_DESCRIPTION], StartTime=now
+            InstanceTypes=list(types),
+            ProductDescriptions=[SPOT_PRODUCT_DESCRIPTION],
+            StartTime=now - datetime.timedelta(days=days),
+            EndTime=now,
         )
         return [item for page in pages for item in page.get("SpotPriceHistory", [])]
 
@@ -340,6 +415,10 @@ def make_clients(region: str) -> AwsClients:
     )
 
 
+def utcnow() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
 def refresh_steps(types: Sequence[str], include_spot: bool) -> int:
     """How many progress steps ``refresh_catalog`` reports."""
     return 1 + len(types) + (1 if include_spot else 0)
@@ -352,11 +431,12 @@ def refresh_catalog(
     types: Sequence[str],
     base: Catalog,
     include_spot: bool = True,
+    spot_days: int = SPOT_HISTORY_DAYS,
     now: datetime.datetime | None = None,
     on_step: Callable[[str], None] = lambda label: None,
 ) -> RefreshResult:
     """Query AWS for ``types`` and build the refreshed catalog (nothing is written here)."""
-    now = now or datetime.datetime.now(datetime.timezone.utc)
+    now = now or utcnow()
     on_step("DescribeInstanceTypes")
     descriptions = describe_instance_types(clients.ec2, types, region)
     offered = sorted({d["InstanceType"] for d in descriptions} & set(types))
@@ -369,10 +449,11 @@ def refresh_catalog(
             on_demand[name] = on_demand_prices(get_on_demand_price_list(clients.pricing, region, name), name)
         except ValueError as err:
             raise UserError(f"GetProducts in {region}: {err}") from None
-    spot = None
+    spot = history = None
     if include_spot:
         on_step("DescribeSpotPriceHistory")
-        spot = spot_estimates(spot_price_history(clients.ec2, offered, region, now)) if offered else {}
+        entries = spot_price_history(clients.ec2, offered, region, now, spot_days) if offered else []
+        spot, history = spot_estimates(entries), spot_history_by_az(entries)
     return build_catalog(
         base=base,
         region=region,
@@ -381,4 +462,5 @@ def refresh_catalog(
         descriptions=descriptions,
         on_demand=on_demand,
         spot=spot,
+        spot_history=history,
     )

@@ -213,7 +213,7 @@ def _job_groups(queue, group, fallback_group, fallback_after) -> dict[str, Any]:
     )
 
 
-def _job_row(job) -> dict[str, Any]:
+def _job_row(job, cost=None) -> dict[str, Any]:
     return {
         "job_id": job.id,
         "name": job.spec.name,
@@ -236,7 +236,39 @@ def _job_row(job) -> dict[str, Any]:
         "last_step": job.last_step,
         "step_rate": job.step_rate,
         "progress_at": job.progress_at,
+        # Dollars (cost/job_cost.py; docs/cost.md "Dollars per job"); null with cost_unknown when unpriced.
+        **_cost_fields(cost),
     }
+
+
+def _cost_fields(cost) -> dict[str, Any]:
+    if cost is None:
+        return {}
+    return {
+        "cost_usd": _usd(cost.cost_usd),
+        "cost_lost_usd": _usd(cost.cost_lost_usd),
+        "on_demand_equivalent_usd": _usd(cost.on_demand_equivalent_usd),
+        "savings_usd": _usd(cost.savings_usd),
+        "savings_pct": None if cost.savings_pct is None else round(cost.savings_pct, 2),
+        "price_sources": cost.price_sources,
+        "cost_unknown": cost.unknown_reasons,
+    }
+
+
+def _usd(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _money(value: float | None) -> str:
+    return "?" if value is None else f"{value:,.2f}"
+
+
+def _costs(queue, found) -> dict[str, Any]:
+    """Each listed job's dollars, priced from its attempts' nodes (two reads per job)."""
+    from gpucloud.cost.job_cost import catalog_prices, job_cost
+
+    prices, now = catalog_prices(), time.time()
+    return {j.id: job_cost(j, queue.attempts(j.id), queue.events(j.id), prices, now=now) for j in found}
 
 
 @click.command("jobs")
@@ -246,7 +278,11 @@ def _job_row(job) -> dict[str, Any]:
 )
 @output_option()
 def jobs(queue_uri, states, output) -> None:
-    """List jobs, oldest first: state, current attempt, step, worker, command.
+    """List jobs, oldest first: state, current attempt, step, what it cost so far (USD), worker, command.
+
+    The cost is priced per node from the instance type, AZ and life cycle each attempt recorded,
+    at the price in force when it started ("?" when unknown; --output json says why, and has the
+    lost dollars, the on-demand equivalent and the savings; `gpucloud job show` breaks it down).
 
     A running job shows its current step and steps/s (over the last minute), updated with each
     lease renewal of its attempt (every 15 s, and once as soon as training reports a rate); an
@@ -260,12 +296,13 @@ def jobs(queue_uri, states, output) -> None:
 
     queue = open_queue(queue_uri)
     found = queue.list_jobs([JobState(s) for s in states] if states else None)
+    costs = _costs(queue, found)
     if output == "json":
-        print_json([_job_row(j) for j in found])
+        print_json([_job_row(j, costs[j.id]) for j in found])
         return
     print_table(
         f"jobs in {queue.uri}",
-        ["id", "name", "state", "attempt", "step", "steps/s", "worker", "updated", "command"],
+        ["id", "name", "state", "attempt", "step", "usd", "steps/s", "worker", "updated", "command"],
         [
             [
                 j.id,
@@ -273,6 +310,7 @@ def jobs(queue_uri, states, output) -> None:
                 _state_text(j),
                 j.attempt,
                 j.last_step,
+                _money(costs[j.id].cost_usd),
                 _rate_text(j.step_rate),
                 j.worker or "",
                 _when(j.updated_at),
@@ -357,8 +395,14 @@ def cancel(job_id, queue_uri, grace, output) -> None:
 @queue_option()
 @output_option()
 def show(job_id, queue_uri, output) -> None:
-    """Attempts, the timeline with timestamps, steps lost per interruption, GPU-hours used and lost;
-    while the job runs, its current step and steps/s.
+    """Attempts, the timeline with timestamps, steps lost per interruption, GPU-hours used and lost,
+    and dollars; while the job runs, its current step and steps/s.
+
+    Dollars (docs/cost.md, "Dollars per job"): each node an attempt ran on is priced at the catalog
+    price in force when it started (spot price history for its AZ where `gpucloud catalog refresh`
+    stored it, else the spot estimate, or on-demand), times its wall time. cost lost = the lost
+    steps' share of the attempt's cost + the restart overhead (interruption to the next attempt's
+    restored step) the job paid for. Savings are against the same hours on demand.
 
     JOB is a job id, or the name it was submitted with (`submit --name`); a name several jobs share
     is refused with the list of their ids.
@@ -366,13 +410,14 @@ def show(job_id, queue_uri, output) -> None:
     \b
     Example: gpucloud job show j-4f2a9c01de --output json
     """
+    from gpucloud.cost.job_cost import catalog_prices
     from gpucloud.jobs.report import build_report
     from gpucloud.queue.locations import open_queue
     from gpucloud.queue.names import resolve_job
 
     queue = open_queue(queue_uri)
     current = resolve_job(queue, job_id)
-    report = build_report(current, queue.attempts(current.id), queue.events(current.id))
+    report = build_report(current, queue.attempts(current.id), queue.events(current.id), prices=catalog_prices())
     spec = current.spec
     if output == "json":
         code = spec.code.model_dump() if spec.code is not None else None
@@ -588,5 +633,49 @@ def render_report(report) -> None:
         f"steps lost: {report.steps_lost}   GPU-hours used: {report.gpu_hours_used}   lost: {report.gpu_hours_lost}"
         + (f"\n[dim]{report.gpu_note}[/dim]" if report.gpu_note else "")
     )
+    if getattr(report, "cost", None) is not None:
+        render_cost(report.cost, console)
     for warning in getattr(report, "warnings", []):  # e.g. an emergency save that could not fit
         console.print(f"warning: {warning}", markup=False, soft_wrap=True)
+
+
+def render_cost(cost, console) -> None:
+    """Dollars per attempt (one row each; its nodes in the last column) and the job's totals."""
+    print_table(
+        "cost (USD)",
+        ["attempt", "usd", "lost usd", "on-demand usd", "price", "nodes"],
+        [
+            [
+                a.attempt,
+                _money(a.cost_usd),
+                _money(a.cost_lost_usd),
+                _money(a.on_demand_equivalent_usd),
+                ", ".join(sorted({_price_text(n) for n in a.nodes})),
+                ", ".join(
+                    f"{n.instance_type or '?'} {n.lifecycle or '?'} {n.availability_zone or n.region or '?'}"
+                    for n in a.nodes
+                ),
+            ]
+            for a in cost.attempts
+        ],
+        console=console,
+    )
+    saved = (
+        f", saved {_money(cost.savings_usd)} ({cost.savings_pct:.1f}%)"
+        if cost.savings_usd is not None and cost.savings_pct is not None
+        else ""
+    )
+    console.print(
+        f"cost: {_money(cost.cost_usd)} USD   lost: {_money(cost.cost_lost_usd)}"
+        f"\non-demand equivalent: {_money(cost.on_demand_equivalent_usd)}{saved}"
+        f"\nprices: {', '.join(cost.price_sources) or 'none'}",
+        markup=False,
+    )
+    for reason in cost.unknown_reasons:
+        console.print(f"cost unknown: {reason}", markup=False, soft_wrap=True)
+
+
+def _price_text(node) -> str:
+    if node.usd_per_hour is None:
+        return "?"
+    return f"{node.usd_per_hour:.2f}/h {node.price_source}"

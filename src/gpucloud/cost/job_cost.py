@@ -47,7 +47,6 @@ from pydantic import BaseModel
 
 from gpucloud.catalog import Catalog
 from gpucloud.jobs.model import Attempt, AttemptState, Event, Job
-from gpucloud.jobs.report import steps_lost
 
 SECONDS_PER_HOUR = 3600.0
 ON_DEMAND = "on-demand"
@@ -337,6 +336,8 @@ def _lost(
     next_events: list[Event],
 ) -> tuple[float | None, float | None, float | None]:
     """(lost steps' share, restart overhead seconds, restart overhead dollars) of interrupted ``attempt``."""
+    from gpucloud.jobs import report as timeline_report  # here: jobs/report.py imports this module
+
     notice = next((e for e in evs if e.kind == "notice" and e.data.get("deadline") is not None), None)
     end = attempt.ended_at if attempt.ended_at is not None else following.created_at
     interrupted_at = notice.at if notice is not None else end
@@ -347,7 +348,7 @@ def _lost(
 
     lost_share = 1.0  # nothing known to be kept until k+1 resumes
     if next_resume is not None and attempt.last_step is not None:
-        lost = steps_lost(attempt.last_step, following.resumed_step)
+        lost = timeline_report.steps_lost(attempt.last_step, following.resumed_step)
         done = attempt.last_step - (attempt.resumed_step or 0)
         lost_share = 0.0 if not lost else (min(1.0, lost / done) if done > 0 else 1.0)
     trained = _priced(own, own_costs, train_start, interrupted_at) if train_start is not None else 0.0

@@ -10,6 +10,7 @@ Definitions (also in docs/spot-train.md):
 * *GPU-hours used* = Σ attempt wall time × nodes × GPUs per node.
 * *GPU-hours lost* = for each attempt that did not finish: the share of its training time spent on
   the steps that were lost, plus the next attempt's start-up (process start → checkpoint restored).
+* *dollars* (``cost``, with a price lookup): ``cost/job_cost.py`` (docs/cost.md, "Dollars per job").
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel
 
+from gpucloud.cost.job_cost import JobCost, PriceLookup, job_cost
 from gpucloud.jobs.model import CANCEL_SOURCE, Attempt, AttemptState, Event, Job
 
 # The session counts completed steps (``step_done(n)`` after the n-th step; a fresh start restores
@@ -87,9 +89,18 @@ class JobReport(BaseModel):
     last_step: int | None = None
     step_rate: float | None = None
     progress_at: float | None = None
+    cost: JobCost | None = None  # dollars per attempt and in total (None: no price lookup given)
 
 
-def build_report(job: Job, attempts: list[Attempt], events: list[Event], *, now: float | None = None) -> JobReport:
+def build_report(
+    job: Job,
+    attempts: list[Attempt],
+    events: list[Event],
+    *,
+    now: float | None = None,
+    prices: PriceLookup | None = None,
+) -> JobReport:
+    """The report; with ``prices`` (``cost.job_cost.catalog_prices()``) also what the job cost."""
     now = time.time() if now is None else now
     by_attempt: dict[int, list[Event]] = {}
     for event in events:
@@ -148,6 +159,7 @@ def build_report(job: Job, attempts: list[Attempt], events: list[Event], *, now:
         last_step=job.last_step,
         step_rate=job.step_rate,
         progress_at=job.progress_at,
+        cost=None if prices is None else job_cost(job, attempts, events, prices, now=now),
         command=job.spec.command,
         attempts=rows,
         interruptions=interruptions,
@@ -293,6 +305,10 @@ def _detail(event: Event) -> str:
     for key in ("deadline", "ack_by", "commit_by"):
         if isinstance(data.get(key), (int, float)):
             data[key] = f"{data[key] - event.at:+.1f}s"
+    node = data.get("node")
+    if isinstance(node, dict):  # where it ran, as a person reads it (-o json has every field)
+        where = (node.get(k) for k in ("instance_id", "instance_type", "lifecycle", "availability_zone"))
+        data["node"] = " ".join(str(v) for v in where if v) or "unknown"
     parts = [f"{k}={' '.join(v) if isinstance(v, list) else v}" for k, v in data.items() if v is not None]
     return ", ".join(parts)
 

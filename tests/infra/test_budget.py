@@ -184,3 +184,21 @@ def test_plan_shows_the_shipped_stacks_budget_in_one_line_and_in_json(capsys) ->
     found = json_module.loads(capsys.readouterr().out)["budget"]
     assert found["monthly_usd"] == 60000 and found["on_exceeded"] == "stop-scale-out"
     assert found["alert_at_percent"] == [50, 80, 100]
+
+
+def test_the_stack_outputs_name_the_budget_and_its_topic() -> None:
+    spec = spec_with("dev", monthlyUsd=1500, alertEmails=["finance@example.com"])
+    seen: dict[str, object] = {}
+
+    @pulumi.runtime.test
+    def run():
+        outputs = build_cluster(spec, "dev", None)
+        outputs.export()
+        assert outputs.budget is not None
+        return pulumi.Output.all(outputs.budget.budget.name, outputs.budget.topic.arn).apply(
+            lambda v: seen.update(name=v[0], topic=v[1])
+        )
+
+    with mocked_runtime("dev", spec.region, spec.availability_zone):
+        run()
+    assert seen == {"name": "gpucloud-dev", "topic": TOPIC_ARN}

@@ -31,6 +31,7 @@ from gpucloud.agent.asg_hooks import WIND_DOWN, FleetHooks
 from gpucloud.agent.backlog_metric import PERIOD_SECONDS
 from gpucloud.agent.fleet_view import fleet_state, group_counts
 from gpucloud.agent.identity import NodeIdentity
+from gpucloud.agent.job_tags import JOB_TAG, JobTagger, tagger_for
 from gpucloud.agent.metrics import NodeLabels, NodeMetrics
 from gpucloud.agent.node_groups import NodeGroups
 from gpucloud.agent.noncritical import NonCritical
@@ -158,8 +159,11 @@ class Agent:
         status: Status | None = None,
         on_event: EventHook | None = None,
         metrics: NodeMetrics | None = None,
+        job_tags: JobTagger | None = None,
     ) -> None:
         self.queue, self.identity, self.hooks = queue, identity, hooks
+        # gpucloud:job-id on this instance, its volumes and interfaces while an attempt runs (cluster nodes)
+        self.job_tags = job_tags if job_tags is not None else tagger_for(identity, hooks)
         self.config, self.options = config, options
         # What /metrics serves (docs/monitoring.md); kept even when nothing serves it: it costs nothing.
         self.metrics = metrics or NodeMetrics(NodeLabels.of(identity, options.groups.own))
@@ -447,6 +451,9 @@ class Agent:
 
         self.metrics.attempt_started(job.id, job.attempt, control_dir_for(job.id, job.attempt, self.options.run_root))
         result: AttemptResult | None = None
+        tags = self.job_tags
+        if tags is not None:
+            self.noncritical.call(f"tagging this node with {JOB_TAG}", lambda: tags.tag(job.id), default=None)
         try:
             result = run_attempt(
                 self.queue,
@@ -462,3 +469,5 @@ class Agent:
             return result
         finally:
             self.metrics.attempt_ended(result)
+            if tags is not None:
+                self.noncritical.call(f"removing {JOB_TAG} from this node", tags.untag, default=None)

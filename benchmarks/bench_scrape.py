@@ -4,7 +4,8 @@
 
 The node is the end-to-end test's (``tests/monitoring_e2e/scenario.py``, not a copy): the fixture
 dcgm-exporter serving a recorded p5.48xlarge scrape with the counters file the image ships, the real
-node_exporter (Debian's) over a sysfs of 32 EFA devices, and the real ``gpucloud agent`` on its IMDS
+node_exporter (Debian's) over a sysfs of 32 EFA devices, and the real ``gpucloud agent`` (whose /metrics
+reads the same sysfs's EFA counters: 22 per device) on its IMDS
 emulator with a ``spot-train`` attempt running (held at a step boundary while it is measured). A real
 Prometheus scrapes the three every second through the rendered offline configuration and rules.
 
@@ -136,7 +137,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict:
     itype = load_catalog().instance_types[args.instance_type]
     env = {k: v for k, v in os.environ.items() if k not in NODE_ENV} | {"GPUCLOUD_HOME": str(work / "home")}
     targets: dict[str, dict] = {}
-    with monitored_node(work, env, instance_type=args.instance_type) as node:
+    with monitored_node(work, env, instance_type=args.instance_type, linger=0) as node:
         prom = node.prometheus
         wait_until(
             lambda: prom.query(f'gpucloud_attempt_running{{job_id="{JOB_ID}"}} == 1'),
@@ -173,7 +174,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict:
     estimate = {
         DCGM_JOB: plan.DCGM_SERIES_PER_GPU * itype.gpus,
         "infiniband": plan.INFINIBAND_SERIES_PER_EFA * itype.max_efa_interfaces,
-        AGENT_JOB: plan.AGENT_SERIES,
+        AGENT_JOB: plan.AGENT_SERIES + plan.AGENT_SERIES_PER_EFA * itype.max_efa_interfaces,
         "node_exporter_defaults": plan.NODE_BASE_SERIES + plan.NODE_SERIES_PER_VCPU * itype.vcpus,
     }
     series_per_node = targets[DCGM_JOB]["series"] + defaults["series_at_instance_vcpus"] + targets[AGENT_JOB]["series"]

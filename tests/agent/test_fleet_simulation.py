@@ -123,6 +123,7 @@ def run_noticed_gang(
     port = free_port()
     gate = work / "notice-sent"
     env = {**env, "GPUCLOUD_TEST_GATE": str(gate), "GPUCLOUD_TEST_GATE_AFTER": str(notice_after_step)}
+    env["GPUCLOUD_METRICS_LINGER"] = "0"  # the noticed agent exits at once (it may hold /metrics' port)
     emulators = {
         name: ImdsEmulator(
             instance_id=f"i-00000000000000{n:03d}", instance_type="g5.xlarge", instance_life_cycle="spot"

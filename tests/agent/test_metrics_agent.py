@@ -4,6 +4,7 @@ and an agent process on its own IMDS emulator, scraped over HTTP while its attem
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -11,6 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpucloud.agent.asg_hooks import OfflineHooks
@@ -152,3 +154,112 @@ def test_an_agent_process_serves_metrics_over_http_while_its_attempt_trains(tmp_
     assert proc.returncode == 0, err
     assert queue.get(job.id).state is JobState.FINISHED
     assert json.loads(out.splitlines()[-1])["event"] == "summary"
+
+
+def start_noticed_agent(env, tmp_path: Path, imds: ImdsEmulator, *linger: str) -> tuple[subprocess.Popen, list[dict]]:
+    """An agent process on ``imds`` with /metrics on a free port; its JSON lines, as they come."""
+    argv = [
+        *CLI,
+        "agent",
+        "--imds-endpoint",
+        imds.endpoint,
+        "--poll-interval",
+        "0.2",
+        "--address",
+        "127.0.0.1",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--idle-exit",
+        "300",
+        "--metrics-port",
+        "0",
+        "--metrics-address",
+        "127.0.0.1",
+        *linger,
+        "--output",
+        "json",
+    ]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    lines: list[dict] = []
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        lines.extend(json.loads(line) for line in proc.stdout)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return proc, lines
+
+
+def event(lines: list[dict], name: str) -> dict | None:
+    return next((line for line in lines if line.get("event") == name), None)
+
+
+def test_after_a_notice_the_agent_saves_requeues_and_reports_first_then_keeps_metrics_up_until_sigterm(
+    tmp_path, env, gpucloud_home
+):
+    queue = SqliteQueue(gpucloud_home / "queue.db")
+    gate = tmp_path / "gate"
+    job = queue.submit(gated_job(tmp_path, gate, steps=40))
+    with ImdsEmulator(instance_id="i-0000000000000a002", instance_type="g5.xlarge", instance_life_cycle="spot") as imds:
+        proc, lines = start_noticed_agent(env, tmp_path, imds, "--metrics-linger", "600")
+        try:
+            url = wait_for(lambda: (event(lines, "metrics") or {}).get("url"), 60, "the metrics line")
+            wait_for(held_marker(gate).exists, 90, "the attempt to finish step 4 and wait at the gate")
+            imds.spot_interruption("terminate", lead_seconds=90)
+            gate.touch()
+            summary = wait_for(lambda: event(lines, "summary"), 120, "the agent's summary")
+            # What matters happened before the linger: the commit, the requeue, the exit code.
+            assert (summary["stopped_by"], summary["exit_code"]) == ("spot-interruption", 75)
+            assert queue.get(job.id).state is JobState.QUEUED and queue.get(job.id).attempt == 2
+            linger = wait_for(lambda: event(lines, "metrics-linger"), 30, "the linger line")
+            assert 0 < linger["seconds"] <= 90  # bounded by the notice's deadline, not the 600 asked for
+            # A scrape after the attempt ended still sees the notice, its commit and the emergency save.
+            with urllib.request.urlopen(url, timeout=10) as response:
+                families = {f.name: f for f in text_string_to_metric_families(response.read().decode())}
+            assert value(families, "gpucloud_notices_total", kind="spot-interruption") == 1
+            assert value(families, "gpucloud_notice_to_commit_seconds_count") == 1
+            assert value(families, "gpucloud_checkpoint_save_seconds_count", kind="emergency") == 1
+            assert value(families, "gpucloud_agent_state", state="stopped") == 1
+            assert proc.poll() is None
+            proc.send_signal(signal.SIGTERM)  # systemd stopping the service ends the linger
+            assert proc.wait(timeout=60) == 75
+        finally:
+            gate.touch()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+
+
+def test_metrics_linger_0_exits_at_the_notice_without_lingering(tmp_path, env):
+    with ImdsEmulator(instance_id="i-0000000000000a003", instance_type="g5.xlarge", instance_life_cycle="spot") as imds:
+        proc, lines = start_noticed_agent(env, tmp_path, imds, "--metrics-linger", "0")
+        try:
+            url = wait_for(lambda: (event(lines, "metrics") or {}).get("url"), 60, "the metrics line")
+            wait_for(lambda: event(lines, "status"), 30, "the agent idle")
+            imds.spot_interruption("terminate", lead_seconds=90)
+            assert proc.wait(timeout=60) == 75
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+    wait_for(lambda: event(lines, "summary"), 10, "the summary line read")
+    assert event(lines, "metrics-linger") is None
+    with pytest.raises(OSError):
+        urllib.request.urlopen(url, timeout=5)
+
+
+def test_the_linger_follows_a_stop_notice_only_and_ends_by_its_deadline():
+    from gpucloud.agent.metrics import DEFAULT_LINGER_SECONDS, linger_seconds
+    from gpucloud.commands.agent import agent
+
+    spot = spot_notice()
+    now = spot.received_at
+    assert linger_seconds(30, spot, now) == 30
+    assert linger_seconds(600, spot, now) == spot.deadline - now
+    assert linger_seconds(30, spot, spot.deadline + 1) == 0  # past the deadline: the node may be gone
+    assert linger_seconds(0, spot, now) == 0
+    assert linger_seconds(30, None, now) == 0  # idle exit, --exit-after-attempts
+    sigterm = Notice("sigterm", "signal", now + 30, now, "sigterm-x", "SIGTERM")
+    assert linger_seconds(30, sigterm, now) == 0  # the operator wants the process gone
+    (option,) = [p for p in agent.params if p.name == "metrics_linger"]
+    assert option.default == DEFAULT_LINGER_SECONDS == 30  # two scrapes at the monitor's 15 s interval

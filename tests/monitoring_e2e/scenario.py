@@ -4,7 +4,7 @@
   counters file the image ships (``gpucloud.monitoring.dcgm_fields``);
 * the real node_exporter reading a fixture sysfs with the instance type's EFA devices;
 * a real ``gpucloud agent`` on its own IMDS emulator (the node: an EC2 instance id, a spot instance),
-  serving ``/metrics``, running a real ``spot-train`` attempt (torchrun, 1 rank, gloo) of the example
+  serving ``/metrics`` (the EFA counters from the same fixture sysfs), running a real ``spot-train`` attempt (torchrun, 1 rank, gloo) of the example
   training script held at a step boundary (``tests/agent/gated_train.py``) until the test opens the
   gate;
 * a real Prometheus scraping the three every second, with the rules ``gpucloud monitoring render``
@@ -54,7 +54,9 @@ class AgentProcess:
         return "\n".join(json.dumps(line) for line in self.lines) + "\n" + "".join(self.stderr)[-3000:]
 
 
-def start_agent(env: dict[str, str], work: Path, emulator: ImdsEmulator) -> AgentProcess:
+def start_agent(env: dict[str, str], work: Path, emulator: ImdsEmulator, *, sysfs: Path, linger: float) -> AgentProcess:
+    """The node's agent; it reads the EFA counters from the fixture ``sysfs`` and, after the notice,
+    keeps /metrics up ``linger`` seconds (or until SIGTERM)."""
     argv = [
         *CLI,
         "agent",
@@ -76,6 +78,10 @@ def start_agent(env: dict[str, str], work: Path, emulator: ImdsEmulator) -> Agen
         "0",
         "--metrics-address",
         "127.0.0.1",
+        "--metrics-linger",
+        f"{linger:g}",
+        "--sysfs-root",
+        str(sysfs),
         "--output",
         "json",
     ]
@@ -175,8 +181,11 @@ def write_prometheus_files(directory: Path, files: dict[str, str], targets: list
 
 
 @contextlib.contextmanager
-def monitored_node(work: Path, env: dict[str, str], *, instance_type: str = "p5.48xlarge") -> Iterator[MonitoredNode]:
-    """Everything above, running; the attempt is held at the gate until ``open_gate``. Stops all on exit."""
+def monitored_node(
+    work: Path, env: dict[str, str], *, instance_type: str = "p5.48xlarge", linger: float = 600.0
+) -> Iterator[MonitoredNode]:
+    """Everything above, running; the attempt is held at the gate until ``open_gate``. Stops all on exit.
+    After a notice the agent keeps /metrics up ``linger`` seconds (bounded by the notice's deadline)."""
     from gpucloud.monitoring.dcgm_fields import counters_csv
     from gpucloud.monitoring.names import AGENT_JOB, DCGM_JOB, NODE_JOB
     from gpucloud.monitoring.prometheus_config import StaticTarget
@@ -199,7 +208,7 @@ def monitored_node(work: Path, env: dict[str, str], *, instance_type: str = "p5.
         emulator = stack.enter_context(
             ImdsEmulator(instance_id=INSTANCE_ID, instance_type=instance_type, instance_life_cycle="spot")
         )
-        agent = start_agent(env, work, emulator)
+        agent = start_agent(env, work, emulator, sysfs=sysfs, linger=linger)
         stack.callback(_stop, agent.proc, gate)
         dcgm = stack.enter_context(FixtureExporter(served_text(recording(NODES[instance_type]), counters_csv())))
         node_exporter = stack.enter_context(NodeExporter(sysfs, work / "node_exporter.log"))

@@ -3,10 +3,10 @@
 A real Prometheus on 127.0.0.1 scrapes, every second, a p5.48xlarge node made of a real
 ``gpucloud agent`` running a real ``spot-train`` attempt (torchrun, gloo, the example training
 script), the real node_exporter over a sysfs of 32 EFA devices, and the fixture dcgm-exporter serving
-a recorded p5 scrape with the counters file the image ships (``scenario.py``). The node's IMDS then
-announces a spot interruption. Once Prometheus has scraped the agent with the notice counted, every
-expression ``gpucloud.monitoring.all_expressions`` lists is evaluated at that instant through the
-HTTP API (range-vector expressions as written, Grafana's variables replaced by the node's values):
+a recorded p5 scrape with the counters file the image ships (``scenario.py``); the agent reads the
+same sysfs's EFA counters. Every expression ``gpucloud.monitoring.all_expressions`` lists is evaluated
+through the HTTP API (range-vector expressions as written, Grafana's variables replaced by the node's
+values) at two instants: while the attempt runs, and once the notice and its commit were scraped:
 
 * an expression that returns samples passes;
 * one that returns nothing passes only if it waits for an event this run did not have (an XID, a
@@ -14,13 +14,17 @@ HTTP API (range-vector expressions as written, Grafana's variables replaced by t
   matches on must be on them (``xid``/``clock_event`` appear with their events only). A panel or
   rule that queries a metric nothing exports, or a label no exporter sets, fails here.
 
-Then the gate opens: the rank saves at the notice, the attempt is requeued and the agent exits 75.
+The gate opens at the notice: the rank saves, the attempt is requeued and the agent prints its summary
+(exit code 75), then keeps serving /metrics (``--metrics-linger``): Prometheus scrapes the notice, its
+commit and the emergency save after the attempt ended, and SIGTERM ends the agent with 75.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -40,20 +44,6 @@ pytestmark = [
 
 # Labels that exist only with their events (dcgm-exporter's expcollector.go): absent from a healthy node.
 EVENT_LABELS = {"DCGM_EXP_XID_ERRORS_COUNT": {"xid"}, "DCGM_EXP_CLOCK_EVENTS_COUNT": {"clock_event"}}
-# What the cluster dashboard reads and an EFA device does not export: EFA has no InfiniBand PMA port
-# counters, so node_exporter's infiniband collector exports its info, state and rate but no traffic,
-# errors or link events for rdmap* devices (node_exporter PR #3670; the counters are in the EFA driver's
-# ports/1/hw_counters, https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-working-monitor.html).
-# The fixture sysfs is faithful to that, so these panels are empty on the node as they would be on a
-# p5. Listed so that the test fails when one starts returning data (then remove it here), and fails on
-# any other metric nothing exports.
-KNOWN_UNEXPORTED = {
-    "node_infiniband_port_data_received_bytes_total",
-    "node_infiniband_port_data_transmitted_bytes_total",
-    "node_infiniband_port_errors_received_total",
-    "node_infiniband_port_discards_received_total",
-    "node_infiniband_link_downed_total",
-}
 
 
 @pytest.fixture
@@ -98,18 +88,39 @@ def test_every_dashboard_and_rule_expression_reads_what_the_node_exports(tmp_pat
             180,
             f"Prometheus to scrape the agent running the attempt\n{agent.output()}",
         )
-        wait_until(
+        running = wait_until(
             lambda: held_marker(node.gate).exists() and prom.query("gpucloud_training_step > 0"),
             120,
             f"the rank at the gate (after step {GATE_AFTER_STEP}) and its step in Prometheus\n{agent.output()}",
         )
+        running_at = float(running[0]["value"][0])
+        # The notice, and the run goes on as on the node: the rank saves, the job is requeued, the
+        # agent prints its summary (exit code 75) within seconds, then keeps /metrics up (--metrics-linger).
         node.emulator.spot_interruption("terminate", lead_seconds=120)
-        noticed = wait_until(
-            lambda: prom.query('gpucloud_notices_total{kind="spot-interruption"} > 0'),
-            60,
-            f"Prometheus to scrape the notice\n{agent.output()}",
+        node.open_gate()
+        wait_until(
+            lambda: any(line.get("event") == "summary" for line in agent.lines),
+            120,
+            f"the attempt to end and the agent to print its summary\n{agent.output()}",
         )
-        at = float(noticed[0]["value"][0])
+        ended_at = time.time()
+        # Prometheus still scrapes the agent after its work ended: the notice, its commit and the
+        # emergency save, in one scrape taken after the summary line.
+        after = wait_until(
+            lambda: prom.query(
+                # timestamp() of a bare selector: the scrape's time (of anything else: the query's)
+                f"timestamp(gpucloud_notice_to_commit_seconds_count) > {ended_at:.3f}"
+                " and on (instance_id) (gpucloud_notice_to_commit_seconds_count == 1)"
+                ' and on (instance_id) (gpucloud_notices_total{kind="spot-interruption"} == 1)'
+                ' and on (instance_id) (gpucloud_checkpoint_save_seconds_count{kind="emergency"} > 0)'
+            ),
+            60,
+            f"Prometheus to scrape the notice and its commit after the attempt ended\n{agent.output()}",
+        )
+        at = float(after[0]["value"][0])
+        summary = next(line for line in agent.lines if line.get("event") == "summary")
+        assert (summary["stopped_by"], summary["exit_code"]) == ("spot-interruption", 75), summary
+        assert agent.proc.poll() is None, "the agent lingers with /metrics up"
         up = {s["metric"]["job"]: s["value"][1] for s in prom.query("up", at=at)}
         assert up == {"dcgm-exporter": "1", "node-exporter": "1", "gpucloud-agent": "1"}, up
         # Every series of the node carries its instance id and group, the agent's own included (the
@@ -120,37 +131,37 @@ def test_every_dashboard_and_rule_expression_reads_what_the_node_exports(tmp_pat
         }, labelled
         assert {s["metric"]["job"] for s in labelled} == set(up)
 
-        start = at - 600
         label_names: dict[str, set[str]] = {}
         for series in prom.api(
-            "series", **{"match[]": '{__name__=~".+"}', "start": f"{start:.3f}", "end": f"{at:.3f}"}
+            "series", **{"match[]": '{__name__=~".+"}', "start": f"{running_at - 600:.3f}", "end": f"{at:.3f}"}
         ):
             label_names.setdefault(series["__name__"], set()).update(k for k in series if k != "__name__")
 
         expressions = expressions_in(node.files, grafana_values(node.node_group))
         assert {e.raw for e in expressions} == set(all_expressions(node.files))
         assert {e.kind for e in expressions} == {"rule", "panel", "variable"}, "rules and both dashboards"
-        returned, waiting, failures, gaps = [], [], [], set()
+        # An expression returns data while the attempt ran (held at the gate), or once its notice and
+        # commit were scraped.
+        returned, waiting, failures = [], [], []
         for e in expressions:
-            if prom.query(e.promql, at=at):
+            if prom.query(e.promql, at=running_at) or prom.query(e.promql, at=at):
                 returned.append(e)
                 continue
-            problems = unexported(e.promql, label_names)
-            gaps |= {metric for metric, _ in problems if metric in KNOWN_UNEXPORTED}
-            if unknown := [f"{metric}: {why}" for metric, why in problems if metric not in KNOWN_UNEXPORTED]:
-                failures.append(f"{e.file} {e.kind} {e.where!r}: {e.raw}\n    -> {'; '.join(unknown)}")
-            elif not problems:
+            if problems := unexported(e.promql, label_names):
+                failures.append(
+                    f"{e.file} {e.kind} {e.where!r}: {e.raw}\n    -> " + "; ".join(f"{m}: {w}" for m, w in problems)
+                )
+            else:
                 waiting.append(e)
         assert not failures, "expressions that read what no exporter exports:\n" + "\n".join(failures)
-        assert gaps == KNOWN_UNEXPORTED, (
-            f"these now have series: remove them from KNOWN_UNEXPORTED: {KNOWN_UNEXPORTED - gaps}"
-        )
+        efa = [e for e in returned if "gpucloud_efa_" in e.raw]
+        assert len(efa) >= 2, "the EFA throughput and error panels read the agent's EFA counters"
         assert len(returned) > len(waiting), f"most expressions should return data; empty: {waiting}"
         print(
             f"\n{len(returned)} of {len(expressions)} expressions returned data; waiting for an event: "
             + ", ".join(sorted({e.where for e in waiting}))
         )
 
-        # The run goes on as it would on the node: the rank saves at the notice, the job is requeued.
-        node.open_gate()
-        assert agent.proc.wait(timeout=120) == 75, agent.output()
+        # SIGTERM ends the linger; the exit code is still the notice's.
+        agent.proc.send_signal(signal.SIGTERM)
+        assert agent.proc.wait(timeout=60) == 75, agent.output()

@@ -36,6 +36,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from gpucloud import control
+from gpucloud.agent.efa_metrics import EfaCollector
 from gpucloud.errors import UserError
 from gpucloud.jobs.model import JobState, NodeState
 from gpucloud.jobs.report import steps_lost
@@ -58,7 +59,22 @@ OFFLINE_ADDRESS = "127.0.0.1"  # a laptop does not publish an unauthenticated en
 CLUSTER_ADDRESS = "0.0.0.0"
 NOTICE_TO_COMMIT_BUCKETS = (1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0)
 NOTICE_KINDS: tuple[str, ...] = get_args(NoticeKind)
+# After a notice stopped the agent, /metrics stays up this long (``--metrics-linger``): two scrapes at
+# the monitor's 15 s interval (infra/monitoring_plan.py), so Prometheus sees the notice, the emergency
+# save and notice-to-commit, which all happen in the ~2 s before the agent would otherwise exit.
+DEFAULT_LINGER_SECONDS = 30.0
 _SEEN_NOTICES = 1024  # event ids remembered for deduplication (a hub already deduplicates; this is cheap)
+
+
+def linger_seconds(requested: float, notice: Notice | None, now: float) -> float:
+    """How long /metrics outlives the agent's work: ``requested`` after a stop notice, never past the
+    notice's deadline (the node may be gone then). None after an idle exit or ``--exit-after-attempts``
+    (nothing happened that a scrape must see), nor after SIGTERM/SIGINT (the operator, or systemd
+    stopping the service, wants the process gone)."""
+    if notice is None or notice.kind == "sigterm" or requested <= 0:
+        return 0.0
+    left = notice.seconds_left(now)
+    return max(0.0, requested if left is None else min(requested, left))
 
 
 def default_address(identity: NodeIdentity) -> str:
@@ -309,20 +325,25 @@ class _Collector(Collector):
         return self.node.families()
 
 
-def registry_for(node: NodeMetrics) -> CollectorRegistry:
-    """A registry of our own with the node's collector (the default one would add this process's
-    python_* and process_* series, which node_exporter covers for the whole node)."""
+def registry_for(node: NodeMetrics, *, sysfs: Path | None = None) -> CollectorRegistry:
+    """A registry of our own with the node's collector and, given ``sysfs`` (the root node_exporter's
+    ``--path.sysfs`` would get), the EFA devices' counters (``efa_metrics``). Not the default registry,
+    which would add this process's python_* and process_* series, which node_exporter covers for the
+    whole node."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector(node))
+    if sysfs is not None:
+        registry.register(EfaCollector(node.labels, sysfs))
     return registry
 
 
 class MetricsServer:
     """``/metrics`` over HTTP in a daemon thread (prometheus_client's WSGI server)."""
 
-    def __init__(self, node: NodeMetrics, *, address: str, port: int) -> None:
+    def __init__(self, node: NodeMetrics, *, address: str, port: int, sysfs: Path | None = None) -> None:
         try:
-            self._server, self._thread = start_http_server(port, addr=address, registry=registry_for(node))
+            registry = registry_for(node, sysfs=sysfs)
+            self._server, self._thread = start_http_server(port, addr=address, registry=registry)
         except OSError as err:
             reason = err.strerror or str(err)
             raise UserError(
@@ -344,15 +365,20 @@ class MetricsServer:
 
 
 def serve(
-    node: NodeMetrics, *, address: str, port: int | None, default_port: int = DEFAULT_PORT
+    node: NodeMetrics,
+    *,
+    address: str,
+    port: int | None,
+    default_port: int = DEFAULT_PORT,
+    sysfs: Path | None = None,
 ) -> tuple[MetricsServer | None, str | None]:
     """The server, or (None, why) when the *default* port cannot be bound: the agent then runs on
     without /metrics (several agents on one host, each a "node" of a local fleet; Prometheus then
     reports the target down). A port asked for (``port`` not None) that cannot be bound is the
     UserError: the operator chose it and must choose again."""
     if port is not None:
-        return MetricsServer(node, address=address, port=port), None
+        return MetricsServer(node, address=address, port=port, sysfs=sysfs), None
     try:
-        return MetricsServer(node, address=address, port=default_port), None
+        return MetricsServer(node, address=address, port=default_port, sysfs=sysfs), None
     except UserError as err:
         return None, f"{err}; the agent runs without /metrics"

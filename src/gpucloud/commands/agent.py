@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from gpucloud.commands.spot_train import print_event, supervisor_config, supervisor_options
 from gpucloud.errors import UserError
 from gpucloud.output import json_line, output_option, print_table
+
+if TYPE_CHECKING:
+    from gpucloud.agent.loop import AgentSummary
+    from gpucloud.signals.hub import SignalHub
 
 EPILOG = """\b
 Examples:
@@ -44,6 +49,10 @@ dcgm-exporter's 9400) at --metrics-address (default: every interface on an EC2 i
 the security group admits the monitor only; 127.0.0.1 off EC2). --metrics-port 0 takes any free
 port; the first status line (`"event": "metrics"` with -o json) names the URL. --no-metrics: none.
 Another process on the default port: a warning, and the agent runs on without /metrics.
+After a stop notice the agent does its work first (commit, requeue, lifecycle action, summary
+line), then keeps /metrics up for --metrics-linger seconds (default 30: two 15 s scrapes; never
+past the notice's deadline) so Prometheus sees the notice and the save; SIGTERM ends the wait.
+The EFA devices' counters (gpucloud_efa_*) are read from /sys/class/infiniband at each scrape.
 What it serves: docs/monitoring.md.
 \b
 Exit codes: 0 idle exit or --exit-after-attempts reached; 75 stopped by an interruption notice.
@@ -122,6 +131,20 @@ Exit codes: 0 idle exit or --exit-after-attempts reached; 75 stopped by an inter
     help="Address /metrics listens on (default: 0.0.0.0 on an EC2 instance, 127.0.0.1 off EC2).",
 )
 @click.option("--no-metrics", is_flag=True, help="Serve no /metrics.")
+@click.option(
+    "--metrics-linger",
+    type=click.FloatRange(min=0.0),
+    default=30.0,  # gpucloud.agent.metrics.DEFAULT_LINGER_SECONDS (not imported: `gpucloud --help` stays light)
+    show_default=True,
+    metavar="SECONDS",
+    envvar="GPUCLOUD_METRICS_LINGER",
+    show_envvar=True,
+    help="After a stop notice, keep /metrics up this long once the attempt is saved and requeued (at most "
+    "until the notice's deadline), so the notice is scraped. 0: exit at once. Not after SIGTERM.",
+)
+@click.option(  # the EFA counters' sysfs root: tests point it at a fixture tree
+    "--sysfs-root", type=click.Path(file_okay=False, path_type=Path), default="/sys", hidden=True
+)
 @output_option()
 def agent(
     queue_uri,
@@ -145,6 +168,8 @@ def agent(
     metrics_port,
     metrics_address,
     no_metrics,
+    metrics_linger,
+    sysfs_root,
     output,
 ) -> int:
     """Run this node's share of queued jobs: claim a gang slot, wait for the gang, run the attempt
@@ -153,7 +178,7 @@ def agent(
     from gpucloud.agent.asg_hooks import OfflineHooks, hooks_for
     from gpucloud.agent.identity import discover
     from gpucloud.agent.loop import Agent, AgentOptions
-    from gpucloud.agent.metrics import NodeLabels, NodeMetrics, default_address, serve
+    from gpucloud.agent.metrics import NodeLabels, NodeMetrics, default_address, linger_seconds, serve
     from gpucloud.agent.node_groups import NodeGroups
     from gpucloud.jobs.node import start_signal_hub
     from gpucloud.queue.locations import open_queue
@@ -188,14 +213,22 @@ def agent(
 
             watcher = watch_events_queue(events_queue, queue, hooks, node_lease=slot_lease, worker=identity.worker)
         if not no_metrics:  # after every other option is known good: a refused one prints no URL first
-            server, why_not = serve(metrics, address=metrics_address or default_address(identity), port=metrics_port)
+            server, why_not = serve(
+                metrics, address=metrics_address or default_address(identity), port=metrics_port, sysfs=sysfs_root
+            )
             if server is None:
                 click.echo(f"gpucloud: warning: {why_not}", err=True)
             else:
                 status({"event": "metrics", "worker": identity.worker, "url": server.url, "port": server.port})
-        summary = Agent(
+        node_agent = Agent(
             queue, identity, hub, hooks, config, options, status=status, on_event=print_event, metrics=metrics
-        ).run()
+        )
+        summary = node_agent.run()
+        _print_summary(summary, output)
+        linger = linger_seconds(metrics_linger, node_agent.stop_notice, time.time()) if server else 0.0
+        if linger > 0:
+            status({"event": "metrics-linger", "worker": identity.worker, "seconds": round(linger, 1)})
+            _linger(hub, linger)
     finally:
         if server is not None:
             server.close()
@@ -203,6 +236,10 @@ def agent(
             watcher.stop()
         hub.stop()
         queue.close()
+    return summary.exit_code
+
+
+def _print_summary(summary: AgentSummary, output: str) -> None:
     ran = [
         {
             "job_id": r.job_id,
@@ -230,7 +267,16 @@ def agent(
             ["job", "attempt", "slot", "nodes", "ended", "exit code"],
             [[r["job_id"], r["attempt"], f"{r['slot']}", r["nodes"], r["state"], r["exit_code"]] for r in ran],
         )
-    return summary.exit_code
+
+
+def _linger(hub: SignalHub, seconds: float) -> None:
+    """Wait ``seconds`` with /metrics still served (the caller's ``finally`` closes it), or until
+    SIGTERM/SIGINT, which the still-running hub turns into a notice."""
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        notice = hub.get(left)
+        if notice is not None and notice.kind == "sigterm":
+            return
 
 
 def _attempts_limit(exit_after: int | None, deprecated: int | None) -> int | None:
@@ -257,6 +303,11 @@ def _json_line(status: dict[str, Any]) -> None:
 def _human_line(status: dict[str, Any]) -> None:
     if status.get("event") == "metrics":
         click.echo(f"gpucloud: agent {status['worker']} serves metrics on {status['url']}", err=True)
+        return
+    if status.get("event") == "metrics-linger":
+        click.echo(
+            f"gpucloud: agent {status['worker']} keeps /metrics up {status['seconds']:g}s for a last scrape", err=True
+        )
         return
     where = f" {status['job_id']} attempt {status['attempt']} slot {status['slot']}" if status.get("job_id") else ""
     extra = "".join(

@@ -48,10 +48,13 @@ NODE_BASE_SERIES = 700  # node_exporter's default collectors on a GPU host, less
 NODE_SERIES_PER_VCPU = 12  # node_cpu_seconds_total (8 modes), cpufreq, softnet, ...
 INFINIBAND_SERIES_PER_EFA = 5  # node_infiniband_* port counters, per EFA device (4 measured)
 AGENT_SERIES = 120  # the agent's /metrics: histogram buckets, counters, the state gauge (99 measured)
+# The agent's gpucloud_efa_* per EFA device: the driver's 22 port counters (agent/efa_metrics.py), exact.
+AGENT_SERIES_PER_EFA = 22
 
 
 class ServicePrices(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # "ignore": the same file also holds the network/storage prices infra/cost.py reads
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
     as_of: datetime.date
     region: str
@@ -77,9 +80,9 @@ def monitor_instance_types() -> list[str]:
 
 def series_per_node(itype: InstanceType) -> int:
     """Series one node of this type exports: dcgm-exporter per GPU, node_exporter (CPUs and the EFA
-    devices' infiniband counters), and the agent."""
+    devices' infiniband info and state), and the agent (its own, and the EFA devices' counters)."""
     node = NODE_BASE_SERIES + NODE_SERIES_PER_VCPU * itype.vcpus + INFINIBAND_SERIES_PER_EFA * itype.max_efa_interfaces
-    return DCGM_SERIES_PER_GPU * itype.gpus + node + AGENT_SERIES
+    return DCGM_SERIES_PER_GPU * itype.gpus + node + AGENT_SERIES + AGENT_SERIES_PER_EFA * itype.max_efa_interfaces
 
 
 def cluster_series(groups: Iterable[tuple[InstanceType, int]]) -> int:

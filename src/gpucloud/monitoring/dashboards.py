@@ -37,7 +37,7 @@ RATE = "$__rate_interval"
 
 # The nodes the cluster dashboard shows (both variables allow "All").
 NODES = 'node_group=~"$node_group", instance_id=~"$instance_id"'
-EFA = NODES + ', device=~"rdmap.*"'  # EFA devices in node_exporter's infiniband collector
+EFA = NODES + ', device=~"rdmap.*"'  # EFA devices in node_exporter's infiniband collector (state only)
 # One series per node that runs the chosen job, valued 1: multiply a node series by it to keep the
 # job's nodes and give them the job_id label.
 ON_JOB = (
@@ -241,35 +241,58 @@ def cluster_dashboard(cluster: str) -> dmodel.Dashboard:
                 "EFA throughput per node",
                 [
                     (
-                        f"sum by (instance_id) (rate(node_infiniband_port_data_received_bytes_total{{{EFA}}}[{RATE}]))",
+                        f"sum by (instance_id) (rate(gpucloud_efa_rx_bytes_total{{{NODES}}}[{RATE}]))",
                         "{{instance_id}} received",
                     ),
                     (
-                        f"sum by (instance_id) (rate(node_infiniband_port_data_transmitted_bytes_total{{{EFA}}}[{RATE}]))",
+                        f"sum by (instance_id) (rate(gpucloud_efa_tx_bytes_total{{{NODES}}}[{RATE}]))",
                         "{{instance_id}} sent",
+                    ),
+                    (
+                        f"sum by (instance_id) (rate(gpucloud_efa_rdma_read_bytes_total{{{NODES}}}[{RATE}]))",
+                        "{{instance_id}} RDMA read",
+                    ),
+                    (
+                        f"sum by (instance_id) (rate(gpucloud_efa_rdma_write_bytes_total{{{NODES}}}[{RATE}]))",
+                        "{{instance_id}} RDMA write",
                     ),
                 ],
                 unit="Bps",
-                description="node_exporter's infiniband collector over the rdmap* (EFA) devices.",
+                description="The EFA driver's port counters (hw_counters), exported by the gpucloud agent: "
+                "node_exporter's infiniband collector has no traffic counters for EFA devices.",
             )
         )
         .with_panel(
             _timeseries(
-                "EFA errors and discards per node",
+                "EFA errors and retransmissions per node",
                 [
                     (
-                        f"sum by (instance_id) (rate(node_infiniband_port_errors_received_total{{{EFA}}}[{RATE}]))",
-                        "{{instance_id}} receive errors",
+                        f"sum by (instance_id) (rate(gpucloud_efa_rx_drops_total{{{NODES}}}[{RATE}]))",
+                        "{{instance_id}} receive drops",
                     ),
                     (
-                        f"sum by (instance_id) (rate(node_infiniband_port_discards_received_total{{{EFA}}}[{RATE}]))",
-                        "{{instance_id}} receive discards",
+                        f"sum by (instance_id) (rate(gpucloud_efa_rdma_read_wr_err_total{{{NODES}}}[{RATE}])"
+                        f" + rate(gpucloud_efa_rdma_write_wr_err_total{{{NODES}}}[{RATE}]))",
+                        "{{instance_id}} RDMA work request errors",
                     ),
                     (
-                        f"sum by (instance_id) (increase(node_infiniband_link_downed_total{{{EFA}}}[{RATE}]))",
-                        "{{instance_id}} links downed",
+                        f"sum by (instance_id) (rate(gpucloud_efa_retrans_pkts_total{{{NODES}}}[{RATE}]))",
+                        "{{instance_id}} retransmitted packets",
+                    ),
+                    (
+                        f"sum by (instance_id) (increase(gpucloud_efa_retrans_timeout_events_total{{{NODES}}}[{RATE}]))",
+                        "{{instance_id}} retransmit timeouts",
+                    ),
+                    (
+                        f"sum by (instance_id) (increase(gpucloud_efa_unresponsive_remote_events_total{{{NODES}}}[{RATE}]))",
+                        "{{instance_id}} unresponsive peers",
+                    ),
+                    (
+                        f"sum by (instance_id) (increase(gpucloud_efa_impaired_remote_conn_events_total{{{NODES}}}[{RATE}]))",
+                        "{{instance_id}} impaired connections",
                     ),
                 ],
+                description="Per second (drops, errors, retransmissions) or per interval (events), summed over the node's EFA devices.",
             )
         )
         .with_panel(

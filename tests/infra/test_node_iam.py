@@ -99,8 +99,37 @@ def test_every_group_waits_for_the_node_policy(monkeypatch) -> None:
     assert all(order.index(policy.urn) < order.index(asg.urn) for asg in asgs)
 
 
-def test_only_a_capacity_block_stack_may_describe_instances(previews) -> None:
-    """agent/events_handler.py looks up a block's instances at its expiry warning (DescribeInstances)."""
+def test_only_a_capacity_block_stack_may_describe_other_instances(previews) -> None:
+    """agent/events_handler.py looks up a block's instances at its expiry warning (DescribeInstances);
+    every stack's agent describes its own instance for its volumes and interfaces (job tags)."""
     for stack, expected in (("p5-capacity-block", True), ("p4d-spot", False), ("dev", False)):
-        actions = {a for s in statements(previews[stack]) for a in s["Action"]}
-        assert ("ec2:DescribeInstances" in actions) is expected, stack
+        sids = {s["Sid"] for s in statements(previews[stack]) if "ec2:DescribeInstances" in s["Action"]}
+        assert ("FindBlockInstances" in sids) is expected, stack
+        assert "FindOwnAttachments" in sids, stack
+
+
+@pytest.mark.parametrize("stack", ["dev", "p4d-spot", "p5-capacity-block"])
+def test_nodes_may_set_only_the_job_id_tag_and_only_on_this_clusters_resources(previews, stack: str) -> None:
+    """agent/job_tags.py: CreateTags/DeleteTags of gpucloud:job-id on the node's instance, volumes and
+    interfaces, which the launch template tags with the cluster; no other key, no other resource, and
+    never a DeleteTags without tags (which would delete every user tag)."""
+    preview = previews[stack]
+    [tagging] = [s for s in statements(preview) if {"ec2:CreateTags", "ec2:DeleteTags"} & set(s["Action"])]
+    assert sorted(tagging["Action"]) == ["ec2:CreateTags", "ec2:DeleteTags"]
+    assert tagging["Resource"] == [
+        f"arn:aws:ec2:us-east-1:123456789012:{kind}/*" for kind in ("instance", "volume", "network-interface")
+    ]
+    templates = [r for r in preview.resources if r.type == "aws:ec2/launchTemplate:LaunchTemplate"]
+    tagged = [{spec["resourceType"]: spec["tags"] for spec in t.inputs["tagSpecifications"]} for t in templates]
+    [cluster] = {t[kind]["gpucloud:cluster"] for t in tagged for kind in ("instance", "volume", "network-interface")}
+    assert cluster and tagging["Condition"] == {
+        "StringEquals": {"aws:ResourceTag/gpucloud:cluster": cluster},
+        "ForAllValues:StringEquals": {"aws:TagKeys": ["gpucloud:job-id"]},
+        "Null": {"aws:TagKeys": "false"},
+    }
+
+
+def test_the_runtime_makes_the_tag_calls_it_is_granted() -> None:
+    runtime = (SRC / "agent" / "job_tags.py").read_text()
+    assert ".describe_instances(InstanceIds=[self.instance_id])" in runtime
+    assert ".create_tags(" in runtime and ".delete_tags(" in runtime and "Tags=[{" in runtime

@@ -17,6 +17,7 @@ import pulumi
 import pulumi_aws as aws
 
 from gpucloud.agent.backlog_metric import NAMESPACE as METRIC_NAMESPACE
+from gpucloud.agent.job_tags import JOB_TAG
 from gpucloud.infra.tags import CLUSTER_TAG, STACK_TAG, Tagging
 
 SSM_CORE_POLICY = "policy/AmazonSSMManagedInstanceCore"
@@ -54,6 +55,35 @@ class GroupScope:
                 f"autoscaling:ResourceTag/{CLUSTER_TAG}": self.cluster,
             }
         }
+
+    def job_tag_statements(self) -> list[dict[str, Any]]:
+        """The agent's ``gpucloud:job-id`` tag (``agent/job_tags.py``): DescribeInstances on itself for
+        its volumes and interfaces; CreateTags/DeleteTags only on this cluster's instances, volumes and
+        interfaces (the launch template tags all three with ``gpucloud:cluster``), and only that key.
+
+        ``aws:TagKeys`` with ``ForAllValues`` is true for a request that names no key at all, and a
+        DeleteTags without tags deletes every user tag of the resources; the ``Null`` condition
+        refuses such a request. Condition keys of CreateTags/DeleteTags:
+        https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonec2.html and
+        https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/supported-iam-actions-tagging.html
+        """
+        ec2 = self.group_arn_pattern.split(":autoscaling:", 1)
+        arn = f"{ec2[0]}:ec2:{ec2[1].split(':autoScalingGroup', 1)[0]}"  # arn:<partition>:ec2:<region>:<account>
+        return [
+            # Describe actions take no resource-level permission ("*" only); read-only.
+            {"Sid": "FindOwnAttachments", "Effect": "Allow", "Action": ["ec2:DescribeInstances"], "Resource": ["*"]},
+            {
+                "Sid": "JobTags",
+                "Effect": "Allow",
+                "Action": ["ec2:CreateTags", "ec2:DeleteTags"],
+                "Resource": [f"{arn}:{kind}/*" for kind in ("instance", "volume", "network-interface")],
+                "Condition": {
+                    "StringEquals": {f"aws:ResourceTag/{CLUSTER_TAG}": self.cluster},
+                    "ForAllValues:StringEquals": {"aws:TagKeys": [JOB_TAG]},
+                    "Null": {"aws:TagKeys": "false"},
+                },
+            },
+        ]
 
 
 # What the runtime calls (grep src/gpucloud for the boto3 methods; tests/infra/test_node_iam.py
@@ -162,6 +192,8 @@ def node_policy_document(
                 "Action": ["autoscaling:DescribeAutoScalingInstances", "autoscaling:DescribeAutoScalingGroups"],
                 "Resource": ["*"],
             },
+            # The agent of a group member tags its node with the running job (cost allocation).
+            *groups.job_tag_statements(),
         ]
     if agent_package_arn is not None:
         # The bootstrap copies the stack's agent wheel (agent.package = s3://...): that one object.

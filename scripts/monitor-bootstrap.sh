@@ -14,7 +14,7 @@
 set -euo pipefail
 
 ENV_FILE=/etc/gpucloud/monitor.env
-LOG_TAG=gpucloud-monitor
+LOG_TAG="gpucloud-monitor"
 
 log() { logger -t "$LOG_TAG" -- "$*"; echo "$LOG_TAG: $*" >&2; }
 
@@ -170,6 +170,78 @@ CONF
   systemctl enable --now grafana-server.service
 }
 
+# 5. The daily training-efficiency report (docs/cost.md, "The daily report"), when the stack asks for
+#    it (GPUCLOUD_REPORT_SCHEDULE=daily): gpucloud in its own venv, and a systemd timer that writes
+#    `gpucloud report --since 24h --output html` to the bucket's reports/ prefix every day and
+#    publishes the summary to the alert topic.
+REPORT_DIR=/opt/gpucloud-report
+REPORT_SCRIPT=/usr/local/bin/gpucloud-daily-report
+
+install_daily_report() {
+  if [[ "${GPUCLOUD_REPORT_SCHEDULE:-off}" != daily ]]; then log "daily report: off"; return 0; fi
+  : "${GPUCLOUD_QUEUE:?missing in $ENV_FILE}" "${GPUCLOUD_REPORTS:?missing in $ENV_FILE}"
+  : "${GPUCLOUD_ALERT_TOPIC_ARN:?missing in $ENV_FILE}" "${GPUCLOUD_REPORT_PACKAGE:?missing in $ENV_FILE}"
+  DEBIAN_FRONTEND=noninteractive retry apt-get install -y -q python3-venv
+  python3 -m venv "$REPORT_DIR/venv"
+  if [[ "$GPUCLOUD_REPORT_PACKAGE" == s3://* ]]; then
+    # The stack's agent wheelhouse (the nodes' gpucloud); matplotlib, for the charts, from the index.
+    retry aws s3 cp --recursive --only-show-errors --region "$GPUCLOUD_REGION" "$GPUCLOUD_REPORT_PACKAGE" "$REPORT_DIR/wheelhouse/"
+    retry "$REPORT_DIR/venv/bin/pip" install --quiet --find-links "$REPORT_DIR/wheelhouse" "gpucloud[report]"
+  else
+    retry "$REPORT_DIR/venv/bin/pip" install --quiet "$GPUCLOUD_REPORT_PACKAGE"
+  fi
+  write_report_units "${UNIT_DIR:-/etc/systemd/system}" "$REPORT_SCRIPT" "$REPORT_DIR/venv/bin/gpucloud"
+  systemctl daemon-reload
+  systemctl enable --now gpucloud-report.timer
+  log "daily report: $GPUCLOUD_REPORTS every day at 06:00 UTC, summary to $GPUCLOUD_ALERT_TOPIC_ARN"
+}
+
+write_report_units() {  # unit-dir script gpucloud
+  local units="$1" script="$2" gpucloud="$3"
+  cat > "$script" <<'SCRIPT'
+#!/usr/bin/env bash
+# Written by the gpucloud monitor bootstrap: the daily report to S3, its summary to the alert topic.
+set -euo pipefail
+day="$(date -u +%F)"
+summary="$(mktemp)"
+trap 'rm -f "$summary" "$summary.msg"' EXIT
+common=(--queue "$GPUCLOUD_QUEUE" --prometheus http://localhost:9090 --since 24h)
+"$GPUCLOUD_BIN" report "${common[@]}" --output html --out "${GPUCLOUD_REPORTS}${day}.html"
+"$GPUCLOUD_BIN" report "${common[@]}" --output table --out "$summary"
+# The summary is the text before the tables (SNS takes 256 KB; the tables are in the page).
+{ sed '/^$/q' "$summary"; echo "report: ${GPUCLOUD_REPORTS}${day}.html"; } > "$summary.msg"
+aws sns publish --region "$GPUCLOUD_REGION" --topic-arn "$GPUCLOUD_ALERT_TOPIC_ARN" \
+  --subject "gpucloud daily report $day" --message "file://$summary.msg" > /dev/null
+SCRIPT
+  chmod 0755 "$script"
+  cat > "$units/gpucloud-report.service" <<UNIT
+[Unit]
+Description=gpucloud daily training-efficiency report
+After=network-online.target prometheus.service
+Wants=network-online.target
+
+[Service]
+Type=oneshot
+EnvironmentFile=$ENV_FILE
+# The aws CLI is a snap here (fetch_files)
+Environment=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/bin
+Environment=GPUCLOUD_BIN=$gpucloud
+ExecStart=$script
+UNIT
+  cat > "$units/gpucloud-report.timer" <<UNIT
+[Unit]
+Description=gpucloud daily training-efficiency report, every day at 06:00 UTC
+
+[Timer]
+OnCalendar=*-*-* 06:00:00 UTC
+Persistent=true
+RandomizedDelaySec=300
+
+[Install]
+WantedBy=timers.target
+UNIT
+}
+
 main() {
   log "monitor of ${GPUCLOUD_CLUSTER:-the cluster} started"
   mount_data
@@ -179,6 +251,7 @@ main() {
   install_grafana
   start_prometheus
   start_grafana
+  install_daily_report
   log "monitor ready: aws ssm start-session --document-name AWS-StartPortForwardingSession --parameters portNumber=3000,localPortNumber=3000"
 }
 

@@ -44,6 +44,44 @@ ALERTMANAGER_VERSION = "0.28.1"
 GRAFANA_VERSION = "12.1.1"
 
 RenderFiles = Callable[[str], Mapping[str, str]]  # topic ARN -> {relative path: text}
+REPORTS_PREFIX = "reports/"
+
+
+@dataclasses.dataclass(frozen=True)
+class DailyReport:
+    """The daily training-efficiency report (``gpucloud report``; docs/cost.md, "The daily report").
+
+    A stack setting the monitor's bootstrap acts on, not a ``report --schedule`` flag that installs a
+    timer wherever it runs: the monitor is replaced whenever its files change (a timer installed by
+    hand would vanish with it), only the stack can grant the role what the report reads and writes,
+    and only the stack knows the bucket, the topic and the queue."""
+
+    queue_uri: pulumi.Input[str]  # aws://REGION?table=...&queue=... (the report reads the job table)
+    table_arn: pulumi.Input[str]
+    package: str  # the gpucloud to install: the stack's agent wheelhouse (s3://...) or a pip requirement
+
+
+def report_policy_document(bucket_arn: str, table_arn: str) -> dict[str, object]:
+    """What the daily report needs beyond the monitor's own policy (sns:Publish on the topic is
+    there): read the job table (the report's queries, ``queue/aws/backend.py``: GetItem and Query,
+    on the table and its state index), put the page under ``reports/``, and read the wheelhouse."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "ReadJobTable",
+                "Effect": "Allow",
+                "Action": ["dynamodb:GetItem", "dynamodb:Query"],
+                "Resource": [table_arn, f"{table_arn}/index/*"],
+            },
+            {
+                "Sid": "WriteReports",
+                "Effect": "Allow",
+                "Action": ["s3:PutObject"],
+                "Resource": [f"{bucket_arn}/{REPORTS_PREFIX}*"],
+            },
+        ],
+    }
 
 
 @dataclasses.dataclass
@@ -62,6 +100,7 @@ class SelfHostedMonitorArgs:
     render_files: RenderFiles
     topic_name: str
     alert_emails: Sequence[str] = ()
+    report: DailyReport | None = None  # None: no daily report
 
 
 def _file(path: str) -> Callable[[Mapping[str, str]], str]:
@@ -179,6 +218,21 @@ class SelfHostedMonitor(pulumi.ComponentResource):
             ),
             opts=child,
         )
+        if args.report is not None:
+            report = args.report
+            policies = [
+                policy,
+                aws.iam.RolePolicy(
+                    f"{name}-report",
+                    role=self.role.name,
+                    policy=pulumi.Output.all(args.bucket_arn, report.table_arn).apply(
+                        lambda v: json.dumps(report_policy_document(v[0], v[1]))
+                    ),
+                    opts=child,
+                ),
+            ]
+        else:
+            policies = [policy]
         profile = aws.iam.InstanceProfile(f"{name}-profile", role=self.role.name, tags=t.tags("monitor"), opts=child)
 
         zone = aws.ec2.get_subnet_output(id=args.subnet_id, opts=invoke).availability_zone
@@ -205,6 +259,14 @@ class SelfHostedMonitor(pulumi.ComponentResource):
             "GPUCLOUD_ALERTMANAGER_VERSION": ALERTMANAGER_VERSION,
             "GPUCLOUD_GRAFANA_VERSION": GRAFANA_VERSION,
         }
+        if args.report is not None:
+            settings |= {
+                "GPUCLOUD_REPORT_SCHEDULE": "daily",
+                "GPUCLOUD_QUEUE": args.report.queue_uri,
+                "GPUCLOUD_REPORTS": pulumi.Output.concat("s3://", args.bucket_name, "/", REPORTS_PREFIX),
+                "GPUCLOUD_ALERT_TOPIC_ARN": self.topic.arn,
+                "GPUCLOUD_REPORT_PACKAGE": args.report.package,
+            }
         self.instance = aws.ec2.Instance(
             f"{name}-instance",
             ami=image,
@@ -226,7 +288,7 @@ class SelfHostedMonitor(pulumi.ComponentResource):
             user_data_base64=user_data_output(settings, MONITOR_SCRIPT, MONITOR_ENV_FILE),
             user_data_replace_on_change=True,
             tags=t.tags("monitor"),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=policies),
         )
         aws.ec2.VolumeAttachment(
             f"{name}-tsdb-attach",

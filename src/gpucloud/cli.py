@@ -29,6 +29,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Training-efficiency report: cost, utilisation, interruptions and waste per job and node group.",
     ),
     "catalog": ("gpucloud.commands.catalog", "catalog", "Show or refresh the GPU instance catalog."),
+    "sweep": (
+        "gpucloud.commands.sweep",
+        "sweep",
+        "Find (and with --delete, delete) resources gpucloud stacks left in a region.",
+    ),
     "spot-train": (
         "gpucloud.commands.spot_train",
         "spot_train",

@@ -1,0 +1,99 @@
+"""What sweep found: one tagged resource, named by ARN, with the tags that decide its fate."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+from gpucloud.infra.tags import EXPIRES_AT_TAG, KEEP_TAG, STACK_TAG
+
+# Resource kinds sweep knows how to delete, in the order it deletes them: what uses a thing goes
+# before the thing (instances before their subnets, NAT gateways before their addresses, the VPC
+# after everything in it), and buckets last so checkpoints outlive everything that writes them.
+DELETE_ORDER: tuple[str, ...] = (
+    "autoscaling:autoScalingGroup",
+    "ec2:instance",
+    "fsx:file-system",
+    "ec2:launch-template",
+    "ec2:network-interface",
+    "ec2:vpc-endpoint",
+    "ec2:natgateway",
+    "ec2:elastic-ip",
+    "ec2:subnet",
+    "ec2:route-table",
+    "ec2:internet-gateway",
+    "ec2:security-group",
+    "ec2:placement-group",
+    "ec2:vpc",
+    "sqs:queue",
+    "dynamodb:table",
+    "events:rule",
+    "sns:topic",
+    "cloudwatch:alarm",
+    "logs:log-group",
+    "iam:instance-profile",
+    "iam:role",
+    "s3:bucket",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Found:
+    """One resource carrying ``gpucloud:stack``. ``ident`` is what the service's delete call takes."""
+
+    arn: str
+    kind: str  # "service:type", as in DELETE_ORDER (unknown kinds are listed, never deleted)
+    ident: str
+    tags: dict[str, str]
+    created: dt.datetime | None = None
+    region: str | None = None
+    instance_type: str | None = None  # instances: what the hourly cost is looked up by
+    lifecycle: str | None = None  # instances: "spot" or "on-demand"
+
+    @property
+    def stack(self) -> str | None:
+        return self.tags.get(STACK_TAG)
+
+    @property
+    def keep(self) -> bool:
+        return self.tags.get(KEEP_TAG, "").strip().lower() == "true"
+
+    @property
+    def expires_at(self) -> dt.datetime | None:
+        """The ``gpucloud:expires-at`` tag as a time; None when absent or not a time."""
+        text = self.tags.get(EXPIRES_AT_TAG)
+        if not text:
+            return None
+        try:
+            moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.timezone.utc)
+
+
+def kind_from_arn(arn: str) -> tuple[str, str]:
+    """(kind, ident) for an ARN: ``arn:aws:ec2:r:a:vpc/vpc-1`` -> (``ec2:vpc``, ``vpc-1``).
+
+    ARN formats: https://docs.aws.amazon.com/IAM/latest/UserGuide/reference-arns.html
+    """
+    parts = arn.split(":", 5)
+    if len(parts) < 6:
+        return ("unknown", arn)
+    service, resource = parts[2], parts[5]
+    if service == "sqs":
+        return ("sqs:queue", resource)
+    if service == "s3":
+        return ("s3:bucket", resource)
+    if service == "sns":
+        return ("sns:topic", resource)
+    if service in ("cloudwatch", "logs") and ":" in resource:
+        rtype, _, name = resource.partition(":")
+        return (f"{service}:{rtype}", name.removesuffix(":*"))
+    rtype, sep, ident = resource.partition("/")
+    if not sep:
+        return (f"{service}:{rtype}", rtype)
+    if service == "autoscaling":  # autoScalingGroup:uuid:autoScalingGroupName/NAME
+        return ("autoscaling:autoScalingGroup", ident)
+    if service == "iam":  # role/optional/path/NAME: the calls take the name alone
+        return (f"iam:{rtype}", ident.rsplit("/", 1)[-1])
+    return (f"{service}:{rtype}", ident)

@@ -84,7 +84,11 @@ def test_every_rule_file_is_tested():
 
 
 def _mutated(name: str, **changes: str) -> dict[str, str]:
-    alerts = [dataclasses.replace(a, **changes) if a.name == name else a for a in ALERTS]
+    """The rules with ``name``'s changed (``name/severity``: only that severity's rule)."""
+    name, _, severity = name.partition("/")
+    alerts = [
+        dataclasses.replace(a, **changes) if a.name == name and severity in ("", a.severity) else a for a in ALERTS
+    ]
     return {f"rules/{group}.yml": dump(doc) for group, doc in rule_groups(alerts).items()}
 
 
@@ -102,6 +106,14 @@ def _mutated(name: str, **changes: str) -> dict[str, str]:
         # increase() alone does not see a labelled counter born at 1
         ("SpotInterruptionNotice", {"expr": "increase(gpucloud_notices_total[5m]) > 0"}, "SpotInterruptionNotice"),
         ("GpuMemoryHigh", {"for_": "1m"}, "GpuMemoryHigh"),
+        # absent() is one label-less series, for the whole cluster: any node's step hides j-4's missing one
+        (
+            "TrainingStalled/warning",
+            {"expr": "gpucloud_attempt_running == 1 and on () absent(gpucloud_training_step)"},
+            "TrainingStalled",
+        ),
+        # j-5's first step came at 6m: a shorter wait warns about a restore that was merely slow
+        ("TrainingStalled/warning", {"for_": "5m"}, "TrainingStalled"),
     ],
 )
 def test_the_unit_tests_catch_a_wrong_rule(tmp_path, promtool, name, changes, symptom):
@@ -130,10 +142,14 @@ def test_critical_xids_page_and_the_rest_warn():
 
 
 def test_spot_notices_are_info_and_hardware_faults_page():
-    severity = {a.name: a.severity for a in ALERTS if a.name != "GpuXidError"}
+    severity = {a.name: a.severity for a in ALERTS if a.name not in ("GpuXidError", "TrainingStalled")}
     assert severity["SpotInterruptionNotice"] == "info"
-    for name in ("GpuEccDoubleBit", "GpuRowRemapFailure", "TrainingStalled", "NodeAgentDown"):
+    for name in ("GpuEccDoubleBit", "GpuRowRemapFailure", "NodeAgentDown"):
         assert severity[name] == "critical"
+    # a step that stopped moving pages; no step at all warns (a long setup or a script without the session)
+    stalled = {a.severity: a.expr for a in ALERTS if a.name == "TrainingStalled"}
+    assert set(stalled) == {"critical", "warning"}
+    assert "unless on (instance_id, job_id) gpucloud_training_step" in stalled["warning"]
 
 
 def test_an_unknown_severity_is_refused():

@@ -206,6 +206,29 @@ ALERTS: tuple[Alert, ...] = (
             "(`gpucloud job cancel JOB`) and `gpucloud job resume JOB` to restart from its last checkpoint."
         ),
     ),
+    # The same alert before the first step: gpucloud_training_step appears only once the session restored
+    # (or started fresh) and reported a step, so a hang in the rendezvous, NCCL's init or the restore never
+    # has a step that could stop moving. `unless on (...)` keeps the running attempts with no step series
+    # at all (absent() cannot: it returns one label-less series, nothing to join on instance_id). A warning,
+    # not a page: a long --setup, or a script that does not use gpucloud's session (it never reports a
+    # step), looks the same from here.
+    Alert(
+        name="TrainingStalled",
+        group="training",
+        severity="warning",
+        expr=("gpucloud_attempt_running == 1\nunless on (instance_id, job_id) gpucloud_training_step"),
+        for_="10m",
+        summary="Job {{ $labels.job_id }} attempt {{ $labels.attempt }} has reported no step for 10 min on " + _NODE,
+        description=(
+            "The attempt has run for 10 min without reporting a training step: it hangs before its first step "
+            "(rendezvous, NCCL initialisation, the checkpoint restore), its setup is still running, or its script "
+            "does not use gpucloud's session (which reports the step)."
+        ),
+        runbook=(
+            "Read the job's logs (`gpucloud job logs JOB`): a hang at init or restore -> `gpucloud job cancel JOB` "
+            "and `gpucloud job resume JOB`; a script without the session -> silence this alert for the job."
+        ),
+    ),
     Alert(
         name="CheckpointFailing",
         group="training",

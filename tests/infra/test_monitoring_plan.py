@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gpucloud.catalog import load_catalog
+from gpucloud.catalog import hourly_price, load_catalog
 from gpucloud.infra import monitoring_plan as mp
 
 
@@ -100,7 +100,8 @@ def test_plan_prints_the_self_hosted_monitor_next_to_the_cluster(capsys, types):
     cost = mp.monitor_cost("self-hosted", series, 15, "t3.large")
     assert f"Monitoring (self-hosted): ${cost.total:.4f}/hour (t3.large ${cost.instance:.4f}" in out
     assert f"gp3 TSDB {mp.MIN_DATA_VOLUME_GIB} GiB" in out
-    assert f"{100 * cost.total / (2 * types['p5.48xlarge'].on_demand_usd_per_hour):.2f}% of the cluster's" in out
+    block = hourly_price("p5.48xlarge", "us-east-1", "capacity-block").usd_per_hour  # what the block's nodes cost
+    assert f"{100 * cost.total / (2 * block):.2f}% of the cluster's" in out
 
 
 def test_plan_json_carries_the_monitoring_cost(capsys, tmp_path):

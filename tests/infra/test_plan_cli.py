@@ -80,7 +80,7 @@ def test_plan_table_shows_tree_layout_and_cost(tmp_path: Path) -> None:
     out = proc.stdout
     assert "p4d-spot-group-a100-lt aws:ec2/launchTemplate:LaunchTemplate" in out
     assert "EFA layout per node" in out and "legacy" in out  # p4d: AWS documents no EFA-only layout
-    assert "Hourly cost" in out and "$131.09" in out  # 4 x p4d.24xlarge at the catalog's on-demand price
+    assert "Hourly cost" in out and "$87.83" in out  # 4 x p4d.24xlarge at the post-cut on-demand price
 
 
 def test_plan_opens_no_network_connection(monkeypatch, capsys) -> None:

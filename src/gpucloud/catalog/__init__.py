@@ -105,23 +105,29 @@ class Catalog(BaseModel):
     prices: dict[str, RegionPrices] = {}  # region -> prices; a catalog without it knows its home region only
 
     def region_prices(self, region: str) -> RegionPrices | None:
-        """The prices known for ``region``; None when the catalog has none for it."""
-        if region in self.prices:
-            return self.prices[region]
+        """The prices known for ``region``; None when the catalog has none for it.
+
+        For the home region the instance types' own price fields win over ``prices[region]`` (they
+        are what a person edits, and what an older catalog file without ``prices`` holds); spot
+        history and Capacity Block rates still come from ``prices[region]``.
+        """
+        stored = self.prices.get(region)
         if region != self.region:
-            return None
-        # an older catalog file (no "prices" section): its home-region figures on the instance types
+            return stored
+        entries = dict(stored.instance_types) if stored else {}
+        for name, t in self.instance_types.items():
+            entry = entries.get(name) or TypePrices()
+            updates: dict[str, object] = {}
+            if entry.on_demand_usd_per_hour != t.on_demand_usd_per_hour:
+                updates["on_demand_usd_per_hour"] = t.on_demand_usd_per_hour
+                updates["on_demand_source"] = f"catalog instance_types ({self.region}, as of {self.as_of.isoformat()})"
+            if t.spot_usd_per_hour is not None and entry.spot_estimate_usd_per_hour != t.spot_usd_per_hour:
+                updates["spot_estimate_usd_per_hour"] = t.spot_usd_per_hour
+            entries[name] = entry.model_copy(update=updates) if updates else entry
         return RegionPrices(
-            as_of=self.as_of,
-            sources=self.sources,
-            instance_types={
-                name: TypePrices(
-                    on_demand_usd_per_hour=t.on_demand_usd_per_hour,
-                    on_demand_source=f"catalog ({self.region}, {self.as_of.isoformat()})",
-                    spot_estimate_usd_per_hour=t.spot_usd_per_hour,
-                )
-                for name, t in self.instance_types.items()
-            },
+            as_of=stored.as_of if stored else self.as_of,
+            sources=stored.sources if stored else self.sources,
+            instance_types=entries,
         )
 
     @property

@@ -86,6 +86,7 @@ def plan(stack: str | None, stack_file: Path | None, catalog_file: Path | None, 
     if output == "json":
         result = preview_stack(spec, name, catalog)
         violations = run_policies(result.resources, stack=name)
+        warnings += result.cost.warnings
         print_json(
             {
                 **result.to_json(),
@@ -103,6 +104,7 @@ def plan(stack: str | None, stack_file: Path | None, catalog_file: Path | None, 
         with Console(stderr=True).status(f"Planning stack {name} under Pulumi mocks..."):
             result = preview_stack(spec, name, catalog)
             violations = run_policies(result.resources, stack=name)
+        warnings += result.cost.warnings  # prices plan does not have: it warns and shows them unknown
         _print_human(result, source)
         _print_monitoring(result)
         if spec.budget is not None:
@@ -172,23 +174,55 @@ def _print_human(result: Any, catalog: dict[str, Any]) -> None:
         )
     console.print(efa)
 
-    cost = Table(title="Hourly cost (USD); spot is an estimate")
-    for col in ("group", "capacity", "price", "min", "desired", "max"):
-        cost.add_column(col)
+    console.print(_cost_table(result.cost))
     c = result.cost
-    rows = [(f"{g.name} ({g.instance_type})", g.capacity_type, g) for g in c.groups]
-    rows.append(("total", "", c))
-    for label, capacity, item in rows:
-        for view, counts in (("on-demand", item.on_demand), ("spot", item.spot), ("as configured", item.as_configured)):
-            cost.add_row(label, capacity, view, *(_money(v) for v in (counts.min, counts.desired, counts.max)))
-            label, capacity = "", ""
-    console.print(cost)
+    for g in c.groups:
+        if g.note:
+            console.print(f"{g.name}: {g.note}.", markup=False, soft_wrap=True)
+    for line in c.infrastructure:
+        if line.note:
+            console.print(f"{line.item}: {line.note}.", markup=False, soft_wrap=True)
     origin = catalog["path"] or "the bundled catalog"
+    as_of = c.prices_as_of.isoformat() if c.prices_as_of else "none"
     console.print(
-        f"Prices and instance facts from {origin} ({catalog['region']}, as of {catalog['as_of']}).",
+        f"Instance prices for {c.region} from {origin} (as of {as_of}); instance facts as of {catalog['as_of']}.",
         markup=False,
         soft_wrap=True,
     )
+
+
+def _cost_table(c: Any) -> Any:
+    """Every hourly figure: each group's views, what else the stack pays for, and the total."""
+    from rich.table import Table
+
+    table = Table(title=f"Hourly cost (USD, {c.region})")
+    for col in ("item", "capacity", "price", "min", "desired", "max"):
+        table.add_column(col)
+
+    def usd(value: float | None) -> str:  # cents an hour (NAT, EBS) stay visible
+        return f"${value:,.4f}" if value is not None and 0 < value < 1 else _money(value)
+
+    def row(label: str, capacity: str, view: str, counts: Any) -> None:
+        table.add_row(label, capacity, view, *(usd(v) for v in (counts.min, counts.desired, counts.max)))
+
+    for g in c.groups:
+        views = [("on-demand", g.on_demand)]
+        if g.has_spot_view:  # reserved capacity cannot run on spot: no spot row
+            kind = "history" if g.spot_source == "spot-history" else "estimate"
+            views.append((f"spot ({kind})", g.spot))
+        paid = {"capacity-block": "block rate, paid", "capacity-reservation": "reserved, paid"}.get(g.capacity_type)
+        views.append((paid or "as configured", g.as_configured))
+        label, capacity = f"{g.name} ({g.instance_type})", g.capacity_type
+        for view, counts in views:
+            row(label, capacity, view, counts)
+            label, capacity = "", ""
+    for line in c.infrastructure:
+        row(line.item, "", line.detail, line.usd_per_hour)
+    if c.monitoring:
+        row("monitoring", "", "the monitor (below)", type(c.total)(c.monitoring, c.monitoring, c.monitoring))
+    row("nodes", "", "all on-demand", c.on_demand)
+    row("total", "", "as configured, all items", c.total)
+    return table
 
 
 def _print_monitoring(result: Any) -> None:

@@ -114,5 +114,10 @@ def plan_cluster(spec: ClusterSpec, catalog: Catalog | None = None) -> ClusterPl
                 emergency_save=plan_emergency_save(spec, group, itype),
             )
         )
-    cost = estimate_cost(sizing_for(g.group, g.instance_type) for g in groups)
+    cost = estimate_cost(  # the stack's region's prices, spot in its AZ when the catalog has that history
+        (sizing_for(g.group, g.instance_type) for g in groups),
+        region=spec.region,
+        catalog=catalog,
+        availability_zone=spec.availability_zone,
+    )
     return ClusterPlan(groups=groups, cost=cost)

@@ -21,7 +21,7 @@ from pulumi.runtime import MockCallArgs, MockResourceArgs, Mocks, set_all_config
 from pulumi.runtime.mocks import MockMonitor
 
 from gpucloud.catalog import Catalog
-from gpucloud.infra.cost import CostEstimate
+from gpucloud.infra.cost import CostEstimate, RootVolumes, infrastructure_cost
 from gpucloud.infra.efa_layout import EfaLayoutSummary
 from gpucloud.infra.instance_mix import plan_instance_mix
 from gpucloud.infra.monitoring_plan import MonitorCost, cluster_series, monitor_cost
@@ -293,11 +293,18 @@ def preview_stack(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
     with mocked_runtime(stack_name, spec.region, spec.availability_zone) as (mocks, monitor):
         run()
     plan = outputs[0].plan
+    resources = recorded_resources(monitor)
+    monitoring = monitor_cost(
+        spec.monitoring.mode,
+        cluster_series((g.instance_type, g.group.max_nodes) for g in plan.groups),
+        spec.monitoring.retention_days,
+        spec.monitoring.instance_type,
+    )
     return StackPreview(
         stack=stack_name,
         cluster=spec.name_for(stack_name),
         region=spec.region,
-        resources=recorded_resources(monitor),
+        resources=resources,
         invokes=list(mocks.invokes),
         # one row per instance type of each group: a spot group's types each have their own layout
         efa_layouts=[
@@ -305,12 +312,18 @@ def preview_stack(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
             for g in plan.groups
             for t in plan_instance_mix(g.group, g.efa, catalog)
         ],
-        cost=plan.cost,
+        cost=_priced_in_full(plan.cost, resources, spec, monitoring),
         emergency_saves=[g.emergency_save for g in plan.groups],
-        monitoring=monitor_cost(
-            spec.monitoring.mode,
-            cluster_series((g.instance_type, g.group.max_nodes) for g in plan.groups),
-            spec.monitoring.retention_days,
-            spec.monitoring.instance_type,
-        ),
+        monitoring=monitoring,
+    )
+
+
+def _priced_in_full(
+    cost: CostEstimate, resources: list[RecordedResource], spec: ClusterSpec, monitoring: MonitorCost
+) -> CostEstimate:
+    """The nodes' cost plus everything else the recorded resources cost by the hour, and the monitor."""
+    volumes = [RootVolumes(g.name, g.root_volume_gib, g.min_nodes, g.desired, g.max_nodes) for g in spec.node_groups]
+    lines, warnings = infrastructure_cost(((r.type, r.inputs) for r in resources if r.custom), volumes, spec.region)
+    return dataclasses.replace(
+        cost, infrastructure=lines, monitoring=monitoring.total, warnings=[*cost.warnings, *warnings]
     )

@@ -250,3 +250,18 @@ def test_since_reads_durations_and_iso_times():
     assert parse_since("2027-01-15T00:00:00Z", now=now) == now - 8 * 3600  # now is 2027-01-15T08:00:00Z
     assert parse_since("2027-01-15T00:00:00", now=now) == now - 8 * 3600  # no zone: UTC
     assert parse_since("2027-01-15T01:00:00+01:00", now=now) == now - 8 * 3600
+
+
+def test_the_report_runs_without_the_deploy_extra(tmp_path: Path):
+    """The monitor installs gpucloud[report] from the nodes' wheelhouse: no Pulumi there."""
+    import subprocess
+    import sys
+
+    from tests.infra.test_deploy_extra import BLOCK_PULUMI
+
+    now = time.time()
+    uri = write_sqlite(tmp_path / "q.db", [interrupted_job("j1", start=now - 7400)])
+    argv = ["report", "--queue", uri, "--since", "3h", "--output", "json"]
+    done = subprocess.run([sys.executable, "-c", BLOCK_PULUMI, *argv], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["totals"]["jobs"] == 1

@@ -51,3 +51,51 @@ def test_the_started_and_exit_events_carry_the_node_and_price_the_attempt(tmp_pa
         assert cost.price_sources == ["spot:us-east-1b"]
     finally:
         q.close()
+
+
+def test_spot_train_records_the_node_it_runs_on(tmp_path, capsys):
+    from gpucloud.cli import main
+
+    db = tmp_path / "q.db"
+    with ImdsEmulator(instance_type="g6.xlarge", availability_zone="us-west-2b", region="us-west-2") as emu:
+        try:
+            main(
+                [
+                    "spot-train",
+                    "--imds-endpoint",
+                    emu.endpoint,
+                    "--queue",
+                    f"sqlite:///{db}",
+                    "--",
+                    sys.executable,
+                    "-c",
+                    "pass",
+                ]
+            )
+        except SystemExit as done:
+            assert done.code in (0, None)
+    q = SqliteQueue(db)
+    try:
+        [job] = q.list_jobs()
+        [started] = [e for e in q.events(job.id) if e.kind == "started"]
+        node = started.data["node"]
+        assert (node["instance_type"], node["availability_zone"], node["region"], node["lifecycle"]) == (
+            "g6.xlarge",
+            "us-west-2b",
+            "us-west-2",
+            "spot",
+        )
+    finally:
+        q.close()
+
+
+def test_off_ec2_no_node_is_recorded():
+    import socket
+
+    from gpucloud.commands.spot_train import node_placement
+
+    assert node_placement(None) is None  # --no-imds
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed: nothing answers
+    assert node_placement(f"http://127.0.0.1:{port}") is None

@@ -31,9 +31,11 @@ class NodeIdentity:
         }
 
 
-def discover(imds_endpoint: str | None, *, address: str | None = None) -> NodeIdentity:
+def discover(imds_endpoint: str | None, *, address: str | None = None, give_up_early: bool = False) -> NodeIdentity:
     """Read instance id, type, life cycle, AZ, region and private address from IMDS; ``address`` overrides
-    the private address (several agents on one host). Without IMDS: the host name and 127.0.0.1."""
+    the private address (several agents on one host). Without IMDS: the host name and 127.0.0.1.
+    ``give_up_early``: no IMDS answer for the instance id means no IMDS (a laptop), so ask no more
+    (one connect timeout, not one per fact: ``spot-train`` and ``worker`` off EC2)."""
     facts: dict[str, str | None] = {}
     if imds_endpoint is not None:
         client = ImdsClient(imds_endpoint, connect_timeout=1.0, read_timeout=2.0)
@@ -50,6 +52,8 @@ def discover(imds_endpoint: str | None, *, address: str | None = None) -> NodeId
                 facts[name] = client.get_text(f"/latest/meta-data/{path}")
             except ImdsUnavailable:
                 facts[name] = None
+                if give_up_early and name == "instance_id":
+                    break
     host = socket.gethostname()
     node = facts.get("instance_id") or host
     return NodeIdentity(

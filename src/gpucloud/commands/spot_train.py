@@ -233,6 +233,7 @@ def spot_train(
             config=config,
             local_checkpoint_dir=local_checkpoint_dir,
             on_event=print_event,
+            node=node_placement(endpoint),  # what the attempt is priced on (docs/cost.md)
         )
     finally:
         hub.stop()
@@ -304,3 +305,16 @@ def job_summary(queue, job_id: str) -> dict[str, Any]:
         "reason": job.reason,
         "interruptions": [i.model_dump() for i in report.interruptions],
     }
+
+
+def node_placement(endpoint: str | None, *, worker: str | None = None) -> dict[str, Any] | None:
+    """The node an attempt runs on (instance type, AZ, region, life cycle) from IMDS, recorded on
+    its started/exit events so ``job show`` can price it; None off EC2 (``--no-imds``, no answer)."""
+    from gpucloud.agent.identity import discover
+
+    if endpoint is None:
+        return None
+    me = discover(endpoint, give_up_early=True)
+    if me.instance_id is None:
+        return None
+    return {**me.placement(), "worker": worker or me.worker}

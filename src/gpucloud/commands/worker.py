@@ -57,6 +57,7 @@ def worker(
     After a stop notice the worker requeues the job and exits 75: the node is going away. With
     --once it exits as `spot-train --job-id` would for the job it ran (a failed job: non-zero).
     """
+    from gpucloud.commands.spot_train import node_placement
     from gpucloud.jobs.node import start_signal_hub
     from gpucloud.jobs.runner import claim_single_node_job, default_worker_id, supervise_job
     from gpucloud.queue.locations import open_queue
@@ -81,6 +82,7 @@ def worker(
             )
 
     hub = start_signal_hub(imds_endpoint=endpoint, use_imds=not no_imds, poll_interval=poll_interval, grace=grace)
+    placement = node_placement(endpoint, worker=me)
     try:
         idle_since = time.monotonic()
         while limit is None or len(ran) < limit:
@@ -110,6 +112,7 @@ def worker(
                 local_checkpoint_dir=local_checkpoint_dir,
                 on_event=print_event,
                 claimed=job,
+                node=placement,  # what the attempt is priced on (docs/cost.md)
             )
             ran.append({"job_id": job.id, "state": result.job.state.value, "exit_code": result.exit_code})
             idle_since = time.monotonic()

@@ -10,7 +10,7 @@ import pytest
 
 from gpucloud.cli import main
 from gpucloud.cost.job_cost import catalog_prices, job_cost
-from gpucloud.cost.report import JobCost, Utilisation, build
+from gpucloud.cost.report import JobCost, JobHistory, Utilisation, build
 from gpucloud.cost.report_sources import parse_since, read_histories
 from gpucloud.jobs.model import NodeState
 from gpucloud.queue.sqlite import SqliteQueue
@@ -144,16 +144,17 @@ def test_the_embedded_queue_s_bulk_read_equals_the_per_job_reads(tmp_path: Path)
     uri = write_sqlite(tmp_path / "q.db", histories)
     queue = SqliteQueue(tmp_path / "q.db", uri=uri)
     try:
-        bulk = read_histories(queue, T0 - DAY)
+        bulk = list(read_histories(queue, T0 - DAY))
+        in_chunks_of_two = [JobHistory(*h) for h in queue.histories_since(T0 - DAY, chunk=2)]
 
         class PerJob:  # the other backends' path: list, then attempts and events per job
             list_jobs, attempts, events = queue.list_jobs, queue.attempts, queue.events
 
-        per_job = read_histories(PerJob(), T0 - DAY)
+        per_job = list(read_histories(PerJob(), T0 - DAY))
     finally:
         queue.close()
-    assert sorted(h.job.id for h in bulk) == ["j0", "j1", "j2"]  # "gone" ended days before
-    assert sorted(bulk, key=lambda h: h.job.id) == sorted(per_job, key=lambda h: h.job.id)
+    assert [h.job.id for h in bulk] == ["j0", "j1", "j2"]  # "gone" ended days before; oldest first
+    assert bulk == per_job == in_chunks_of_two
     assert bulk[0].attempts == histories[0].attempts and bulk[0].events == histories[0].events
 
 

@@ -70,14 +70,17 @@ def report(queue_uri, since, output, out_path, prometheus_url) -> None:
         require_matplotlib()  # before any reading: a missing extra is said at once
     utilisation = read_utilisation(prometheus_url, since=start, until=now) if prometheus_url else None
     queue = open_queue(queue_uri)
-    try:
-        histories = read_histories(queue, start)
-        nodes = queue.nodes()
+    try:  # the jobs are read as the report is built, a chunk at a time
+        built = model.build(
+            read_histories(queue, start),
+            queue.nodes(),
+            since=start,
+            until=now,
+            cost_of=job_cost_function(now=now),
+            utilisation=utilisation,
+        )
     finally:
         queue.close()
-    built = model.build(
-        histories, nodes, since=start, until=now, cost_of=job_cost_function(now=now), utilisation=utilisation
-    )
     text = _render(built, output, to_file=out_path is not None)
     if text is None:
         return

@@ -11,7 +11,7 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from gpucloud.cost.report import IDLE_BELOW_PCT, SECONDS_PER_HOUR, CostFunction, JobCost, JobHistory, Utilisation
@@ -44,21 +44,23 @@ def parse_since(text: str, *, now: float) -> float:
     return start
 
 
-def read_histories(queue: Any, since: float) -> list[JobHistory]:
-    """Every job possibly active since ``since`` with its attempts and timeline.
+def read_histories(queue: Any, since: float) -> Iterator[JobHistory]:
+    """Every job possibly active since ``since`` with its attempts and timeline, one at a time.
 
-    The embedded queue reads it in three queries (``SqliteQueue.histories_since``). Other backends
-    list the jobs and read each job that was not over before ``since``: a terminal job not updated
-    since then ended before the window (its ``updated_at`` is at least its last attempt's end)."""
+    The embedded queue reads them in chunks of jobs, three queries a chunk
+    (``SqliteQueue.histories_since``). Other backends list the jobs and read each job that was not
+    over before ``since``: a terminal job not updated since then ended before the window (its
+    ``updated_at`` is at least its last attempt's end). On the AWS queue that is a GetItem and a
+    Query for each of attempts and events: DynamoDB has no join across the jobs' partitions."""
     bulk = getattr(queue, "histories_since", None)
     if bulk is not None:
-        return [JobHistory(job, attempts, events) for job, attempts, events in bulk(since)]
-    histories = []
+        for job, attempts, events in bulk(since):
+            yield JobHistory(job, attempts, events)
+        return
     for job in queue.list_jobs():
         if job.state in (JobState.FINISHED, JobState.FAILED, JobState.CANCELLED) and job.updated_at < since:
             continue
-        histories.append(JobHistory(job, queue.attempts(job.id), queue.events(job.id)))
-    return histories
+        yield JobHistory(job, queue.attempts(job.id), queue.events(job.id))
 
 
 def job_cost_function(*, now: float) -> CostFunction:

@@ -292,22 +292,17 @@ start_exporters() {
 
 # Managed: this node's exporters, labelled as the monitor's EC2 discovery would (instance_id,
 # node_group), remote-written with the instance role (aps:RemoteWrite on the stack's workspace).
+# The configuration comes from the one source of every monitoring file (gpucloud.monitoring):
+# `gpucloud monitoring node-config` renders it (the agent venv's gpucloud: no deploy extra needed).
 start_prometheus_agent() {
   local token instance_id
   ensure_release prometheus "$GPUCLOUD_PROMETHEUS_VERSION"
   token="$(curl -fsS -X PUT http://169.254.169.254/latest/api/token -H 'X-aws-ec2-metadata-token-ttl-seconds: 60')"
   instance_id="$(curl -fsS -H "X-aws-ec2-metadata-token: $token" http://169.254.169.254/latest/meta-data/instance-id)"
   install -d -m 0755 "$CONF_DIR"
-  {
-    printf 'global:\n  scrape_interval: 15s\n  external_labels: {cluster: "%s"}\nscrape_configs:\n' "$GPUCLOUD_CLUSTER"
-    local job port
-    for job in dcgm-exporter:9400 node-exporter:9100 "gpucloud-agent:${GPUCLOUD_METRICS_PORT:-9401}"; do
-      port="${job##*:}"; job="${job%:*}"
-      printf '  - job_name: %s\n    honor_labels: %s\n    static_configs:\n      - targets: ["localhost:%s"]\n        labels: {instance_id: "%s", node_group: "%s"}\n' \
-        "$job" "$([[ $job == gpucloud-agent ]] && echo true || echo false)" "$port" "$instance_id" "$GPUCLOUD_NODE_GROUP"
-    done
-    printf 'remote_write:\n  - url: "%s"\n    sigv4: {region: "%s"}\n' "$GPUCLOUD_AMP_REMOTE_WRITE_URL" "$GPUCLOUD_REGION"
-  } > "$CONF_DIR/prometheus-agent.yml"
+  "$AGENT_DIR/venv/bin/gpucloud" monitoring node-config --remote-write-url "$GPUCLOUD_AMP_REMOTE_WRITE_URL" \
+    --region "$GPUCLOUD_REGION" --cluster "$GPUCLOUD_CLUSTER" --node-group "$GPUCLOUD_NODE_GROUP" \
+    --instance-id "$instance_id" --agent-port "${GPUCLOUD_METRICS_PORT:-9401}" --out "$CONF_DIR/prometheus-agent.yml"
   exporter_unit prometheus-agent "$(command -v prometheus)" --agent "--config.file=$CONF_DIR/prometheus-agent.yml" \
     --storage.agent.path=/var/lib/gpucloud/prometheus-agent --web.listen-address=127.0.0.1:9090
 }

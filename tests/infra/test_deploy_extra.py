@@ -14,8 +14,9 @@ from packaging.requirements import Requirement
 REPO = Path(__file__).resolve().parents[2]
 # Pulumi and its providers, and the dashboards-as-code library the stack's monitoring files are rendered with
 DEPLOY_ONLY = {"pulumi", "pulumi-aws", "pulumi-policy", "grafana-foundation-sdk"}
-# the commands a node runs (scripts/node-bootstrap.sh starts `gpucloud agent`, which runs attempts)
-NODE_COMMANDS = ("agent", "spot-train", "worker", "doctor", "submit", "job", "jobs", "nodes")
+# the commands a node runs (scripts/node-bootstrap.sh starts `gpucloud agent`, which runs attempts, and on a
+# managed stack renders its Prometheus agent's configuration with `gpucloud monitoring node-config`)
+NODE_COMMANDS = ("agent", "spot-train", "worker", "doctor", "submit", "job", "jobs", "nodes", "monitoring node-config")
 BLOCK_PULUMI = """
 import importlib.abc, sys
 class NoPulumi(importlib.abc.MetaPathFinder):
@@ -59,7 +60,10 @@ def test_the_node_bootstrap_installs_no_extra() -> None:
 def test_node_commands_run_without_pulumi() -> None:
     for command in NODE_COMMANDS:
         done = subprocess.run(
-            [sys.executable, "-c", BLOCK_PULUMI, command, "--help"], capture_output=True, text=True, timeout=120
+            [sys.executable, "-c", BLOCK_PULUMI, *command.split(), "--help"],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert done.returncode == 0, (command, done.stderr[-2000:])
 
@@ -71,3 +75,16 @@ def test_plan_without_the_deploy_extra_says_how_to_get_it_in_one_line() -> None:
     assert done.returncode == 2, done.stderr[-2000:]
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "deploy extra" in lines[0] and "gpucloud[deploy]" in lines[0], done.stderr
+
+
+def test_a_managed_node_renders_its_prometheus_agent_config_without_the_deploy_extra(tmp_path) -> None:
+    out = tmp_path / "prometheus-agent.yml"
+    argv = ["monitoring", "node-config", "--instance-id", "i-0abc12345def67890", "--out", str(out)]
+    url = "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GPUCLOUD_AMP_REMOTE_WRITE_URL": url}
+    env |= {"GPUCLOUD_REGION": "us-east-1", "GPUCLOUD_CLUSTER": "p5", "GPUCLOUD_NODE_GROUP": "h100"}
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCK_PULUMI, *argv], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"url: {url}" in out.read_text()

@@ -1,12 +1,14 @@
 """What scripts/node-bootstrap.sh starts for monitoring, run for real in bash with the system calls
 stubbed: no exporter when monitoring is off; node_exporter with the infiniband collector and
 dcgm-exporter with the wheel's counters file otherwise; managed nodes add Prometheus in agent mode,
-whose configuration the real ``promtool`` accepts."""
+whose configuration the real ``gpucloud monitoring node-config`` renders (the agent venv's ``gpucloud``
+is this checkout's) and the real ``promtool`` accepts."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,10 +20,9 @@ REPO = Path(__file__).resolve().parents[2]
 BOOTSTRAP = REPO / "scripts" / "node-bootstrap.sh"
 FUNCTIONS = ("retry", "ensure_release", "exporter_unit", "start_exporters", "start_prometheus_agent")
 RECORD = '#!/bin/sh\necho "$(basename "$0") $*" >> "$CALLS"\n'
-IMDS_CURL = (
-    '#!/bin/sh\necho "curl $*" >> "$CALLS"\ncase "$*" in *instance-id*) echo i-0abc123 ;; *) echo token ;; esac\n'
-)
+IMDS_CURL = '#!/bin/sh\necho "curl $*" >> "$CALLS"\ncase "$*" in *instance-id*) echo i-0abc12345def67890 ;; *) echo token ;; esac\n'
 PYTHON = '#!/bin/sh\necho "/site/gpucloud/monitoring/dcgm-counters.csv"\n'
+GPUCLOUD = f'#!/bin/sh\necho "gpucloud $*" >> "$CALLS"\nexec {sys.executable} -m gpucloud "$@"\n'  # the real CLI
 
 
 def function_source(name: str) -> str:
@@ -46,7 +47,9 @@ def run(tmp_path: Path, mode: str, *, dcgm_active: bool = True) -> tuple[int, st
         (stubs / name).write_text(body)
         (stubs / name).chmod(0o755)
     (agent / "venv" / "bin" / "python").write_text(PYTHON)
-    (agent / "venv" / "bin" / "python").chmod(0o755)
+    (agent / "venv" / "bin" / "gpucloud").write_text(GPUCLOUD)
+    for tool in ("python", "gpucloud"):
+        (agent / "venv" / "bin" / tool).chmod(0o755)
     script = "\n".join(
         [
             "set -euo pipefail",
@@ -106,10 +109,11 @@ def test_managed_adds_a_prometheus_agent_that_promtool_accepts(tmp_path):
     config = yaml.safe_load(config_path.read_text())
     jobs = {j["job_name"]: j for j in config["scrape_configs"]}
     assert set(jobs) == {"dcgm-exporter", "node-exporter", "gpucloud-agent"}
-    assert jobs["gpucloud-agent"]["static_configs"][0]["targets"] == ["localhost:9401"]
+    assert jobs["gpucloud-agent"]["static_configs"][0]["targets"] == ["127.0.0.1:9401"]
     assert jobs["gpucloud-agent"]["honor_labels"] is True and jobs["node-exporter"]["honor_labels"] is False
-    for job in jobs.values():
-        assert job["static_configs"][0]["labels"] == {"instance_id": "i-0abc123", "node_group": "h100"}
+    labels = config["global"]["external_labels"]
+    assert labels == {"cluster": "p5", "instance_id": "i-0abc12345def67890", "node_group": "h100"}
+    assert "monitoring node-config" in (root / "calls").read_text()  # rendered, not written inline
     [remote] = config["remote_write"]
     assert remote["sigv4"] == {"region": "us-east-1"} and remote["url"].endswith("/ws-1/api/v1/remote_write")
     assert "--agent" in exec_start(root / "units" / "gpucloud-prometheus-agent.service")

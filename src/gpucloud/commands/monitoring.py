@@ -1,4 +1,5 @@
-"""``gpucloud monitoring render``: write every monitoring file a stack deploys, offline."""
+"""``gpucloud monitoring render``: write every monitoring file a stack deploys, offline.
+``gpucloud monitoring node-config``: on a managed stack's node, its Prometheus agent's configuration."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ AMP_URL = re.compile(
     r"^https://aps-workspaces\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/workspaces/ws-[A-Za-z0-9-]+/api/v1/remote_write$"
 )
 PLACEHOLDER_WORKSPACE = "ws-00000000-0000-0000-0000-000000000000"
+INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8}([0-9a-f]{9})?$")
+REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
+LABEL_VALUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # a cluster or node-group name
 
 
 @click.group("monitoring")
@@ -25,6 +29,7 @@ def monitoring() -> None:
     Examples:
       gpucloud monitoring render --stack p5-capacity-block --out monitoring/
       gpucloud monitoring render --stack p5-capacity-block --out monitoring/ --output json
+      gpucloud monitoring node-config --instance-id i-0abc12345def67890 --out prometheus-agent.yml  # a node
     """
 
 
@@ -165,3 +170,96 @@ def _require_grafana_sdk() -> None:
             "gpucloud monitoring render builds the dashboards with grafana-foundation-sdk, in the deploy extra: "
             "pip install 'gpucloud[deploy]', or run scripts/setup.sh"
         ) from None
+
+
+@monitoring.command("node-config")
+@click.option(
+    "--remote-write-url",
+    required=True,
+    metavar="URL",
+    envvar="GPUCLOUD_AMP_REMOTE_WRITE_URL",
+    show_envvar=True,
+    help="The workspace's remote-write URL (node.env sets it on a managed stack's node).",
+)
+@click.option(
+    "--region", required=True, metavar="REGION", envvar="GPUCLOUD_REGION", show_envvar=True, help="For SigV4."
+)
+@click.option("--cluster", required=True, metavar="NAME", envvar="GPUCLOUD_CLUSTER", show_envvar=True)
+@click.option("--node-group", required=True, metavar="NAME", envvar="GPUCLOUD_NODE_GROUP", show_envvar=True)
+@click.option(
+    "--instance-id", required=True, metavar="ID", help="This instance's id (instance metadata's instance-id)."
+)
+@click.option(
+    "--agent-port",
+    type=click.IntRange(1, 65535),
+    default=9401,
+    show_default=True,
+    envvar="GPUCLOUD_METRICS_PORT",
+    show_envvar=True,
+    help="The gpucloud agent's /metrics port.",
+)
+@click.option(
+    "--out",
+    "out_file",
+    required=True,
+    metavar="FILE",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the configuration ('-': standard output).",
+)
+def node_config_command(
+    remote_write_url: str,
+    region: str,
+    cluster: str,
+    node_group: str,
+    instance_id: str,
+    agent_port: int,
+    out_file: Path,
+) -> None:
+    """Write this node's Prometheus agent-mode configuration (managed monitoring).
+
+    \b
+    It scrapes the node's own exporters on 127.0.0.1 (dcgm-exporter :9400, node_exporter :9100, the
+    agent's /metrics), with the job names of `gpucloud monitoring render`'s prometheus.yml, labels
+    every sample with the node's instance_id and node_group (external_labels: what EC2 discovery
+    gives in self-hosted mode), and remote-writes to the Amazon Managed Prometheus workspace signed
+    with SigV4 and the instance role. scripts/node-bootstrap.sh runs it on every node of a managed
+    stack and starts `prometheus --agent --config.file FILE`. Runs without the deploy extra.
+
+    \b
+    Example (the other values from node.env):
+      gpucloud monitoring node-config --instance-id "$(ec2-metadata --instance-id | cut -d' ' -f2)" \\
+          --out /etc/gpucloud/prometheus-agent.yml
+    """
+    from gpucloud.monitoring.prometheus_config import node_agent_config
+
+    checks = (
+        (
+            AMP_URL,
+            remote_write_url,
+            "--remote-write-url",
+            "https://aps-workspaces.REGION.amazonaws.com/workspaces/WS-ID/api/v1/remote_write",
+        ),
+        (REGION, region, "--region", "an AWS region such as us-east-1"),
+        (INSTANCE_ID, instance_id, "--instance-id", "an EC2 instance id: i- and 8 or 17 hex digits"),
+        (LABEL_VALUE, cluster, "--cluster", "letters, digits, '.', '_' and '-'"),
+        (LABEL_VALUE, node_group, "--node-group", "letters, digits, '.', '_' and '-'"),
+    )
+    for pattern, value, option, expected in checks:
+        if not pattern.match(value):
+            raise UserError(f"{option} {value!r} is not valid; expected {expected}")
+    text = node_agent_config(
+        cluster=cluster,
+        region=region,
+        instance_id=instance_id,
+        node_group=node_group,
+        remote_write_url=remote_write_url,
+        agent_port=agent_port,
+    )
+    if str(out_file) == "-":
+        click.echo(text, nl=False)
+        return
+    try:
+        out_file.parent.mkdir(parents=True, exist_ok=True)
+        out_file.write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise UserError(f"--out {out_file}: cannot write the configuration ({err.strerror or err})") from None

@@ -11,6 +11,12 @@ Two ways to find the nodes:
   https://prometheus.io/docs/prometheus/latest/configuration/configuration/#ec2_sd_config
 - ``static_prometheus_config``, for offline use (tests, a laptop): targets given as ``host:port``
   with their ``instance_id`` and ``node_group`` set in ``static_configs``.
+- ``node_agent_config``, what a *managed* stack deploys (``gpucloud monitoring node-config`` on each
+  node, called by ``scripts/node-bootstrap.sh``): Prometheus in agent mode on the node, scraping the
+  node's own three exporters on 127.0.0.1 with the same job names, the node's ``instance_id`` and
+  ``node_group`` as external labels (what EC2 discovery's relabelling gives in self-hosted mode), and
+  the same remote write to the workspace as ``ec2_prometheus_config``'s managed mode. No discovery,
+  no scrape traffic between hosts. https://prometheus.io/docs/prometheus/latest/prometheus_agent/
 
 Modes: ``self-hosted`` evaluates the rules here and sends alerts to the Alertmanager beside it;
 ``managed`` only scrapes and remote-writes to the Amazon Managed Service for Prometheus workspace,
@@ -161,15 +167,58 @@ def _config(scrape: list[dict[str, Any]], *, cluster: str, region: str, mode: st
     if mode == "managed":
         if not remote_write_url:
             raise ValueError("managed mode needs the workspace's remote-write URL")
-        document["remote_write"] = [
-            {
-                "url": remote_write_url,
-                "sigv4": {"region": region},  # the instance role's credentials (aps:RemoteWrite)
-                "queue_config": {"max_samples_per_send": 1000, "max_shards": 200, "capacity": 2500},
-            }
-        ]
+        document["remote_write"] = [_remote_write(remote_write_url, region)]
     header = (
         f"Prometheus for gpucloud cluster {cluster} ({mode}), rendered by `gpucloud monitoring render`.\n"
         f"Nodes: EC2 instances tagged {CLUSTER_TAG}={cluster} with a {NODE_GROUP_TAG} tag; do not edit here."
     )
     return dump(document, header=header)
+
+
+LOCALHOST = "127.0.0.1"
+
+
+def node_agent_config(
+    *,
+    cluster: str,
+    region: str,
+    instance_id: str,
+    node_group: str,
+    remote_write_url: str,
+    agent_port: int = EXPORTER_PORTS[AGENT_JOB],
+    scrape_interval: str = SCRAPE_INTERVAL,
+) -> str:
+    """A managed stack's node: Prometheus in agent mode (``--agent``) over this node's exporters."""
+    ports = {**EXPORTER_PORTS, AGENT_JOB: agent_port}
+    document: dict[str, Any] = {
+        "global": {
+            "scrape_interval": scrape_interval,
+            # Added to every sample written to the workspace: the labels rules and dashboards join on.
+            "external_labels": {"cluster": cluster, INSTANCE_ID: instance_id, NODE_GROUP: node_group},
+        },
+        "scrape_configs": [
+            {
+                "job_name": job,
+                "honor_labels": HONOR_LABELS[job],
+                "static_configs": [{"targets": [f"{LOCALHOST}:{ports[job]}"]}],
+            }
+            for job in (DCGM_JOB, NODE_JOB, AGENT_JOB)
+        ],
+        "remote_write": [_remote_write(remote_write_url, region)],
+    }
+    header = (
+        f"Prometheus agent of node {instance_id} ({node_group}) of gpucloud cluster {cluster} (managed), "
+        "rendered by `gpucloud monitoring node-config`; do not edit here."
+    )
+    return dump(document, header=header)
+
+
+def _remote_write(url: str, region: str) -> dict[str, Any]:
+    """Remote write to an Amazon Managed Prometheus workspace, signed with SigV4 and the instance
+    role's credentials (aps:RemoteWrite).
+    https://docs.aws.amazon.com/prometheus/latest/userguide/AMP-onboard-ingest-metrics-remote-write-EC2.html"""
+    return {
+        "url": url,
+        "sigv4": {"region": region},
+        "queue_config": {"max_samples_per_send": 1000, "max_shards": 200, "capacity": 2500},
+    }

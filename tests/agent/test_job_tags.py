@@ -66,6 +66,15 @@ def test_the_tagger_tags_the_instance_its_volumes_and_interfaces_then_removes_th
     tagger.untag()  # nothing tagged: nothing to do
 
 
+def test_the_removal_names_the_jobs_value_so_a_later_jobs_tag_stays(node):
+    ec2, instance, _, _ = node
+    first, second = JobTagger(ec2, instance), JobTagger(ec2, instance)
+    tagged = first.tag("j-1")
+    second.tag("j-2")  # e.g. a late removal of j-1 racing the next attempt's tag
+    first.untag()
+    assert job_tags(ec2, tagged) == dict.fromkeys(tagged, "j-2")
+
+
 def test_a_running_attempt_sees_its_node_tagged_and_the_tag_is_gone_after(node, tmp_path):
     ec2, instance, volume, eni = node
     seen = tmp_path / "seen.json"

@@ -7,8 +7,8 @@ EBS volumes and network interfaces (EFA interfaces included), one CreateTags on 
 the attempt starts, one DeleteTags when it ends. The node role grants exactly that
 (``infra/iam.py``, ``JobTags``): only resources already tagged with this cluster, only this key.
 
-Removed, not set to "", at the end: AWS meters a resource's usage hourly and each hour's line items
-carry the tags the resource had then
+Removed, not set to "", at the end: AWS attributes a resource's usage to the tags it carries while
+the usage is metered, never retroactively
 (https://docs.aws.amazon.com/awsaccountbilling/latest/aboutv2/cost-alloc-tags.html), so an idle
 node's hours fall under "No tagkey: gpucloud:job-id", the same bucket as a node that never ran a job.
 An empty value would be a value of its own in Cost Explorer and CUR (``resource_tags_user_gpucloud_job_id

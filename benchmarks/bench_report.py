@@ -11,7 +11,8 @@ time the queue's writes, not the report.
 
 Then, each in a fresh process (--repeat times, the median reported): `gpucloud report --since
 {days}d` as --output json and --output html, timing the whole command (interpreter start-up
-included), with the process's peak resident memory (getrusage's ru_maxrss of the child).
+included) in wall and CPU time, with the process's peak resident memory (getrusage's ru_maxrss
+of the child).
 Writes benchmarks/results/report.json.
 """
 
@@ -109,19 +110,21 @@ def history(i: int, *, now: float, days: int, rng: random.Random) -> JobHistory:
     return JobHistory(job, attempts, events)
 
 
-def measure(argv: list[str], env: dict[str, str]) -> tuple[float, float, int]:
-    """(wall seconds, peak RSS MiB, output bytes) of one run in a fresh process."""
+def measure(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, float]:
+    """(wall seconds, peak RSS MiB, output bytes, CPU seconds) of one run in a fresh process. CPU
+    time (user + system) is what the report costs; wall time also counts the machine's other load."""
     code = (
         "import resource, subprocess, sys, time, json\n"
         "t = time.perf_counter()\n"
         "p = subprocess.run(sys.argv[1:], capture_output=True)\n"
         "wall = time.perf_counter() - t\n"
         "assert p.returncode == 0, p.stderr.decode()[-2000:]\n"
-        "print(json.dumps([wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, len(p.stdout)]))\n"
+        "u = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+        "print(json.dumps([wall, u.ru_maxrss / 1024, len(p.stdout), u.ru_utime + u.ru_stime]))\n"
     )
     out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, check=True)
-    wall, rss, size = json.loads(out.stdout)
-    return wall, rss, size
+    wall, rss, size, cpu = json.loads(out.stdout)
+    return wall, rss, size, cpu
 
 
 def main() -> None:
@@ -164,6 +167,7 @@ def main() -> None:
             runs[output] = {
                 "wall_s_median": round(statistics.median(s[0] for s in samples), 2),
                 "wall_s_all": [round(s[0], 2) for s in samples],  # type: ignore[dict-item]
+                "cpu_s_median": round(statistics.median(s[3] for s in samples), 2),
                 "peak_rss_mib_max": round(max(s[1] for s in samples), 1),
                 "output_bytes": samples[0][2],
             }

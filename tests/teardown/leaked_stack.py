@@ -43,6 +43,7 @@ def make_stack(
     expires_at: str | None = None,
     instance_type: str = "t3.micro",
     instances: int = 1,
+    fsx_gib: int = 1200,
 ) -> dict[str, str]:
     """One stack's resources; ``tagged=False`` makes the same ones without any gpucloud tag.
     Returns kind -> id for each."""
@@ -123,6 +124,15 @@ def make_stack(
         Tags=[{**t, "PropagateAtLaunch": True} for t in tag_list],
     )
     made["autoscaling:autoScalingGroup"] = f"{prefix}-asg"
+
+    fsx = client("fsx").create_file_system(
+        FileSystemType="LUSTRE",
+        StorageCapacity=fsx_gib,
+        SubnetIds=[subnet],
+        LustreConfiguration={"DeploymentType": "PERSISTENT_2", "PerUnitStorageThroughput": 250},
+        Tags=tag_list,
+    )
+    made["fsx:file-system"] = fsx["FileSystem"]["FileSystemId"]
 
     kv = {t["Key"]: t["Value"] for t in tag_list}
     client("sqs").create_queue(QueueName=f"{prefix}-jobs", tags=kv)

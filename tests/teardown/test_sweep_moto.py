@@ -71,6 +71,9 @@ def _still_there(client, kind: str, ident: str) -> bool:
         "ec2:natgateway": lambda: [
             n for n in ec2.describe_nat_gateways(NatGatewayIds=[ident])["NatGateways"] if n["State"] != "deleted"
         ],
+        "fsx:file-system": lambda: [
+            f for f in client("fsx").describe_file_systems()["FileSystems"] if f["FileSystemId"] == ident
+        ],
         "ec2:internet-gateway": lambda: [
             g for g in ec2.describe_internet_gateways()["InternetGateways"] if g["InternetGatewayId"] == ident
         ],

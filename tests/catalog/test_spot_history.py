@@ -82,6 +82,7 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def test_refresh_cli_passes_spot_days_and_show_labels_history_and_estimates(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("COLUMNS", "200")  # table cells unwrapped
     target = tmp_path / "catalog.json"
     with stubbed_clients() as (clients, ec2, pricing):
         expect_describe(ec2, TYPES, [[g6_xlarge(), p5_48xlarge()]])
@@ -91,8 +92,10 @@ def test_refresh_cli_passes_spot_days_and_show_labels_history_and_estimates(caps
         monkeypatch.setattr(catalog_refresh, "make_clients", lambda region: clients)
         monkeypatch.setattr(catalog_refresh, "utcnow", lambda: NOW)
         argv = ["catalog", "refresh", "--types", ",".join(TYPES), "--spot-days", "3", "--output-file", str(target)]
-        code, _, err = run_cli(capsys, *argv)
+        code, out, err = run_cli(capsys, *argv)
     assert code == 0, err
+    report = " ".join(out.split())
+    assert "-> 22.00 (history)" in report and "-> 0.32 (estimate)" in report  # the refresh report labels both
     code, out, _ = run_cli(
         capsys, "catalog", "show", "--catalog-file", str(target), "--region", "us-east-1", "-o", "json"
     )

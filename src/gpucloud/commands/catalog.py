@@ -229,6 +229,9 @@ def refresh(
         )
     if not dry_run:
         save_catalog(result.catalog, target)
+    # what the spot figure now is, per type: a history median, or (no history) the kept estimate
+    spot_now = {row[0]: row[2] for row in _region_rows(result.catalog, region)[0]}
+    spot_json = _region_rows(result.catalog, region)[1]
 
     if output == "json":
         print_json(
@@ -237,7 +240,10 @@ def refresh(
                 "written": not dry_run,
                 "as_of": result.catalog.as_of.isoformat(),
                 "region": result.catalog.region,
-                "changes": [dataclasses.asdict(c) for c in result.changes],
+                "changes": [
+                    dataclasses.asdict(c) | {"spot_now": (spot_json.get(c.name) or {}).get("spot")}
+                    for c in result.changes
+                ],
                 "notes": result.catalog.notes,
             }
         )
@@ -247,7 +253,7 @@ def refresh(
             c.name,
             c.status,
             f"{_money(c.on_demand_before)} -> {_money(c.on_demand_after)}",
-            f"{_money(c.spot_before)} -> {_money(c.spot_after)}",
+            f"{_money(c.spot_before)} -> {spot_now.get(c.name, '-')}",
             ", ".join(c.changed_fields) or "-",
         )
         for c in result.changes

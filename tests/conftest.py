@@ -47,6 +47,13 @@ NODE_ENV = (
 )
 
 
+# Agents under test serve /metrics on a port the kernel picks (many run on one host, and the default
+# 9401 would go to whichever starts first) and exit at once after a notice: the 30 s linger is for a
+# real Prometheus's last scrape, and the tests of it ask for it by flag.
+os.environ.setdefault("GPUCLOUD_METRICS_PORT", "0")
+os.environ.setdefault("GPUCLOUD_METRICS_LINGER", "0")
+
+
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto`` (pyproject's addopts): two workers per core, at most 8. Most of the suite's time
     is spent waiting (on subprocesses starting torch, on moto, on agents' poll intervals), so

@@ -224,10 +224,11 @@ def agent(
             queue, identity, hub, hooks, config, options, status=status, on_event=print_event, metrics=metrics
         )
         summary = node_agent.run()
-        _print_summary(summary, output)
         linger = linger_seconds(metrics_linger, node_agent.stop_notice, time.time()) if server else 0.0
-        if linger > 0:
+        if linger > 0:  # said before the summary, which stays the last line (JSON Lines: _json_line)
             status({"event": "metrics-linger", "worker": identity.worker, "seconds": round(linger, 1)})
+        _print_summary(summary, output)
+        if linger > 0:
             _linger(hub, linger)
     finally:
         if server is not None:

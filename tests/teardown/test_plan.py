@@ -111,3 +111,18 @@ def test_durations(text: str, seconds: float) -> None:
 def test_bad_durations(text: str) -> None:
     with pytest.raises(UserError, match="allowed: a positive number and a unit"):
         parse_duration(text)
+
+
+def test_hourly_cost_of_what_was_found_comes_from_the_catalog() -> None:
+    from gpucloud.catalog.pricing import hourly_price
+    from gpucloud.teardown.cost import hourly_usd
+
+    def instance(itype: str, lifecycle: str) -> Found:
+        return Found(f"{A}:instance/i-1", "ec2:instance", "i-1", {}, instance_type=itype, lifecycle=lifecycle)
+
+    spot = hourly_usd(instance("p4d.24xlarge", "spot"), "us-east-1")
+    assert spot == hourly_price("p4d.24xlarge", "us-east-1", "spot").usd_per_hour
+    assert hourly_usd(instance("p4d.24xlarge", "on-demand"), "us-east-1") > spot > 0
+    assert hourly_usd(instance("t3.large", "on-demand"), "us-east-1") == 0.0832  # the monitor's type
+    assert hourly_usd(instance("t3.micro", "on-demand"), "us-east-1") is None  # unknown, never zero
+    assert hourly_usd(found(f"{A}:vpc/vpc-1"), "us-east-1") is None

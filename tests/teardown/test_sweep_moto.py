@@ -118,7 +118,17 @@ def test_dry_run_lists_exactly_the_stack_then_delete_removes_it_and_spares_the_r
     assert {r["result"] for r in dry if r["action"] == "would delete"} == {"dry run"}
     assert all(_still_there(client, k, v) for k, v in leaked.ids.items())  # a dry run deletes nothing
 
-    done = _sweep_json(capsys, "--stack", "ci-42", "--delete")
+    code = _run(["sweep", "--region", REGION, "--stack", "ci-42", "--delete", "-o", "json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured
+    done = json.loads(captured.out)["resources"]
+    assert "sweep: deleting ec2:vpc " in captured.err  # progress goes to stderr, JSON alone to stdout
+    assert {tuple(r) for r in done} == {
+        ("arn", "type", "stack", "created", "expires_at", "action", "result", "usd_per_hour")
+    }
+    created = {r["type"]: r["created"] for r in done}
+    assert created["ec2:instance"] and created["s3:bucket"] and created["iam:role"] and created["ec2:vpc"] is None
+    assert next(r for r in done if r["type"] == "ec2:instance")["usd_per_hour"] is None  # t3.micro: not in the catalog
     deleted = [r for r in done if r["action"] == "delete"]
     assert {r["result"] for r in deleted} <= {"deleted", "already gone"}, deleted
     order = [DELETE_ORDER.index(r["type"]) for r in deleted]

@@ -68,6 +68,7 @@ def test_a_job_s_figures_come_from_its_timeline_and_utilisation_is_unknown_witho
     assert report.totals.idle_gpu_hours is None and report.totals.cost_usd is None
     assert report.totals.waste_rate == pytest.approx((LOST + CHECKPOINT) / PAID, abs=1e-4)
     assert any("utilisation and idle GPU-hours are unknown" in n for n in report.notes)
+    assert [(d.cost_usd, d.gpu_hours) for d in report.cost_per_day] == [(None, PAID)]  # unknown, not $0
     assert report.money.unit == "gpu-hours"
     assert report.money.useful + report.money.lost + report.money.checkpoint == pytest.approx(PAID, abs=1e-3)
 

@@ -125,7 +125,7 @@ class Totals(BaseModel):
 
 class DayCost(BaseModel):
     day: str  # YYYY-MM-DD (UTC)
-    cost_usd: float
+    cost_usd: float | None  # None: no job that ran that day has a known price
     gpu_hours: float
 
 
@@ -190,8 +190,8 @@ def build(
         groups=_groups(group_hours, group_interruptions, nodes, until, node_stale_after_s),
         totals=_totals(lines),
         cost_per_day=[
-            DayCost(day=day, cost_usd=round(cost, 2), gpu_hours=round(hours, 3))
-            for day, (cost, hours) in sorted(day_cost.items())
+            DayCost(day=day, cost_usd=round(cost, 2) if priced else None, gpu_hours=round(hours, 3))
+            for day, (cost, hours, priced) in sorted(day_cost.items())
         ],
         utilisation_over_time=[UtilisationPoint(at=t, pct=round(v, 2)) for t, v in utilisation.series]
         if utilisation is not None
@@ -313,9 +313,10 @@ def _split_by_day(line: JobLine, spans: list[tuple[float, float]], day_cost: dic
             day_start = math.floor(at / SECONDS_PER_DAY) * SECONDS_PER_DAY
             piece_end = min(end, day_start + SECONDS_PER_DAY)
             share = (piece_end - at) / total
-            bucket = day_cost.setdefault(_day(day_start), [0.0, 0.0])
+            bucket = day_cost.setdefault(_day(day_start), [0.0, 0.0, 0.0])
             bucket[0] += (line.cost_usd or 0.0) * share
             bucket[1] += line.gpu_hours * share
+            bucket[2] += line.cost_usd is not None
             at = piece_end
 
 

@@ -110,7 +110,7 @@ def _cost_per_day(report: Report) -> str:
     figure, axes = _figure()
     priced = report.totals.cost_usd is not None
     days = [d.day for d in report.cost_per_day]
-    values = [d.cost_usd if priced else d.gpu_hours for d in report.cost_per_day]
+    values = [(d.cost_usd or 0.0) if priced else d.gpu_hours for d in report.cost_per_day]
     axes.bar(days, values, color="#4878a8")
     axes.set_ylabel("USD" if priced else "GPU-hours (no prices known)")
     if not days:

@@ -106,5 +106,5 @@ def test_resource_policies_report_against_their_resource_and_stack_comes_from_th
 
 def test_every_policy_is_mandatory_and_uniquely_named():
     names = [p.name for p in POLICIES]
-    assert len(names) == len(set(names)) == 13
+    assert len(names) == len(set(names)) == 14
     assert {p.enforcement_level.value for p in POLICIES} == {"mandatory"}

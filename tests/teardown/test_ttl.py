@@ -69,3 +69,28 @@ def test_expiry_is_utc_to_the_second_whatever_the_clock_zone() -> None:
     east = dt.timezone(dt.timedelta(hours=5))
     assert expires_at(24, dt.datetime(2026, 1, 1, 5, 0, 0, 123456, tzinfo=east)) == "2026-01-02T00:00:00Z"
     assert expires_at(None, NOW) is None
+
+
+def test_policy_pack_requires_the_expiry_on_every_resource_once_one_has_it() -> None:
+    from tests.policy.test_policy_runner import Recorded
+
+    from gpucloud.policy.runner import run_policies
+
+    def vpc(name: str, **more: str) -> Recorded:
+        return Recorded("aws:ec2/vpc:Vpc", name, {"cidrBlock": "10.0.0.0/16", "tags": {STACK_TAG: "dev", **more}})
+
+    asg_tags = [{"key": STACK_TAG, "value": "dev", "propagateAtLaunch": True}]
+    asg = Recorded("aws:autoscaling/group:Group", "asg", {"tags": asg_tags, "maxSize": 1, "minSize": 0})
+    expiry = "2026-11-24T14:00:00Z"
+
+    def expiry_violations(resources: list[Recorded]) -> list[str]:
+        found = run_policies(resources, stack="dev")
+        return [v.message for v in found if v.policy == "expiry-on-every-resource"]
+
+    assert expiry_violations([vpc("a"), vpc("b"), asg]) == []  # no TTL: nothing required
+    assert expiry_violations([vpc("a", **{EXPIRES_AT_TAG: expiry}), vpc("b"), asg]) == [
+        f"'b' has no '{EXPIRES_AT_TAG}'; every resource of a stack with a TTL has '{expiry}'",
+        f"'asg' has no '{EXPIRES_AT_TAG}'; every resource of a stack with a TTL has '{expiry}'",
+    ]
+    asg.inputs["tags"] = asg_tags + [{"key": EXPIRES_AT_TAG, "value": expiry, "propagateAtLaunch": True}]
+    assert expiry_violations([vpc("a", **{EXPIRES_AT_TAG: expiry}), vpc("b", **{EXPIRES_AT_TAG: expiry}), asg]) == []

@@ -12,7 +12,7 @@ from gpucloud.policy.iam_statements import no_wildcard_admin
 from gpucloud.policy.instances import imdsv2_required, no_public_ips, placement_group_in_one_zone
 from gpucloud.policy.least_privilege import no_wildcard_actions, sns_topic_not_public
 from gpucloud.policy.network_access import no_open_ingress
-from gpucloud.policy.tagging import tagged_with_stack
+from gpucloud.policy.tagging import expiry_on_every_resource, tagged_with_stack
 
 PACK_NAME = "gpucloud-policies"
 MANDATORY = EnforcementLevel.MANDATORY
@@ -94,6 +94,12 @@ POLICIES: list[Policy] = [
         name="tagged-with-stack",
         description="Every taggable resource carries the gpucloud:stack tag naming its stack.",
         validate=tagged_with_stack,
+        enforcement_level=MANDATORY,
+    ),
+    StackValidationPolicy(
+        name="expiry-on-every-resource",
+        description="With gpucloud:ttlHours, every resource tagged with the stack carries the same gpucloud:expires-at.",
+        validate=expiry_on_every_resource,
         enforcement_level=MANDATORY,
     ),
 ]

@@ -15,12 +15,13 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-from pulumi_policy import ReportViolation, ResourceValidationArgs
+from pulumi_policy import ReportViolation, ResourceValidationArgs, StackValidationArgs
 
 from gpucloud.policy import resource_types as rt
 from gpucloud.policy.props import as_mappings, is_true
 
 STACK_TAG = "gpucloud:stack"
+EXPIRES_AT_TAG = "gpucloud:expires-at"  # gpucloud:ttlHours (infra/tags.py)
 _TOKEN = re.compile(r"^aws:(?P<module>[A-Za-z0-9]+)(?:/[A-Za-z0-9]+)?:(?P<cls>[A-Za-z0-9]+)$")
 _URN_STACK = re.compile(r"^urn:pulumi:(?P<stack>[^:]+)::")
 
@@ -72,3 +73,28 @@ def tagged_with_stack(args: ResourceValidationArgs, report: ReportViolation) -> 
         report(f"tag {STACK_TAG!r} is {value!r} but the resource belongs to stack {stack!r}", None)
     elif not propagates:
         report(f"tag {STACK_TAG!r} must set propagateAtLaunch true so the group's instances carry it", None)
+
+
+def _tag_value(props: Any, resource_type: str, key: str) -> Any:
+    if resource_type == rt.AUTOSCALING_GROUP:
+        return next((t.get("value") for t in as_mappings(props.get("tags")) if t.get("key") == key), None)
+    tags = props.get("tags")
+    return tags.get(key) if isinstance(tags, Mapping) else None
+
+
+def expiry_on_every_resource(args: StackValidationArgs, report: ReportViolation) -> None:
+    """With gpucloud:ttlHours, every resource carrying the stack tag carries the one gpucloud:expires-at:
+    `gpucloud sweep --expired` deletes by resource, so one without it would outlive its stack."""
+    tagged = [r for r in args.resources if _stack_tag(r.props, r.resource_type)[0] is not None]
+    values = {_tag_value(r.props, r.resource_type, EXPIRES_AT_TAG) for r in tagged} - {None}
+    if not values:
+        return  # no TTL on this stack
+    expected = sorted(map(str, values))[0]
+    for r in tagged:
+        value = _tag_value(r.props, r.resource_type, EXPIRES_AT_TAG)
+        if value != expected:
+            found = "no" if value is None else f"{value!r} as"
+            report(
+                f"{r.name!r} has {found} {EXPIRES_AT_TAG!r}; every resource of a stack with a TTL has {expected!r}",
+                r.urn,
+            )

@@ -106,6 +106,13 @@ def make_stack(
     )
     for i, inst in enumerate(reservation["Instances"]):
         made[f"ec2:instance#{i}"] = inst["InstanceId"]
+    volume = ec2.create_volume(
+        AvailabilityZone="us-east-1a", Size=20, VolumeType="gp3", TagSpecifications=spec("volume")
+    )
+    ec2.attach_volume(
+        VolumeId=volume["VolumeId"], InstanceId=reservation["Instances"][0]["InstanceId"], Device="/dev/sdf"
+    )
+    made["ec2:volume"] = volume["VolumeId"]
     # an EFA-style second interface on the (first) instance
     eni = ec2.create_network_interface(SubnetId=subnet, Groups=[sg], TagSpecifications=spec("network-interface"))
     eni_id = eni["NetworkInterface"]["NetworkInterfaceId"]

@@ -74,6 +74,7 @@ def _still_there(client, kind: str, ident: str) -> bool:
         "fsx:file-system": lambda: [
             f for f in client("fsx").describe_file_systems()["FileSystems"] if f["FileSystemId"] == ident
         ],
+        "ec2:volume": lambda: [v for v in ec2.describe_volumes()["Volumes"] if v["VolumeId"] == ident],
         "ec2:internet-gateway": lambda: [
             g for g in ec2.describe_internet_gateways()["InternetGateways"] if g["InternetGatewayId"] == ident
         ],

@@ -26,6 +26,7 @@ RETRYABLE = frozenset(
         "ScalingActivityInProgressFault",
         "InvalidIPAddress.InUse",
         "InvalidNetworkInterface.InUse",
+        "VolumeInUse",
         "IncorrectState",
         "IncorrectInstanceState",
         "DeleteConflict",
@@ -89,6 +90,9 @@ class Deleter:
 
     def _ec2_instance(self, f: Found) -> None:
         self.client("ec2").terminate_instances(InstanceIds=[f.ident])
+
+    def _ec2_volume(self, f: Found) -> None:
+        self.client("ec2").delete_volume(VolumeId=f.ident)  # VolumeInUse until its instance is gone: retried
 
     def _fsx_file_system(self, f: Found) -> None:
         # no final backup: a leaked scratch/cache file system; checkpoints live in the bucket

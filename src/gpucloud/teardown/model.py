@@ -13,6 +13,7 @@ from gpucloud.infra.tags import EXPIRES_AT_TAG, KEEP_TAG, STACK_TAG
 DELETE_ORDER: tuple[str, ...] = (
     "autoscaling:autoScalingGroup",
     "ec2:instance",
+    "ec2:volume",  # the monitor's data volume: free once its instance has terminated
     "fsx:file-system",
     "ec2:launch-template",
     "ec2:network-interface",

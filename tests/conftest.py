@@ -28,25 +28,6 @@ FAKE_AWS = {
 }
 
 
-# The settings that tie a process to one queue, node or IMDS: unset for an agent or command under
-# test, so it uses what the test gives it (and never a developer's own queue).
-NODE_ENV = (
-    "GPUCLOUD_QUEUE",
-    "AWS_EC2_METADATA_SERVICE_ENDPOINT",
-    "GPUCLOUD_REGION",
-    "GPUCLOUD_JOB_TABLE",
-    "GPUCLOUD_JOB_QUEUE_URL",
-    "GPUCLOUD_EVENTS_QUEUE_URL",
-    # where checkpoints may go and which group a node is in: the cluster's, never the test's
-    "GPUCLOUD_CHECKPOINT_BUCKET",
-    "GPUCLOUD_FSX_MOUNT_PATH",
-    "GPUCLOUD_SHARED_PATHS",
-    "GPUCLOUD_SCRATCH_PATH",
-    "GPUCLOUD_NODE_GROUP",
-    "GPUCLOUD_NODE_GROUPS",
-)
-
-
 # Agents under test serve /metrics on a port the kernel picks (many run on one host, and the default
 # 9401 would go to whichever starts first) and exit at once after a notice: the 30 s linger is for a
 # real Prometheus's last scrape, and the tests of it ask for it by flag.

@@ -14,8 +14,8 @@ import pytest
 from botocore.config import Config
 from botocore.stub import Stubber
 
-from conftest import NODE_ENV
 from gpucloud.agent.asg import AutoScaling, ContentionRetry
+from node_env import NODE_ENV
 
 # The real CLI (UserError handling, exit codes), in a separate process per "node".
 CLI = [sys.executable, "-m", "gpucloud"]

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from agent.gated_train import held_marker
-from conftest import NODE_ENV
+from node_env import NODE_ENV
 
 from .promql import selectors
 from .scenario import GATE_AFTER_STEP, INSTANCE_ID, JOB_ID, monitored_node

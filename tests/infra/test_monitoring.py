@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shlex
 from typing import Any
 
 import pulumi
@@ -20,6 +21,7 @@ from gpucloud.infra import monitoring_plan as mp
 from gpucloud.infra.preview import mocked_runtime, recorded_resources
 from gpucloud.infra.program import build_cluster
 from gpucloud.policy.runner import run_policies
+from gpucloud.queue.aws.uri import uri_from_env
 from gpucloud.spec import load_stack_file, stack_file_for
 from gpucloud.spec.model import ClusterSpec, Monitoring
 
@@ -370,3 +372,57 @@ def test_the_shipped_p5_stack_stages_exactly_what_monitoring_render_writes():
     expected = render(spec, stack, sns_topic_arn=f"arn:aws:sns:us-east-1:123456789012:{stack}-alerts")
     assert staged == {f"gpucloud-monitor/{path}": text for path, text in expected.items()}
     assert {"prometheus.yml", "alertmanager.yml"} <= set(expected) and any(p.startswith("rules/") for p in expected)
+
+
+# --- the daily report (monitoring.dailyReport; docs/cost.md, "The daily report") ---------------
+
+
+def monitor_env(resources) -> dict[str, str]:
+    [monitor] = of(resources, INSTANCE)
+    return {name: shlex.split(value)[0] for name, value in env_of(user_data(monitor)).items()}
+
+
+def test_shipped_self_hosted_stacks_run_the_daily_report_on_the_job_plane(self_hosted):
+    _, spec, resources = self_hosted
+    assert spec.monitoring.daily_report is None  # the shipped stacks do not name it: on by default
+    env = monitor_env(resources)
+    node_env = {name: shlex.split(value)[0] for name, value in env_of(user_data(of(resources, LT)[0])).items()}
+    assert env["GPUCLOUD_REPORT_SCHEDULE"] == "daily"
+    # the job plane's real queue: the URI the nodes' own `gpucloud jobs` builds from their settings
+    assert env["GPUCLOUD_QUEUE"] == uri_from_env(node_env)
+    assert node_env["GPUCLOUD_JOB_TABLE"] in env["GPUCLOUD_QUEUE"]
+    bucket = env["GPUCLOUD_MONITOR_FILES"].removeprefix("s3://").split("/", 1)[0]
+    assert env["GPUCLOUD_REPORTS"] == f"s3://{bucket}/reports/"
+    assert env["GPUCLOUD_REPORT_PACKAGE"] == spec.agent.package  # the nodes' wheel
+    [topic] = of(resources, TOPIC)
+    assert env["GPUCLOUD_ALERT_TOPIC_ARN"].endswith(f":{topic.inputs['name']}")
+    [report] = [r for r in of(resources, ROLE_POLICY) if r.name.endswith("monitoring-report")]
+    statements = {s["Sid"]: s for s in json.loads(report.inputs["policy"])["Statement"]}
+    table_arn = f"arn:aws:dynamodb:{spec.region}:123456789012:table/{node_env['GPUCLOUD_JOB_TABLE']}"
+    assert statements["ReadJobTable"]["Resource"] == [table_arn, f"{table_arn}/index/*"]
+    assert statements["ReadJobTable"]["Action"] == ["dynamodb:GetItem", "dynamodb:Query"]
+    assert statements["WriteReports"]["Resource"] == [f"arn:aws:s3:::{bucket}/reports/*"]
+    wheel = spec.agent.package.removeprefix("s3://")
+    assert statements["ReportPackage"] == {
+        "Sid": "ReportPackage",
+        "Effect": "Allow",
+        "Action": ["s3:GetObject"],
+        "Resource": [f"arn:aws:s3:::{wheel}"],  # that one object, as the nodes' AgentPackage
+    }
+    assert set(statements) == {"ReadJobTable", "WriteReports", "ReportPackage"}
+
+
+def test_daily_report_false_turns_it_off():
+    stack = STACKS[0]
+    spec = spec_with(stack, mode="self-hosted", dailyReport=False)
+    resources = record(spec, stack)
+    assert "GPUCLOUD_REPORT_SCHEDULE" not in monitor_env(resources)
+    assert not [r for r in of(resources, ROLE_POLICY) if r.name.endswith("monitoring-report")]
+
+
+def test_no_daily_report_without_a_package_for_the_monitor_to_install():
+    stack = STACKS[0]
+    spec = spec_with(stack, mode="self-hosted")
+    spec = spec.model_copy(update={"agent": spec.agent.model_copy(update={"package": None})})
+    assert not spec.monitoring.daily_report_on(spec.agent.package)
+    assert Monitoring(mode="managed").daily_report_on("s3://b/w.whl") is False

@@ -719,6 +719,22 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         "gpucloud:monitoring.managedGrafana = True",
         "needs monitoring.mode managed",
     ),
+    "daily-report-without-monitor": (
+        "monitoring_daily_report",
+        _set("gpucloud:monitoring", {"mode": "managed", "dailyReport": True}),
+        "gpucloud:monitoring.dailyReport = True",
+        "needs monitoring.mode self-hosted (mode is managed, which has no instance to run it)",
+    ),
+    "daily-report-without-package": (
+        "monitoring_daily_report",
+        _both(
+            _set("gpucloud:ami", {"parameter": "/gpucloud/images/p5/ami-id"}),
+            _set("gpucloud:agent", {}),
+            _set("gpucloud:monitoring", {"mode": "self-hosted", "dailyReport": True}),
+        ),
+        "gpucloud:monitoring.dailyReport = True",
+        "the monitor installs gpucloud from gpucloud:agent.package",
+    ),
     "monitoring-without-nat": (
         "monitoring_egress",
         _both(

@@ -16,13 +16,18 @@ import importlib
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pulumi
 
 from gpucloud.infra.monitoring_plan import AGENT_METRICS_PORT, cluster_series
 from gpucloud.infra.planning import ClusterPlan
 from gpucloud.infra.tags import Tagging
+from gpucloud.queue.aws.uri import AwsQueueAddress
 from gpucloud.spec.model import ClusterSpec
+
+if TYPE_CHECKING:
+    from gpucloud.infra.monitoring_selfhosted import DailyReport
 
 MATRIX_FILE = Path(__file__).resolve().parents[3] / "images" / "versions.yaml"
 
@@ -72,6 +77,10 @@ class MonitoringArgs:
     bucket_name: pulumi.Input[str]
     bucket_arn: pulumi.Input[str]
     render: Render | None = None  # tests give a stand-in; the product renders with gpucloud.monitoring
+    # the job plane, for the self-hosted monitor's daily report (None: no report, whatever the spec says)
+    job_table_name: pulumi.Input[str] | None = None
+    job_table_arn: pulumi.Input[str] | None = None
+    job_queue_url: pulumi.Input[str] | None = None
 
 
 @dataclasses.dataclass
@@ -97,6 +106,25 @@ def node_settings(mode: str, remote_write_url: pulumi.Input[str] | None = None) 
     if remote_write_url is not None:
         settings["GPUCLOUD_AMP_REMOTE_WRITE_URL"] = remote_write_url
     return settings
+
+
+def daily_report(args: MonitoringArgs) -> DailyReport | None:
+    """The monitor's daily report setting (``monitoring.dailyReport``, docs/cost.md): the job plane's
+    queue URI (what `gpucloud report --queue` takes) and table, and the stack's agent package, which
+    the monitor installs as the nodes do (``scripts/monitor-bootstrap.sh``)."""
+    from gpucloud.infra.monitoring_selfhosted import DailyReport
+
+    spec = args.spec
+    package = spec.agent.package
+    if not spec.monitoring.daily_report_on(package) or package is None:  # rules.py refuses true without one
+        return None
+    if args.job_table_name is None or args.job_table_arn is None or args.job_queue_url is None:
+        return None
+    region = spec.region
+    queue_uri = pulumi.Output.all(args.job_table_name, args.job_queue_url).apply(
+        lambda v: AwsQueueAddress(region=region, table=v[0], queue_url=v[1]).uri
+    )
+    return DailyReport(queue_uri=queue_uri, table_arn=args.job_table_arn, package=package)
 
 
 def build_monitoring(name: str, args: MonitoringArgs) -> BuiltMonitoring:
@@ -126,6 +154,7 @@ def build_monitoring(name: str, args: MonitoringArgs) -> BuiltMonitoring:
                 render_files=lambda arn: render(spec, stack, sns_topic_arn=arn),
                 topic_name=alert_topic_name(args.tagging.cluster),
                 alert_emails=tuple(settings.alert_emails),
+                report=daily_report(args),
             ),
         )
         return BuiltMonitoring(

@@ -30,6 +30,7 @@ from gpucloud.infra.monitoring_plan import ROOT_VOLUME_GIB, data_volume_gib, ret
 from gpucloud.infra.security import allow_scrapes
 from gpucloud.infra.tags import Tagging
 from gpucloud.infra.userdata import user_data_output
+from gpucloud.spec.model import S3Object
 
 MONITOR_SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "monitor-bootstrap.sh"
 MONITOR_ENV_FILE = "/etc/gpucloud/monitor.env"
@@ -61,27 +62,46 @@ class DailyReport:
     package: str  # the gpucloud to install: the stack's agent wheelhouse (s3://...) or a pip requirement
 
 
-def report_policy_document(bucket_arn: str, table_arn: str) -> dict[str, object]:
+def report_policy_document(
+    bucket_arn: str, table_arn: str, package: str | None = None, partition: str = "aws"
+) -> dict[str, object]:
     """What the daily report needs beyond the monitor's own policy (sns:Publish on the topic is
     there): read the job table (the report's queries, ``queue/aws/backend.py``: GetItem and Query,
-    on the table and its state index), put the page under ``reports/``, and read the wheelhouse."""
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Sid": "ReadJobTable",
-                "Effect": "Allow",
-                "Action": ["dynamodb:GetItem", "dynamodb:Query"],
-                "Resource": [table_arn, f"{table_arn}/index/*"],
-            },
-            {
-                "Sid": "WriteReports",
-                "Effect": "Allow",
-                "Action": ["s3:PutObject"],
-                "Resource": [f"{bucket_arn}/{REPORTS_PREFIX}*"],
-            },
-        ],
-    }
+    on the table and its state index), put the page under ``reports/``, and read the package it
+    installs when that is in S3 (the same grant the nodes get, ``iam.py``: the one wheel, or the
+    wheelhouse folder's listing and objects)."""
+    statements: list[dict[str, object]] = [
+        {
+            "Sid": "ReadJobTable",
+            "Effect": "Allow",
+            "Action": ["dynamodb:GetItem", "dynamodb:Query"],
+            "Resource": [table_arn, f"{table_arn}/index/*"],
+        },
+        {
+            "Sid": "WriteReports",
+            "Effect": "Allow",
+            "Action": ["s3:PutObject"],
+            "Resource": [f"{bucket_arn}/{REPORTS_PREFIX}*"],
+        },
+    ]
+    found = S3Object.parse(package)
+    if found is not None:
+        house = f"arn:{partition}:s3:::{found.bucket}"
+        if found.is_folder:  # ListBucket limited by s3:prefix, as the nodes' (iam.py)
+            statements.append(
+                {
+                    "Sid": "ReportPackageList",
+                    "Effect": "Allow",
+                    "Action": ["s3:ListBucket"],
+                    "Resource": [house],
+                    "Condition": {"StringLike": {"s3:prefix": [f"{found.key}*"]}},
+                }
+            )
+        objects = f"{house}/{found.key}*" if found.is_folder else f"{house}/{found.key}"
+        statements.append(
+            {"Sid": "ReportPackage", "Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [objects]}
+        )
+    return {"Version": "2012-10-17", "Statement": statements}
 
 
 @dataclasses.dataclass
@@ -225,8 +245,8 @@ class SelfHostedMonitor(pulumi.ComponentResource):
                 aws.iam.RolePolicy(
                     f"{name}-report",
                     role=self.role.name,
-                    policy=pulumi.Output.all(args.bucket_arn, report.table_arn).apply(
-                        lambda v: json.dumps(report_policy_document(v[0], v[1]))
+                    policy=pulumi.Output.all(args.bucket_arn, report.table_arn, partition).apply(
+                        lambda v: json.dumps(report_policy_document(v[0], v[1], report.package, v[2]))
                     ),
                     opts=child,
                 ),

@@ -186,6 +186,9 @@ def build_cluster(
             bucket_name=store.bucket_name,
             bucket_arn=store.bucket_arn,
             render=monitoring_render,
+            job_table_name=jobs.table.name,
+            job_table_arn=jobs.table.arn,
+            job_queue_url=jobs.job_queue.url,
         ),
     )
 

@@ -293,6 +293,15 @@ class Monitoring(SpecModel):
     instance_type: str = "t3.large"  # self-hosted: the monitor instance
     managed_grafana: bool = False  # managed: also an Amazon Managed Grafana workspace
     alert_emails: list[str] = []  # subscribed to the alert topic (each confirms by mail)
+    # self-hosted: the monitor writes `gpucloud report` to s3://<bucket>/reports/ daily and sends the
+    # summary to the alert topic (docs/cost.md, "The daily report"). Unset: on where the monitor can
+    # install gpucloud (self-hosted and agent.package set); false turns it off.
+    daily_report: bool | None = None
+
+    def daily_report_on(self, agent_package: str | None) -> bool:
+        if self.daily_report is not None:
+            return self.daily_report
+        return self.mode == "self-hosted" and agent_package is not None
 
 
 class Budget(SpecModel):

@@ -979,6 +979,27 @@ def monitoring_managed_grafana(spec: ClusterSpec, catalog: Catalog) -> Iterator[
         )
 
 
+def monitoring_daily_report(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    """The daily report runs on the self-hosted monitor, which installs gpucloud from agent.package."""
+    mon = spec.monitoring
+    if mon.daily_report is not True:
+        return
+    if mon.mode != "self-hosted":
+        yield Problem(
+            key_path("monitoring", "dailyReport"),
+            f"the daily report runs on the self-hosted monitor instance: it needs monitoring.mode self-hosted "
+            f"(mode is {mon.mode}, which has no instance to run it); run `gpucloud report` yourself, or set false",
+            mon.daily_report,
+        )
+    elif spec.agent.package is None:
+        yield Problem(
+            key_path("monitoring", "dailyReport"),
+            "the monitor installs gpucloud from gpucloud:agent.package, and the stack sets none; set agent.package "
+            "to an s3:// wheel or wheelhouse or a pip requirement, or set dailyReport false",
+            mon.daily_report,
+        )
+
+
 AMP_MAX_RETENTION_DAYS = (
     1095  # https://docs.aws.amazon.com/prometheus/latest/userguide/AMP-workspace-configuration.html
 )
@@ -1136,6 +1157,7 @@ RULES: tuple[Rule, ...] = (
     monitoring_instance_type,
     monitoring_alert_emails,
     monitoring_managed_grafana,
+    monitoring_daily_report,
     monitoring_managed_retention,
     monitoring_egress,
     budget_amount,

@@ -28,10 +28,9 @@ FAKE_AWS = {
 }
 
 
-# Agents under test serve /metrics on a port the kernel picks (many run on one host, and the default
-# 9401 would go to whichever starts first) and exit at once after a notice: the 30 s linger is for a
-# real Prometheus's last scrape, and the tests of it ask for it by flag.
-os.environ.setdefault("GPUCLOUD_METRICS_PORT", "0")
+# Agents under test exit at once after a notice: the 30 s linger keeps /metrics up for a real
+# Prometheus's last scrape, and the tests of it ask for it by flag. (Their port stays the default: a busy
+# default port only warns, so agents side by side on this host still run.)
 os.environ.setdefault("GPUCLOUD_METRICS_LINGER", "0")
 
 

@@ -14,9 +14,20 @@ from gpucloud.infra.preview import preview_stack
 from gpucloud.spec import spec_from_config
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "gpucloud"
-# Run on the operator's machine, never on a node: the catalog refresh (EC2, Pricing) and the
-# stack program (infra/, under Pulumi).
-NOT_ON_NODES = ("catalog/refresh.py", "infra/")
+# Run on the operator's machine or in CI, never on a node: the catalog refresh (EC2, Pricing), the
+# stack program (infra/, under Pulumi) and the sweep of leftover resources (teardown/).
+NOT_ON_NODES = ("catalog/refresh.py", "infra/", "teardown/")
+
+
+def node_sources() -> str:
+    """The source of everything a node may run."""
+    return "\n".join(
+        p.read_text(encoding="utf-8")
+        for p in sorted(SRC.rglob("*.py"))
+        if not p.relative_to(SRC).as_posix().startswith(NOT_ON_NODES)
+    )
+
+
 CLIENT_RE = re.compile(r"""\bclient\(\s*["']([a-z0-9-]+)["']""")
 
 OFFLINE = {

@@ -12,6 +12,8 @@ from gpucloud.infra import preview as preview_module
 from gpucloud.infra.preview import preview_stack
 from gpucloud.spec import load_stack_file, stack_file_for
 
+from .test_endpoints import node_sources
+
 ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
 ASG = "aws:autoscaling/group:Group"
 QUEUE = "aws:sqs/queue:Queue"
@@ -53,7 +55,7 @@ def test_actions_the_runtime_never_calls_are_not_granted(previews, stack: str) -
 
 
 def test_the_runtime_indeed_never_calls_them() -> None:
-    runtime = "\n".join(p.read_text() for p in SRC.rglob("*.py") if "infra" not in p.parts)
+    runtime = node_sources()
     assert ".set_desired_capacity(" not in runtime
     assert "LifecycleHeartbeat(" not in runtime.replace("class LifecycleHeartbeat(", "")
     assert "list_multipart_uploads" not in runtime

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpucloud.errors import UserError
+from gpucloud.commands.options import catalog_file_option, chosen_stack, stack_options
 from gpucloud.output import output_option, print_json
 
 if TYPE_CHECKING:
@@ -18,14 +18,7 @@ if TYPE_CHECKING:
 
 
 @click.command("estimate")
-@click.option("--stack", "-s", "stack", metavar="NAME", help="A shipped stack: stacks/Pulumi.NAME.yaml.")
-@click.option(
-    "--stack-file",
-    "stack_file",
-    metavar="PATH",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Any stack file (Pulumi.<name>.yaml format) instead of --stack.",
-)
+@stack_options()
 @click.option(
     "--model-gib",
     "model_gib",
@@ -53,13 +46,7 @@ if TYPE_CHECKING:
     help="Seconds from an interruption to training again (replacement, bootstrap, restore). "
     "Default: 600 s [estimate] plus the restore at the checkpoint tier's rate.",
 )
-@click.option(
-    "--catalog-file",
-    "catalog_file",
-    metavar="PATH",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Instance catalog JSON for prices and instance facts (default: the bundled catalog), as for `plan`.",
-)
+@catalog_file_option()
 @output_option()
 def estimate(
     stack: str | None,
@@ -95,20 +82,11 @@ def estimate(
     The model, its sources and its assumptions: docs/cost.md, "Goodput estimate".
     """
     from gpucloud.catalog import load_catalog
-    from gpucloud.commands.plan import _stack_name_from  # plan's rule for a stack file's name
     from gpucloud.cost.estimate import estimate_stack, validate_inputs
-    from gpucloud.spec import load_stack_file, stack_file_for
+    from gpucloud.spec import load_stack_file
 
     validate_inputs(model_gib, step_seconds, interruptions_per_hour, restart_seconds)  # before any file is read
-    if (stack is None) == (stack_file is None):
-        from gpucloud.spec.loading import available_stacks
-
-        raise UserError(
-            "give exactly one of --stack NAME or --stack-file PATH; shipped stacks: " + ", ".join(available_stacks())
-        )
-    path = stack_file_for(stack) if stack is not None else stack_file
-    assert path is not None
-    name = stack if stack is not None else _stack_name_from(path)
+    name, path = chosen_stack(stack, stack_file)
     catalog = load_catalog(catalog_file)
     spec = load_stack_file(path, catalog)
     groups = estimate_stack(

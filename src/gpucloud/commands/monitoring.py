@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from gpucloud.commands.options import chosen_stack, stack_options
 from gpucloud.errors import UserError
 from gpucloud.output import output_option, print_json
 
@@ -34,14 +35,7 @@ def monitoring() -> None:
 
 
 @monitoring.command("render")
-@click.option("--stack", "-s", "stack", metavar="NAME", help="A shipped stack: stacks/Pulumi.NAME.yaml.")
-@click.option(
-    "--stack-file",
-    "stack_file",
-    metavar="PATH",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Any stack file (Pulumi.<name>.yaml format); the stack name is taken from the file name.",
-)
+@stack_options()
 @click.option(
     "--out",
     "out_dir",
@@ -88,13 +82,9 @@ def render_command(
     for a Prometheus of your own. See docs/monitoring.md.
     """
     from gpucloud.monitoring.names import PLACEHOLDER_ACCOUNT, placeholder_topic_arn
-    from gpucloud.spec import load_stack_file, stack_file_for
-    from gpucloud.spec.loading import available_stacks
+    from gpucloud.spec import load_stack_file
 
-    if (stack is None) == (stack_file is None):
-        raise UserError(
-            "give exactly one of --stack NAME or --stack-file PATH; shipped stacks: " + ", ".join(available_stacks())
-        )
+    name, path = chosen_stack(stack, stack_file)
     if sns_topic_arn is not None and not SNS_ARN.match(sns_topic_arn):
         raise UserError(
             f"--sns-topic-arn {sns_topic_arn!r} is not an SNS topic ARN; expected arn:aws:sns:REGION:ACCOUNT:NAME"
@@ -104,9 +94,6 @@ def render_command(
             f"--amp-remote-write-url {amp_remote_write_url!r} is not a workspace remote-write URL; expected "
             "https://aps-workspaces.REGION.amazonaws.com/workspaces/WS-ID/api/v1/remote_write"
         )
-    path = stack_file_for(stack) if stack is not None else stack_file
-    assert path is not None
-    name = stack if stack is not None else _stack_name_from(path)
     spec = load_stack_file(path)
     cluster = spec.name_for(name)
     mode = spec.monitoring.mode
@@ -155,11 +142,6 @@ def render_command(
         )
     for note in notes:
         click.echo(f"note: {note}", err=True)
-
-
-def _stack_name_from(path: Path) -> str:
-    match = re.match(r"^Pulumi\.(?P<name>.+)\.ya?ml$", path.name)
-    return match.group("name") if match else path.stem
 
 
 def _require_grafana_sdk() -> None:

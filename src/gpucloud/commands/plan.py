@@ -6,35 +6,19 @@ Heavy imports (pulumi, pulumi_aws) happen inside the command so ``gpucloud --hel
 from __future__ import annotations
 
 import dataclasses
-import re
 from pathlib import Path
 from typing import Any
 
 import click
 
+from gpucloud.commands.options import catalog_file_option, chosen_stack, stack_options
 from gpucloud.errors import UserError
 from gpucloud.output import output_option, print_json
 
-STACK_FILE_RE = re.compile(r"^Pulumi\.(?P<name>.+)\.ya?ml$")
-
 
 @click.command("plan")
-@click.option("--stack", "-s", "stack", metavar="NAME", help="A shipped stack: stacks/Pulumi.NAME.yaml.")
-@click.option(
-    "--stack-file",
-    "stack_file",
-    metavar="PATH",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Any stack file (Pulumi.<name>.yaml format); the stack name is taken from the file name.",
-)
-@click.option(
-    "--catalog-file",
-    "catalog_file",
-    metavar="PATH",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Instance catalog JSON for the plan's validation, EFA layouts and prices, e.g. one written by "
-    "`gpucloud catalog refresh --output-file` (default: the bundled catalog).",
-)
+@stack_options()
+@catalog_file_option()
 @output_option()
 def plan(stack: str | None, stack_file: Path | None, catalog_file: Path | None, output: str) -> None:
     """Preview a stack offline: what `pulumi up` would create, the EFA layout and the hourly cost
@@ -57,17 +41,9 @@ def plan(stack: str | None, stack_file: Path | None, catalog_file: Path | None, 
     checked by the gpucloud policy pack; a mandatory violation makes the exit code 1.
     """
     from gpucloud.catalog import load_catalog
-    from gpucloud.spec import load_stack_file, stack_file_for
+    from gpucloud.spec import load_stack_file
 
-    if (stack is None) == (stack_file is None):
-        from gpucloud.spec.loading import available_stacks
-
-        raise UserError(
-            "give exactly one of --stack NAME or --stack-file PATH; shipped stacks: " + ", ".join(available_stacks())
-        )
-    path = stack_file_for(stack) if stack is not None else stack_file
-    assert path is not None
-    name = stack if stack is not None else _stack_name_from(path)
+    name, path = chosen_stack(stack, stack_file)
     catalog = load_catalog(catalog_file)  # the same checks and one-line errors as `catalog show`
     spec = load_stack_file(path, catalog)
     warnings = _stack_warnings(spec)
@@ -129,11 +105,6 @@ def _stack_warnings(spec: Any) -> list[str]:
 
     found = placeholder_warning(spec.agent.package)
     return [found] if found else []
-
-
-def _stack_name_from(path: Path) -> str:
-    match = STACK_FILE_RE.match(path.name)
-    return match.group("name") if match else path.stem
 
 
 def _money(value: float | None) -> str:

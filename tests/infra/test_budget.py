@@ -109,7 +109,7 @@ def test_budgets_may_publish_to_the_topic_for_this_account_only_and_encrypt_with
         "StringEquals": {"aws:SourceAccount": ACCOUNT},
         "ArnLike": {"aws:SourceArn": f"arn:aws:budgets::{ACCOUNT}:*"},
     }
-    encrypts = [s for s in json.loads(key.inputs["policy"])["Statement"] if s["Sid"] == "BudgetsEncrypts"]
+    encrypts = [s for s in json.loads(key.inputs["policy"])["Statement"] if s["Sid"] == "PublisherEncrypts"]
     assert encrypts[0]["Principal"] == {"Service": "budgets.amazonaws.com"}
     assert encrypts[0]["Condition"] == {"StringEquals": {"aws:SourceAccount": ACCOUNT}}
 

@@ -259,7 +259,8 @@ def test_managed_topic_lets_only_this_workspace_publish(managed):
     assert topic.inputs["kmsMasterKeyId"] == f"arn:aws:kms:us-east-1:123456789012:key/{key.name}"
     assert key.inputs["enableKeyRotation"] is True
     key_statements = {s["Sid"]: s for s in json.loads(key.inputs["policy"])["Statement"]}
-    assert key_statements["AmpAlertManagerEncrypts"]["Action"] == ["kms:GenerateDataKey*", "kms:Decrypt"]
+    assert key_statements["PublisherEncrypts"]["Action"] == ["kms:GenerateDataKey*", "kms:Decrypt"]
+    assert key_statements["PublisherEncrypts"]["Principal"] == {"Service": "aps.amazonaws.com"}
     [policy] = of(resources, "aws:sns/topicPolicy:TopicPolicy")
     [statement] = json.loads(policy.inputs["policy"])["Statement"]
     assert statement["Principal"] == {"Service": "aps.amazonaws.com"}

@@ -33,6 +33,7 @@ import pulumi_aws as aws
 
 from gpucloud.agent.budget_gate import ACCOUNT_ID_ENV, ALARM_PROCESS, BUDGET_NAME_ENV
 from gpucloud.infra.iam import GroupScope
+from gpucloud.infra.monitoring_iam import publisher_key_policy_document
 from gpucloud.infra.tags import STACK_TAG, Tagging
 from gpucloud.spec.model import Budget
 
@@ -89,31 +90,6 @@ def budget_topic_policy_document(topic_arn: str, partition: str, account: str) -
                     "ArnLike": {"aws:SourceArn": f"arn:{partition}:budgets::{account}:*"},
                 },
             }
-        ],
-    }
-
-
-def budget_key_policy_document(partition: str, account: str) -> dict[str, Any]:
-    """The topic's key: the account administers it (AWS's default key policy); Budgets encrypts the
-    messages it publishes (an encrypted topic's publisher needs GenerateDataKey and Decrypt on its key)."""
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Sid": "AccountAdministers",
-                "Effect": "Allow",
-                "Principal": {"AWS": f"arn:{partition}:iam::{account}:root"},
-                "Action": "kms:*",
-                "Resource": "*",
-            },
-            {
-                "Sid": "BudgetsEncrypts",
-                "Effect": "Allow",
-                "Principal": {"Service": BUDGETS_PRINCIPAL},
-                "Action": ["kms:GenerateDataKey*", "kms:Decrypt"],
-                "Resource": "*",
-                "Condition": {"StringEquals": {"aws:SourceAccount": account}},
-            },
         ],
     }
 
@@ -256,7 +232,7 @@ class ClusterBudget(pulumi.ComponentResource):
             f"{name}-topic-key",
             description=f"gpucloud {t.cluster} budget topic",
             enable_key_rotation=True,
-            policy=ids.apply(lambda v: json.dumps(budget_key_policy_document(v[0], v[1]))),
+            policy=ids.apply(lambda v: json.dumps(publisher_key_policy_document(v[0], v[1], BUDGETS_PRINCIPAL))),
             tags=t.tags("budget-key"),
             opts=child,
         )

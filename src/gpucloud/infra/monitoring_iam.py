@@ -79,9 +79,11 @@ def alert_topic_policy_document(topic_arn: str, account: str, workspace_arn: str
     }
 
 
-def alert_key_policy_document(partition: str, account: str) -> dict[str, Any]:
-    """A customer managed key for the managed topic: AWS-managed aws/sns cannot be granted to the
-    aps.amazonaws.com principal (the receiver-permission page above)."""
+def publisher_key_policy_document(partition: str, account: str, publisher: str) -> dict[str, Any]:
+    """A customer managed key for a topic an AWS service publishes to (``publisher``: its service
+    principal, e.g. aps.amazonaws.com or budgets.amazonaws.com). AWS-managed aws/sns cannot be granted
+    to a service principal (the receiver-permission page above), and an encrypted topic's publisher
+    needs GenerateDataKey and Decrypt on its key."""
     return {
         "Version": "2012-10-17",
         "Statement": [
@@ -94,9 +96,9 @@ def alert_key_policy_document(partition: str, account: str) -> dict[str, Any]:
                 "Resource": "*",
             },
             {
-                "Sid": "AmpAlertManagerEncrypts",
+                "Sid": "PublisherEncrypts",
                 "Effect": "Allow",
-                "Principal": {"Service": "aps.amazonaws.com"},
+                "Principal": {"Service": publisher},
                 "Action": ["kms:GenerateDataKey*", "kms:Decrypt"],
                 "Resource": "*",
                 "Condition": {"StringEquals": {"aws:SourceAccount": account}},

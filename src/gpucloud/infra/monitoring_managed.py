@@ -19,8 +19,8 @@ import pulumi
 import pulumi_aws as aws
 
 from gpucloud.infra.monitoring_iam import (
-    alert_key_policy_document,
     alert_topic_policy_document,
+    publisher_key_policy_document,
     remote_write_policy_document,
 )
 from gpucloud.infra.tags import Tagging
@@ -87,7 +87,7 @@ class ManagedMonitoring(pulumi.ComponentResource):
             description=f"gpucloud {t.cluster} alert topic",
             enable_key_rotation=True,
             policy=pulumi.Output.all(partition, account).apply(
-                lambda v: json.dumps(alert_key_policy_document(v[0], v[1]))
+                lambda v: json.dumps(publisher_key_policy_document(v[0], v[1], "aps.amazonaws.com"))
             ),
             tags=t.tags("alerts-key"),
             opts=child,

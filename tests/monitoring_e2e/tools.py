@@ -18,7 +18,10 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typing import Self
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -104,6 +107,22 @@ class _Process:
 
         wait_until(ready, timeout, f"{what} to serve {url}")
 
+    # A subclass names the URL that answers once it serves, and what it is (for the error).
+    ready_url: str
+    what: str
+
+    def __enter__(self) -> Self:
+        self.start()
+        try:
+            self.wait_serving(self.ready_url, 60, self.what)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
 
 class NodeExporter(_Process):
     """node_exporter on 127.0.0.1:<port> reading ``sysfs`` (a fixture tree) for its collectors."""
@@ -114,21 +133,11 @@ class NodeExporter(_Process):
         assert binary, missing_tools_reason(NODE_EXPORTER)
         super().__init__([binary, f"--path.sysfs={sysfs}", f"--web.listen-address=127.0.0.1:{self.port}", *flags], log)
 
+        self.ready_url, self.what = f"http://{self.address}/metrics", "node_exporter"
+
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
-
-    def __enter__(self) -> NodeExporter:
-        self.start()
-        try:
-            self.wait_serving(f"http://{self.address}/metrics", 60, "node_exporter")
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 class Prometheus(_Process):
@@ -151,21 +160,11 @@ class Prometheus(_Process):
             log,
         )
 
+        self.ready_url, self.what = f"{self.url}/-/ready", "prometheus"
+
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> Prometheus:
-        self.start()
-        try:
-            self.wait_serving(f"{self.url}/-/ready", 60, "prometheus")
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def api(self, path: str, **params: str) -> Any:
         url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"

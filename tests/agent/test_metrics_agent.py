@@ -104,31 +104,37 @@ def test_a_noticed_attempt_is_on_metrics_while_it_runs_then_gone_with_its_notice
     assert value(after, "gpucloud_step_seconds_count") >= 5
 
 
+def agent_argv(imds: ImdsEmulator, tmp_path: Path, *, idle_exit: float, extra: tuple[str, ...] = ()) -> list[str]:
+    """An agent on ``imds`` with /metrics on a free loopback port and JSON lines out; ``extra``: more flags."""
+    return [
+        *CLI,
+        "agent",
+        "--imds-endpoint",
+        imds.endpoint,
+        "--poll-interval",
+        "0.2",
+        "--address",
+        "127.0.0.1",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--idle-exit",
+        f"{idle_exit:g}",
+        "--metrics-port",
+        "0",
+        "--metrics-address",
+        "127.0.0.1",
+        *extra,
+        "--output",
+        "json",
+    ]
+
+
 def test_an_agent_process_serves_metrics_over_http_while_its_attempt_trains(tmp_path, env, gpucloud_home):
     queue = SqliteQueue(gpucloud_home / "queue.db")
     gate = tmp_path / "gate"
     job = queue.submit(gated_job(tmp_path, gate, steps=8))
     with ImdsEmulator(instance_id="i-0000000000000a001", instance_type="g5.xlarge", instance_life_cycle="spot") as imds:
-        argv = [
-            *CLI,
-            "agent",
-            "--imds-endpoint",
-            imds.endpoint,
-            "--poll-interval",
-            "0.2",
-            "--address",
-            "127.0.0.1",
-            "--run-dir",
-            str(tmp_path / "run"),
-            "--idle-exit",
-            "1",
-            "--metrics-port",
-            "0",
-            "--metrics-address",
-            "127.0.0.1",
-            "--output",
-            "json",
-        ]
+        argv = agent_argv(imds, tmp_path, idle_exit=1)
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             assert proc.stdout is not None
@@ -158,27 +164,7 @@ def test_an_agent_process_serves_metrics_over_http_while_its_attempt_trains(tmp_
 
 def start_noticed_agent(env, tmp_path: Path, imds: ImdsEmulator, *linger: str) -> tuple[subprocess.Popen, list[dict]]:
     """An agent process on ``imds`` with /metrics on a free port; its JSON lines, as they come."""
-    argv = [
-        *CLI,
-        "agent",
-        "--imds-endpoint",
-        imds.endpoint,
-        "--poll-interval",
-        "0.2",
-        "--address",
-        "127.0.0.1",
-        "--run-dir",
-        str(tmp_path / "run"),
-        "--idle-exit",
-        "300",
-        "--metrics-port",
-        "0",
-        "--metrics-address",
-        "127.0.0.1",
-        *linger,
-        "--output",
-        "json",
-    ]
+    argv = agent_argv(imds, tmp_path, idle_exit=300, extra=linger)
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     lines: list[dict] = []
 

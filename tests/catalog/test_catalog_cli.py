@@ -12,17 +12,9 @@ from aws_responses import g6_xlarge, p5_48xlarge, price_list_entry, spot_entry
 from botocore.stub import ANY
 from stubbed_aws import NOW, expect_describe, expect_prices, stubbed_clients
 
+from cli_run import run_cli
 from gpucloud.catalog import load_catalog
 from gpucloud.catalog import refresh as catalog_refresh
-from gpucloud.cli import main
-
-
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exited:
-        main(list(argv))
-        sys.exit(0)
-    out, err = capsys.readouterr()
-    return exited.value.code or 0, out, err
 
 
 def test_show_json_is_the_catalog(capsys):

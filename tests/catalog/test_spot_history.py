@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import datetime
 import json
-import sys
 
 import pytest
 from aws_responses import g6_xlarge, p5_48xlarge, price_list_entry, spot_entry
 from stubbed_aws import NOW, expect_describe, expect_prices, expect_spot, stubbed_clients
 
+from cli_run import run_cli
 from gpucloud.catalog import hourly_price, load_catalog
 from gpucloud.catalog import refresh as catalog_refresh
 from gpucloud.catalog.refresh import refresh_catalog
-from gpucloud.cli import main
 
 TYPES = ["g6.xlarge", "p5.48xlarge"]
 
@@ -71,14 +70,6 @@ def test_refreshing_a_region_keeps_the_other_regions_prices():
 def test_the_history_window_is_the_requested_days():
     result = refresh_with_history([spot_entry("p5.48xlarge", "us-east-1a", "21.50", 10, NOW)], days=30)
     assert result.catalog.prices["us-east-1"].instance_types["p5.48xlarge"].spot_history
-
-
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exited:
-        main(list(argv))
-        sys.exit(0)
-    out, err = capsys.readouterr()
-    return exited.value.code or 0, out, err
 
 
 def test_refresh_cli_passes_spot_days_and_show_labels_history_and_estimates(capsys, monkeypatch, tmp_path):

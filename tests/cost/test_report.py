@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.cli import main
+from cli_run import one_line_error
+from cli_run import run_cli as run
 from gpucloud.cost.job_cost import catalog_prices, job_cost
 from gpucloud.cost.report import JobCost, JobHistory, Utilisation, build
 from gpucloud.cost.report_sources import parse_since, read_histories
@@ -26,22 +27,6 @@ CHECKPOINT = 0.16  # two 36 s saves × 8 GPUs
 
 def no_price(history, nodes):
     return None
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code: int | str | None = 0
-    try:
-        main(list(argv))
-    except SystemExit as exit_info:
-        code = exit_info.code
-    out, err = capsys.readouterr()
-    return (0 if code is None else code), out, err
-
-
-def one_line_error(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("gpucloud: error: "), err
-    return lines[0]
 
 
 def nodes_now(now: float):

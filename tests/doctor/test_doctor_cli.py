@@ -11,19 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.cli import main
+from cli_run import run_cli as run
 from gpucloud.doctor.collect import probe_imds
 from gpucloud.signals.imds_emulator import ImdsEmulator
 
 from .conftest import BROKEN, FIXTURES, MATRIX
-
-
-def run(capsys, *argv):
-    with pytest.raises(SystemExit) as exited:
-        main(list(argv))
-        raise SystemExit(0)
-    out, err = capsys.readouterr()
-    return exited.value.code or 0, out, err
 
 
 def test_recorded_healthy_p5_passes(capsys):

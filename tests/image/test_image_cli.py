@@ -6,17 +6,9 @@ import shutil
 import pytest
 import yaml
 
-from gpucloud.cli import main
+from cli_run import run_cli as run
 
 from .conftest import REPO, SHIPPED_MATRIX, shipped_raw
-
-
-def run(capsys, *argv):
-    with pytest.raises(SystemExit) as exited:
-        main(list(argv))
-        raise SystemExit(0)
-    out, err = capsys.readouterr()
-    return exited.value.code or 0, out, err
 
 
 def test_check_shipped_matrix_passes(capsys):

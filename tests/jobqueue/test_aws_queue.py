@@ -13,7 +13,7 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from gpucloud.cli import main
+from cli_run import run_cli as run
 from gpucloud.errors import UserError
 from gpucloud.jobs.model import AttemptEnd, AttemptState, JobSpec, JobState
 from gpucloud.queue.aws.backend import AwsQueue
@@ -262,16 +262,6 @@ def test_a_table_that_does_not_exist_is_one_line(plane):
 
 
 # -- the operator's view ------------------------------------------------------------------------
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code: int | str | None = 0
-    try:
-        main(list(argv))
-    except SystemExit as exit_info:
-        code = exit_info.code
-    out, err = capsys.readouterr()
-    return (0 if code is None else code), out, err
 
 
 def test_jobs_and_job_show_on_the_aws_queue(q, plane, capsys):

@@ -12,26 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.cli import main
+from cli_run import one_line_error
+from cli_run import run_cli as run
 from gpucloud.queue.sqlite import SqliteQueue
 
 from .conftest import wait_for
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code: int | str | None = 0
-    try:
-        main(list(argv))
-    except SystemExit as exit_info:
-        code = exit_info.code
-    out, err = capsys.readouterr()
-    return (0 if code is None else code), out, err
-
-
-def one_line_error(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("gpucloud: error: "), err
-    return lines[0]
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpucloud.cli import main
+from cli_run import run_cli
 from gpucloud.monitoring import render, write_files
 from gpucloud.monitoring.dcgm_fields import counters_csv
 
@@ -26,14 +26,6 @@ EXPECTED = {
     "dashboards/job.json",
     "dcgm-counters.csv",
 }
-
-
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exited:
-        main(list(argv))
-        sys.exit(0)
-    out, err = capsys.readouterr()
-    return exited.value.code or 0, out, err
 
 
 @pytest.mark.parametrize("mode", ["self-hosted", "managed", "off"])

@@ -139,7 +139,7 @@ def test_cost_sums_groups_and_unknown_prices_stay_unknown() -> None:
     assert cost.to_json()["groups"][1]["on_demand"]["max"] is None
 
 
-RESOURCE_WILDCARD_SIDS = {"FindOwnGroup", "PublishBacklog", "FindOwnAttachments"}
+RESOURCE_WILDCARD_SIDS = {"FindOwnGroup", "PublishBacklog", "FindInstances"}
 
 
 SCOPED_BY_TAG_SIDS = {"NodeLifecycle", "DrainOnTermination"}

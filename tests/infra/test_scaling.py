@@ -293,7 +293,7 @@ def test_node_policy_statements_for_the_agent() -> None:
     }
     # EC2: only the job-id tag on this cluster's resources, and finding this node's own attachments for it
     ec2 = {s["Sid"]: s["Action"] for s in doc["Statement"] if any(a.startswith("ec2:") for a in s["Action"])}
-    assert ec2 == {"FindOwnAttachments": ["ec2:DescribeInstances"], "JobTags": ["ec2:CreateTags", "ec2:DeleteTags"]}
+    assert ec2 == {"FindInstances": ["ec2:DescribeInstances"], "JobTags": ["ec2:CreateTags", "ec2:DeleteTags"]}
     assert "NodeLifecycle" not in {s["Sid"] for s in node_policy_document("a", jobs, None)["Statement"]}
 
 

@@ -253,7 +253,7 @@ def test_iam_scoped_to_the_cluster(previews, stack: str) -> None:
     known = {r.name for r in preview.custom_resources}
     for statement in document["Statement"]:
         assert all("*" not in action for action in statement["Action"])
-        if statement["Sid"] in {"FindOwnGroup", "PublishBacklog", "FindBlockInstances", "FindOwnAttachments"}:
+        if statement["Sid"] in {"FindOwnGroup", "PublishBacklog", "FindInstances"}:
             continue  # only on "*"
         if statement["Sid"] == "JobTags":  # this cluster's instances, volumes, interfaces (test_node_iam.py)
             assert statement["Condition"]["ForAllValues:StringEquals"] == {"aws:TagKeys": ["gpucloud:job-id"]}

@@ -70,8 +70,7 @@ class GroupScope:
         ec2 = self.group_arn_pattern.split(":autoscaling:", 1)
         arn = f"{ec2[0]}:ec2:{ec2[1].split(':autoScalingGroup', 1)[0]}"  # arn:<partition>:ec2:<region>:<account>
         return [
-            # Describe actions take no resource-level permission ("*" only); read-only.
-            {"Sid": "FindOwnAttachments", "Effect": "Allow", "Action": ["ec2:DescribeInstances"], "Resource": ["*"]},
+            # its volumes and interfaces: DescribeInstances, granted once by node_policy_document
             {
                 "Sid": "JobTags",
                 "Effect": "Allow",
@@ -220,12 +219,14 @@ def node_policy_document(
                 "Resource": [f"{house_bucket_arn}/{prefix}*"],
             },
         ]
-    if describe_instances:
-        # Stacks with a capacity block: at the block's expiry warning the agent finds the block's
-        # instances (agent/events_handler.py). Describe actions take no resource-level permission.
-        # Gang peers never need it: they publish their own address with their slot claim.
+    if describe_instances or groups is not None:
+        # One grant for both readers: a group member's agent finds its own volumes and interfaces
+        # to tag them (job_tag_statements); in stacks with a capacity block, at the block's expiry
+        # warning the agent finds the block's instances (agent/events_handler.py). Describe actions
+        # take no resource-level permission ("*" only); read-only. Gang peers never need it: they
+        # publish their own address with their slot claim.
         statements.append(
-            {"Sid": "FindBlockInstances", "Effect": "Allow", "Action": ["ec2:DescribeInstances"], "Resource": ["*"]}
+            {"Sid": "FindInstances", "Effect": "Allow", "Action": ["ec2:DescribeInstances"], "Resource": ["*"]}
         )
     # PutMetricData has no resource type either; the namespace condition limits it to our backlog
     # metric.

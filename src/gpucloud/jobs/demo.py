@@ -86,9 +86,17 @@ Progress = Callable[[str, dict[str, Any]], None]
 
 
 def training_command(
-    *, steps: int, seed: int, step_seconds: float, out: Path, every_steps: int | None = None, log_steps: bool = False
+    *,
+    steps: int,
+    seed: int,
+    step_seconds: float,
+    out: Path,
+    every_steps: int | None = None,
+    log_steps: bool = False,
+    nproc: int = NPROC,
 ) -> list[str]:
-    """Real torchrun (``python -m torch.distributed.run``), 2 ranks, gloo, single node."""
+    """Real torchrun (``python -m torch.distributed.run``), ``nproc`` ranks (default 2), gloo, single node
+    (an agent extends it to the gang's nodes)."""
     if not EXAMPLE.exists():
         raise UserError(
             f"the demo needs the example training script {EXAMPLE}; run gpucloud demo from a source checkout"
@@ -98,7 +106,7 @@ def training_command(
         "-m",
         "torch.distributed.run",
         "--standalone",
-        f"--nproc-per-node={NPROC}",
+        f"--nproc-per-node={nproc}",
         str(EXAMPLE),
         "--steps",
         str(steps),

@@ -34,6 +34,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "sweep",
         "Find (and with --delete, delete) resources gpucloud stacks left in a region.",
     ),
+    "teardown": (
+        "gpucloud.commands.teardown",
+        "teardown",
+        "Drain a stack's jobs, destroy it (Pulumi Automation API) and name what is left; for CI.",
+    ),
     "spot-train": (
         "gpucloud.commands.spot_train",
         "spot_train",
@@ -50,6 +55,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     ),
     "nodes": ("gpucloud.commands.nodes", "nodes", "List node agents: state, instance type, spot/on-demand, job."),
     "demo": ("gpucloud.commands.demo", "demo", "Offline end-to-end demo: spot notice, checkpoint, requeue, resume."),
+    "drill": (
+        "gpucloud.commands.drill",
+        "drill",
+        "Interrupt a spot node of a small job (AWS FIS, or --local) and judge: pass or fail.",
+    ),
     "imds-emulator": (
         "gpucloud.commands.imds_emulator",
         "imds_emulator",

@@ -39,11 +39,14 @@ def test_resources_of_an_exported_deployment() -> None:
         "resources": [
             {"urn": "urn:pulumi:dev::gpucloud::pulumi:pulumi:Stack::gpucloud-dev", "type": "pulumi:pulumi:Stack"},
             {"urn": "urn:p::aws", "type": "pulumi:providers:aws", "id": "abc"},
-            {"urn": "urn:p::bucket", "type": "aws:s3/bucketV2:BucketV2", "id": "ckpt-1"},
+            {"urn": "urn:p::bucket", "type": "aws:s3/bucketV2:BucketV2", "id": "ckpt-1", "protect": True},
         ]
     }
     resources = resources_of(deployment)
-    assert resources[2] == StackResource(urn="urn:p::bucket", type="aws:s3/bucketV2:BucketV2", id="ckpt-1")
+    assert resources[2] == StackResource(
+        urn="urn:p::bucket", type="aws:s3/bucketV2:BucketV2", id="ckpt-1", protected=True
+    )
+    assert not resources[1].protected
     assert [r.bookkeeping for r in resources] == [True, True, False]
     assert resources_of({}) == []
 

@@ -34,6 +34,7 @@ class StackResource:
     urn: str
     type: str
     id: str | None = None
+    protected: bool = False  # ``protect: true``: a destroy refuses it (or, excluding protected, leaves it)
 
     @property
     def bookkeeping(self) -> bool:
@@ -126,7 +127,12 @@ class AutomationStack:
 def resources_of(deployment: Mapping[str, Any]) -> list[StackResource]:
     """The resources of an exported deployment (``pulumi stack export``'s ``deployment``)."""
     return [
-        StackResource(urn=str(entry.get("urn", "")), type=str(entry.get("type", "")), id=entry.get("id") or None)
+        StackResource(
+            urn=str(entry.get("urn", "")),
+            type=str(entry.get("type", "")),
+            id=entry.get("id") or None,
+            protected=bool(entry.get("protect")),
+        )
         for entry in deployment.get("resources") or []
     ]
 

@@ -212,9 +212,7 @@ class Deleter:
 def empty_bucket(s3: Any, bucket: str) -> None:
     """Every object version, delete marker and incomplete multipart upload, so DeleteBucket succeeds
     (https://docs.aws.amazon.com/AmazonS3/latest/userguide/delete-bucket.html)."""
-    for page in s3.get_paginator("list_multipart_uploads").paginate(Bucket=bucket):
-        for upload in page.get("Uploads", []):
-            s3.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+    abort_multipart_uploads(s3, bucket)
     for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
         batch = [
             {"Key": v["Key"], "VersionId": v["VersionId"]}
@@ -222,3 +220,14 @@ def empty_bucket(s3: Any, bucket: str) -> None:
         ]
         for start in range(0, len(batch), 1000):  # DeleteObjects takes at most 1000 keys
             s3.delete_objects(Bucket=bucket, Delete={"Objects": batch[start : start + 1000], "Quiet": True})
+
+
+def abort_multipart_uploads(s3: Any, bucket: str) -> int:
+    """Abort every incomplete multipart upload of ``bucket`` (``gpucloud teardown`` runs this alone,
+    before a destroy whose bucket delete empties versions but not uploads); how many were aborted."""
+    aborted = 0
+    for page in s3.get_paginator("list_multipart_uploads").paginate(Bucket=bucket):
+        for upload in page.get("Uploads", []):
+            s3.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+            aborted += 1
+    return aborted

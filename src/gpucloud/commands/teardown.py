@@ -1,0 +1,270 @@
+"""``gpucloud teardown``: drain a stack's jobs, then destroy it through Pulumi's Automation API, for CI.
+
+Thin: ``gpucloud.teardown.destroy`` holds the order and the decisions, ``teardown.drain`` the drain,
+``infra.automation`` the pulumi CLI; this module resolves the flags, asks for confirmation and prints.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from gpucloud.commands.options import QUEUE_HELP
+from gpucloud.errors import UserError
+from gpucloud.output import output_option, print_json, print_table
+from gpucloud.teardown.drain import DEFAULT_DRAIN_TIMEOUT_S
+
+EPILOG = """\b
+Exit codes: 0 destroyed, nothing left; 1 the destroy failed or left resources (named);
+2 refused before destroying anything (protected bucket, no --yes without a terminal, no pulumi CLI);
+3 the drain timed out with jobs still running, nothing destroyed (--force destroys anyway).
+"""
+
+
+@click.command("teardown", epilog=EPILOG)
+@click.option("--stack", "-s", "stack", required=True, metavar="NAME", help="The deployed Pulumi stack to destroy.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation (CI). Without a terminal it is required.")
+@click.option(
+    "--no-drain",
+    "no_drain",
+    is_flag=True,
+    help="Destroy without asking running jobs to save first (they resume from their last commit).",
+)
+@click.option(
+    "--drain-timeout",
+    "drain_timeout",
+    type=click.FloatRange(min=0.0, max=86400.0),
+    default=DEFAULT_DRAIN_TIMEOUT_S,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long running jobs get to commit a step and stop (the node groups' default drain timeout).",
+)
+@click.option("--force", is_flag=True, help="Destroy even when the drain timed out with jobs still running.")
+@click.option(
+    "--keep-bucket",
+    "keep_bucket",
+    is_flag=True,
+    help="Keep a protected checkpoint bucket (pulumi destroy --exclude-protected) and destroy the rest.",
+)
+@click.option("--queue", "queue_uri", metavar="URI", help="The queue to drain instead of the stack's. " + QUEUE_HELP)
+@click.option("--region", metavar="R", help="The stack's AWS region (default: aws:region of stacks/Pulumi.NAME.yaml).")
+@click.option(
+    "--check-aws/--no-check-aws",
+    "check_aws",
+    default=True,
+    show_default=True,
+    help="After the destroy, list what AWS still holds tagged gpucloud:stack=NAME (a `gpucloud sweep` dry run).",
+)
+@output_option()
+def teardown(
+    stack: str,
+    yes: bool,
+    no_drain: bool,
+    drain_timeout: float,
+    force: bool,
+    keep_bucket: bool,
+    queue_uri: str | None,
+    region: str | None,
+    check_aws: bool,
+    output: str,
+) -> None:
+    """Drain the stack's running jobs, then destroy the stack, and say what is left.
+
+    \b
+    1. Refuses at once when the checkpoint bucket is protected (unless --keep-bucket).
+    2. Drain: every running job gets a stop request (as for a spot notice), saves a step and is
+       requeued; teardown waits for each commit. Queued jobs stay queued for the next cluster.
+    3. Exports the FSx data repository association where the stack says exportOnDestroy.
+    4. `pulumi destroy` through the Automation API (needs the pulumi CLI), its progress streamed.
+    5. Lists what the state still holds, and what AWS still holds tagged with the stack.
+    Progress goes to stderr; the summary (--output json: drain, export, leftovers, exit reason) to stdout.
+
+    \b
+    gpucloud teardown --stack ci-smoke-42 --yes               # what CI runs
+    gpucloud teardown --stack dev --no-drain --keep-bucket     # keep the checkpoints
+    """
+    from gpucloud.infra import automation
+    from gpucloud.teardown.destroy import EXIT_DONE, bucket_refusal, run_teardown
+
+    handle = automation.open_stack(stack)
+    outputs = handle.outputs()
+    refusal = bucket_refusal(stack, outputs, keep_bucket=keep_bucket)
+    if refusal is not None:
+        raise UserError(refusal)
+    aws = _Aws(stack, region)
+    queue = None if no_drain else _open_drain_queue(queue_uri, outputs, aws)
+    if not yes:
+        _confirm(stack, handle.resources(), outputs, queue, keep_bucket=keep_bucket)
+    steps = _steps(stack, outputs, queue, aws, drain_timeout=drain_timeout, keep_bucket=keep_bucket, check=check_aws)
+    report = run_teardown(
+        handle,
+        steps,
+        keep_bucket=keep_bucket,
+        force=force,
+        progress=_progress,
+        on_output=lambda line: click.echo(f"  {line.rstrip()}", err=True),
+    )
+    if output == "json":
+        print_json(report.to_json())
+    else:
+        _print_summary(report)
+    if report.exit_code != EXIT_DONE:
+        raise UserError(report.exit_reason, exit_code=report.exit_code)
+
+
+def _progress(line: str) -> None:
+    click.echo(f"teardown: {line}", err=True)
+
+
+class _Aws:
+    """The stack's region and boto3 clients, resolved only when a step needs AWS."""
+
+    def __init__(self, stack: str, region: str | None) -> None:
+        self.stack, self._region = stack, region
+        self._clients: dict[str, Any] = {}
+
+    @property
+    def region(self) -> str:
+        if self._region is None:
+            from gpucloud.spec import load_stack_file, stack_file_for
+
+            try:
+                self._region = load_stack_file(stack_file_for(self.stack)).region
+            except UserError as err:
+                raise UserError(f"cannot tell stack {self.stack}'s region ({err}); give --region") from None
+        return self._region
+
+    def client(self, service: str) -> Any:
+        if service not in self._clients:
+            import boto3
+
+            self._clients[service] = boto3.session.Session(region_name=self.region).client(service)
+        return self._clients[service]
+
+
+def _open_drain_queue(queue_uri: str | None, outputs: dict[str, Any], aws: _Aws):
+    from gpucloud.queue.locations import open_queue
+    from gpucloud.teardown.destroy import queue_uri_from_outputs
+
+    uri = queue_uri or queue_uri_from_outputs(outputs, aws.region)
+    if uri is None:
+        raise UserError("the stack has no jobTableName/jobQueueUrl outputs to drain; give --queue URI, or --no-drain")
+    return open_queue(uri)
+
+
+def _confirm(stack: str, resources, outputs: dict[str, Any], queue, *, keep_bucket: bool) -> None:
+    """Ask on the terminal, showing what goes; no terminal: refuse (CI must say --yes)."""
+    if not sys.stdin.isatty():
+        raise UserError(f"refusing to destroy stack {stack} without --yes: there is no terminal to confirm on")
+    from gpucloud.jobs.model import JobState
+
+    real = [r for r in resources if not r.bookkeeping]
+    click.echo(f"Stack {stack}: {len(real)} resources will be destroyed, among them:", err=True)
+    for kind in sorted({r.type for r in real})[:20]:
+        click.echo(f"  {kind} x{sum(1 for r in real if r.type == kind)}", err=True)
+    bucket = outputs.get("checkpointBucket")
+    if bucket:
+        kept = keep_bucket and outputs.get("checkpointBucketProtected")
+        click.echo(
+            f"  checkpoint bucket {bucket}: " + ("kept (protected)" if kept else "deleted, with every checkpoint"),
+            err=True,
+        )
+    if queue is not None:
+        running = queue.list_jobs([JobState.RUNNING])
+        queued = queue.list_jobs([JobState.QUEUED])
+        click.echo(
+            f"  {len(running)} running job(s) will save a step and be requeued; {len(queued)} queued job(s) stay queued",
+            err=True,
+        )
+    click.confirm(f"Destroy stack {stack}?", abort=True, err=True)
+
+
+def _steps(
+    stack: str, outputs: dict[str, Any], queue, aws: _Aws, *, drain_timeout: float, keep_bucket: bool, check: bool
+):
+    from gpucloud.teardown.destroy import Steps, fsx_export_wanted
+    from gpucloud.teardown.drain import drain
+
+    drain_step = None
+    if queue is not None:
+
+        def drain_step():
+            return drain(queue, stack, timeout_s=drain_timeout, progress=_progress)
+
+    bucket = outputs.get("checkpointBucket")
+    abort_step = None
+    if bucket and not outputs.get("checkpointBucketProtected"):
+
+        def abort_step() -> int:
+            return _abort_uploads(aws, str(bucket))
+
+    fsx = fsx_export_wanted(outputs)
+    export_step = None if fsx is None else _fsx_export_step(fsx, aws)
+    leftovers_step = (lambda: _aws_leftovers(aws)) if check else None
+    return Steps(drain=drain_step, export_fsx=export_step, abort_uploads=abort_step, aws_leftovers=leftovers_step)
+
+
+def _abort_uploads(aws: _Aws, bucket: str) -> int:
+    """Unfinished multipart uploads: the provider's force_destroy empties versions, not uploads."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from gpucloud.teardown.delete import abort_multipart_uploads
+
+    try:
+        return abort_multipart_uploads(aws.client("s3"), bucket)
+    except (ClientError, BotoCoreError) as err:
+        _progress(f"could not list the bucket's unfinished uploads ({' '.join(str(err).split())}); destroying anyway")
+        return 0
+
+
+def _fsx_export_step(fsx, aws: _Aws) -> Callable[[], dict[str, Any]]:
+    def export() -> dict[str, Any]:
+        raise UserError("FSx export before destroy is not wired yet")
+
+    return export
+
+
+def _aws_leftovers(aws: _Aws) -> list[dict[str, Any]] | None:
+    import datetime as dt
+
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from gpucloud.teardown.plan import Selection
+    from gpucloud.teardown.sweep import sweep
+
+    _progress(f"checking what AWS still holds tagged gpucloud:stack={aws.stack} (a sweep dry run)")
+    try:
+        outcomes = sweep(
+            aws.client,
+            aws.region,
+            Selection(stack=aws.stack),
+            delete=False,
+            now=dt.datetime.now(dt.timezone.utc),
+            progress=lambda line: _progress(f"sweep: {line}"),
+        )
+    except (ClientError, BotoCoreError) as err:
+        _progress(f"could not list what AWS holds ({' '.join(str(err).split())}); not checked")
+        return None
+    return [o.to_json() for o in outcomes if o.action == "would delete"]
+
+
+def _print_summary(report) -> None:
+    drained = report.drain
+    if drained is not None:
+        rows = [
+            (s.job_id, s.attempt, s.ended or "still running", s.committed_step, s.job_state) for s in drained.stopped
+        ]
+        if rows:
+            print_table("drained jobs", ["job", "attempt", "ended", "committed step", "job now"], rows)
+        if drained.queued:
+            click.echo(f"left queued for the next cluster: {', '.join(drained.queued)}")
+    if report.export is not None:
+        click.echo(f"FSx export: {report.export}")
+    left = [(r.type, r.id or "", r.urn) for r in report.leftovers]
+    left += [(found["type"], found["arn"], "tagged in AWS") for found in report.aws_leftovers or []]
+    if left:
+        print_table(f"left over from stack {report.stack}", ["type", "id", "where"], left)
+    click.echo(report.exit_reason)

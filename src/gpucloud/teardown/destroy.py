@@ -1,0 +1,185 @@
+"""``gpucloud teardown``'s decisions and order: refuse early, drain, export, destroy, then count what is left.
+
+The I/O is handed in (``Steps``: the drain, the FSx export, the bucket's unfinished uploads, the AWS
+listing), and the stack is a ``StackHandle``, so every decision here is tested offline with a fake
+handle and real queues. Exit codes (``EXIT_*``) are part of the CLI contract (docs/teardown.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gpucloud.errors import UserError
+from gpucloud.infra.automation import StackHandle, StackOperationFailed, StackResource
+from gpucloud.teardown.drain import DrainResult
+
+EXIT_DONE = 0  # destroyed; nothing left in the state nor (when checked) tagged in AWS
+EXIT_LEFT_OVER = 1  # the destroy failed, or resources are left: they are named
+EXIT_REFUSED = 2  # refused before destroying anything (UserError): protected bucket, no --yes, no pulumi CLI
+EXIT_DRAIN_TIMEOUT = 3  # jobs still running when the drain timed out; nothing destroyed (--force destroys anyway)
+
+PROTECT_SETTING = "storage.checkpointBucket.protect"
+MAX_NAMED = 5  # leftovers named in the one-line error; the JSON and the table list them all
+
+
+@dataclasses.dataclass(frozen=True)
+class Steps:
+    """What the teardown runs besides the destroy; None: skipped (``--no-drain``, no FSx export, ...)."""
+
+    drain: Callable[[], DrainResult] | None = None
+    export_fsx: Callable[[], dict[str, Any]] | None = None  # the export task's summary
+    abort_uploads: Callable[[], int] | None = None  # unfinished multipart uploads aborted
+    aws_leftovers: Callable[[], list[dict[str, Any]] | None] | None = None  # tagged in AWS; None: could not list
+
+
+@dataclasses.dataclass
+class TeardownReport:
+    stack: str
+    keep_bucket: bool = False
+    drain: DrainResult | None = None
+    export: dict[str, Any] | None = None
+    uploads_aborted: int | None = None
+    destroyed: bool = False
+    destroy_error: str | None = None
+    kept: list[StackResource] = dataclasses.field(default_factory=list)
+    leftovers: list[StackResource] = dataclasses.field(default_factory=list)
+    aws_leftovers: list[dict[str, Any]] | None = None  # None: not checked
+    exit_code: int = EXIT_DONE
+    exit_reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stack": self.stack,
+            "drain": self.drain.to_json() if self.drain is not None else None,
+            "fsx_export": self.export,
+            "multipart_uploads_aborted": self.uploads_aborted,
+            "destroyed": self.destroyed,
+            "destroy_error": self.destroy_error,
+            "kept": [_resource_json(r) for r in self.kept],
+            "leftovers": [_resource_json(r) for r in self.leftovers],
+            "aws_leftovers": self.aws_leftovers,
+            "exit_code": self.exit_code,
+            "exit_reason": self.exit_reason,
+        }
+
+
+def _resource_json(resource: StackResource) -> dict[str, Any]:
+    return {"urn": resource.urn, "type": resource.type, "id": resource.id}
+
+
+def bucket_refusal(stack: str, outputs: Mapping[str, Any], *, keep_bucket: bool) -> str | None:
+    """Why the teardown must not start: the checkpoint bucket is protected and --keep-bucket was not given.
+
+    A protected bucket (``protect: true``) makes ``pulumi destroy`` fail on it after it has deleted
+    everything else; refusing first leaves the cluster whole and says how to proceed."""
+    if keep_bucket or not outputs.get("checkpointBucketProtected"):
+        return None
+    bucket = outputs.get("checkpointBucket") or "the checkpoint bucket"
+    return (
+        f"stack {stack}'s checkpoint bucket {bucket} is protected ({PROTECT_SETTING}: true): to delete it with its "
+        f"checkpoints, set {PROTECT_SETTING}: false in stacks/Pulumi.{stack}.yaml and run `pulumi up --stack {stack}` "
+        f"(unprotects it and lets the destroy empty it), then teardown again; or add --keep-bucket to destroy "
+        f"everything else and keep the bucket"
+    )
+
+
+def fsx_export_wanted(outputs: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The stack's ``fsx`` output when it asks for an export before deletion, else None."""
+    fsx = outputs.get("fsx")
+    if isinstance(fsx, Mapping) and fsx.get("exportOnDestroy") and fsx.get("dataRepositoryAssociationId"):
+        return fsx
+    return None
+
+
+def queue_uri_from_outputs(outputs: Mapping[str, Any], region: str) -> str | None:
+    """The cluster's job queue as an ``aws://`` URI, from the stack outputs (None: the stack has none)."""
+    table, url = outputs.get("jobTableName"), outputs.get("jobQueueUrl")
+    if not table or not url:
+        return None
+    from gpucloud.queue.aws.uri import AwsQueueAddress
+
+    return AwsQueueAddress(region=region, table=str(table), queue_url=str(url)).uri
+
+
+def what_remains(
+    resources: list[StackResource], *, keep_bucket: bool
+) -> tuple[list[StackResource], list[StackResource]]:
+    """(kept, leftovers) of the state after a destroy: with --keep-bucket the protected resources
+    stay by request; anything else but the stack and its providers is left over."""
+    real = [r for r in resources if not r.bookkeeping]
+    kept = [r for r in real if keep_bucket and r.protected]
+    return kept, [r for r in real if r not in kept]
+
+
+def run_teardown(
+    handle: StackHandle,
+    steps: Steps,
+    *,
+    keep_bucket: bool = False,
+    force: bool = False,
+    progress: Callable[[str], None] = lambda line: None,
+    on_output: Callable[[str], None] | None = None,
+) -> TeardownReport:
+    """Drain, export, destroy, and look at what is left; the report says how it ended.
+
+    A drain that timed out stops here (``EXIT_DRAIN_TIMEOUT``, a ``UserError``) unless ``force``: a
+    destroy would take the nodes of jobs that have not committed. Refusals that need no drain
+    (the protected bucket) are the caller's to check before it asks for confirmation."""
+    report = TeardownReport(stack=handle.name, keep_bucket=keep_bucket)
+    if steps.drain is not None:
+        progress("draining: stop requests to every running job, then waiting for their commits")
+        report.drain = steps.drain()
+        if report.drain.queued:
+            progress(f"left queued for the next cluster: {', '.join(report.drain.queued)}")
+        if report.drain.timed_out:
+            late = ", ".join(s.job_id for s in report.drain.still_running)
+            if not force:
+                raise UserError(
+                    f"drain timed out with jobs still running ({late}); nothing was destroyed: wait and run teardown "
+                    f"again, raise --drain-timeout, or add --force to destroy anyway (they resume from their last "
+                    f"commit on the next cluster)",
+                    exit_code=EXIT_DRAIN_TIMEOUT,
+                )
+            progress(f"--force: destroying with jobs still running ({late})")
+    else:
+        progress("--no-drain: running jobs are not asked to save; they resume from their last commit")
+    if steps.export_fsx is not None:
+        report.export = steps.export_fsx()
+    if steps.abort_uploads is not None:
+        report.uploads_aborted = steps.abort_uploads()
+        if report.uploads_aborted:
+            progress(f"aborted {report.uploads_aborted} unfinished multipart upload(s) in the checkpoint bucket")
+    progress(f"destroying stack {handle.name}" + (" (keeping protected resources)" if keep_bucket else ""))
+    try:
+        handle.destroy(on_output=on_output or progress, exclude_protected=keep_bucket)
+        report.destroyed = True
+    except StackOperationFailed as err:
+        report.destroy_error = str(err)
+        progress(f"destroy failed: {err}")
+    report.kept, report.leftovers = what_remains(handle.resources(), keep_bucket=keep_bucket)
+    if steps.aws_leftovers is not None:
+        kept_ids = {r.id for r in report.kept if r.id}
+        tagged = steps.aws_leftovers()
+        if tagged is not None:
+            report.aws_leftovers = [found for found in tagged if not any(i in found["arn"] for i in kept_ids)]
+    report.exit_code, report.exit_reason = verdict(report)
+    return report
+
+
+def verdict(report: TeardownReport) -> tuple[int, str]:
+    """The exit code and the one line that says why."""
+    named = [f"{r.type} {r.id or r.urn}" for r in report.leftovers]
+    named += [f"{found['type']} {found['arn']}" for found in report.aws_leftovers or []]
+    listed = ", ".join(named[:MAX_NAMED]) + (f" and {len(named) - MAX_NAMED} more" if len(named) > MAX_NAMED else "")
+    if report.destroy_error is not None:
+        left = f"; {len(named)} resource(s) left: {listed}" if named else ""
+        return EXIT_LEFT_OVER, f"destroy of stack {report.stack} failed: {report.destroy_error}{left}"
+    if named:
+        return EXIT_LEFT_OVER, (
+            f"stack {report.stack} destroyed with {len(named)} resource(s) left: {listed} "
+            f"(`gpucloud sweep --stack {report.stack} --region REGION --delete` deletes tagged ones)"
+        )
+    kept = f"; kept: {', '.join(str(r.id or r.urn) for r in report.kept)}" if report.kept else ""
+    return EXIT_DONE, f"stack {report.stack} destroyed; nothing left{kept}"

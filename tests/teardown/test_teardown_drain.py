@@ -1,0 +1,99 @@
+"""gpucloud teardown's drain (gpucloud.teardown.drain) on the real queue backends: the embedded
+SQLite file and SQS + DynamoDB on the moto server. The node agents are simulated through the queue."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from tests.jobqueue.aws_fixtures import aws_job_plane  # noqa: F401  (fixture)
+from tests.teardown.teardown_fakes import SPEC, STACK, SimulatedAgent, running_job
+
+from gpucloud.jobs.model import JobState
+from gpucloud.queue.locations import open_queue
+from gpucloud.queue.protocol import JobQueue
+from gpucloud.queue.sqlite import SqliteQueue
+from gpucloud.teardown.drain import TEARDOWN_SOURCE, drain
+from jobs.conftest import wait_for
+
+FAST = {"poll_s": 0.05}
+
+
+@pytest.fixture(params=["sqlite", "aws"])
+def connect(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], JobQueue]]:
+    """A factory of connections to one fresh queue of the backend."""
+    opened: list[JobQueue] = []
+    uri = request.getfixturevalue("aws_job_plane")["uri"] if request.param == "aws" else None
+
+    def factory() -> JobQueue:
+        q: JobQueue = SqliteQueue(tmp_path / "drain.db") if uri is None else open_queue(uri)
+        opened.append(q)
+        return q
+
+    yield factory
+    for q in opened:
+        q.close()
+
+
+def test_drain_stops_running_jobs_waits_for_the_commit_and_leaves_queued_ones(connect) -> None:
+    queue = connect()
+    job = running_job(queue)
+    waiting = queue.submit(job.spec)
+    agent = SimulatedAgent(connect, job.id, job.attempt, step=7)
+    agent.start()
+    lines: list[str] = []
+    result = drain(queue, STACK, timeout_s=120, progress=lines.append, **FAST)
+    agent.join(timeout=60)
+    assert agent.error is None
+    assert not result.timed_out
+    [stopped] = result.stopped
+    assert (stopped.job_id, stopped.attempt, stopped.ended, stopped.committed_step) == (job.id, 1, "requeued", 7)
+    assert stopped.job_state == "queued"  # attempt 2 waits for the next cluster
+    assert set(result.queued) == {job.id, waiting.id}
+    assert queue.get(waiting.id).state is JobState.QUEUED and queue.get(waiting.id).attempt == 1
+    request = queue.stop_request(job.id, 1)
+    assert request is not None and request.source == TEARDOWN_SOURCE and STACK in request.payload["reason"]
+    assert any("stop requested" in line for line in lines)
+    assert any("committed step 7" in line and "queued for the next cluster" in line for line in lines)
+
+
+def test_drain_times_out_when_no_one_commits(connect) -> None:
+    queue = connect()
+    job = running_job(queue)
+    result = drain(queue, STACK, timeout_s=0.2, **FAST)
+    assert result.timed_out
+    assert [s.job_id for s in result.still_running] == [job.id]
+    assert queue.get(job.id).state is JobState.RUNNING
+
+
+def test_an_idle_queue_drains_at_once(tmp_path: Path) -> None:
+    queue = SqliteQueue(tmp_path / "idle.db")
+    queued = queue.submit(SPEC)
+    result = drain(queue, STACK, timeout_s=0.0, **FAST)
+    assert not result.timed_out and result.stopped == () and result.queued == (queued.id,)
+
+
+def test_an_attempt_whose_lease_ran_out_is_not_waited_for(tmp_path: Path) -> None:
+    queue = SqliteQueue(tmp_path / "orphan.db")
+    job = queue.submit(SPEC)
+    claimed = queue.claim("dead-node", lease_seconds=0.01, job_id=job.id)
+    assert claimed is not None and claimed.lease_until is not None
+    wait_for(lambda: time.time() > claimed.lease_until + 0.01, what="the lease to run out")
+    result = drain(queue, STACK, timeout_s=60, **FAST)
+    assert not result.timed_out and result.stopped == () and result.orphaned == (job.id,)
+    assert queue.stop_request(job.id, 1) is None
+
+
+def test_an_attempt_claimed_again_during_the_drain_is_stopped_too(tmp_path: Path) -> None:
+    path = tmp_path / "reclaim.db"
+    queue = SqliteQueue(path)
+    job = running_job(queue)
+    agent = SimulatedAgent(lambda: SqliteQueue(path), job.id, job.attempt, step=7, reclaim=True)
+    agent.start()
+    result = drain(queue, STACK, timeout_s=120, **FAST)
+    agent.join(timeout=60)
+    assert agent.error is None
+    assert [(s.attempt, s.ended, s.committed_step) for s in result.stopped] == [(1, "requeued", 7), (2, "requeued", 12)]
+    assert queue.get(job.id).state is JobState.QUEUED and queue.get(job.id).attempt == 3

@@ -46,6 +46,7 @@ class Verdict(BaseModel):
     attempts: int
     target: str
     injector: str
+    injected_at: float  # when the interruption was injected (epoch seconds; ISO 8601 in JSON output)
     lead_seconds: float
     timeline: dict[str, Any]  # the interruption's figures (seconds relative to the notice, steps)
     experiment: dict[str, Any] | None = None
@@ -105,6 +106,7 @@ def judge(
         attempts=len(attempts),
         target=target,
         injector=injector,
+        injected_at=injected_at,
         lead_seconds=lead_seconds,
         timeline=timeline,
         experiment=experiment,

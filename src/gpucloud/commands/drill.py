@@ -117,9 +117,6 @@ def drill(stack, stack_file, local, steps, notice_at_step, step_seconds, timeout
             workdir=workdir,
             keep=keep,
         )
-        say(
-            f"offline drill of stack {name}: a 2-node gang of {steps} steps on 3 local agents ({spot[0].instance_type} emulated)"
-        )
         with local_drill(options, say=say) as run:
             result = verdict_of(run)
     else:

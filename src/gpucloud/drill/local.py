@@ -321,7 +321,10 @@ def local_drill(options: LocalDrillOptions, *, say: Say = lambda line: None) -> 
                 nodes=2,
             ),
         )
-        say(f"work directory {workdir}; queue sqlite:///{workdir / 'queue.db'}")
+        say(
+            f"offline drill: a 2-node gang of {options.steps} steps on 3 local agents ({options.instance_type} "
+            f"emulated); work directory {workdir}"
+        )
         env = agent_env(workdir / "home", f"sqlite:///{workdir / 'queue.db'}")
         try:
             gang = run_noticed_gang(

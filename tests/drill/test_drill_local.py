@@ -1,0 +1,124 @@
+"""``gpucloud drill --local`` through the real CLI: the offline drill on the local fleet passes and
+prints its verdict as JSON; bad input gets one line and exit 2 before anything starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cli_run import one_line_error, run_cli
+from gpucloud.jobs.model import JobState
+from gpucloud.queue.sqlite import SqliteQueue
+from node_env import NODE_ENV
+
+CHECKS = ["commit-within-lead", "one-step", "one-requeue", "resumed-at-commit", "steps-lost", "job-finished"]
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    """No queue, node or AWS credentials of the developer's: the drill must use only its own."""
+    monkeypatch.setenv("GPUCLOUD_HOME", str(tmp_path / "home"))
+    for name in NODE_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+@pytest.mark.slow
+def test_the_offline_drill_passes_and_prints_its_verdict_as_json(tmp_path):
+    """Three agents, a 2-node gang, a notice on node a's emulator, the standby takes its place (~40 s
+    here: two torchrun attempts of a short job; one test for the whole path)."""
+    workdir = tmp_path / "drill"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpucloud",
+            "drill",
+            "--stack",
+            "p4d-spot",
+            "--local",
+            "--steps",
+            "20",
+            "--notice-at-step",
+            "1",
+            "--workdir",
+            str(workdir),
+            "--keep",
+            "--timeout",
+            "300",
+            "--output",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=360,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    verdict = json.loads(proc.stdout)
+    assert verdict["verdict"] == "pass"
+    assert [c["name"] for c in verdict["checks"]] == CHECKS
+    assert all(c["passed"] and set(c) == {"name", "passed", "value", "limit", "detail"} for c in verdict["checks"])
+    assert (verdict["injector"], verdict["target"], verdict["lead_seconds"]) == ("imds-emulator", "a", 120.0)
+    assert verdict["stack"] == "p4d-spot" and verdict["attempts"] == 2 and verdict["experiment"] is None
+    assert verdict["injected_at"].endswith("Z")  # ISO 8601 UTC, as every time in gpucloud's JSON
+    timeline = verdict["timeline"]
+    assert timeline["committed_step"] == timeline["resumed_step"] >= 1
+    assert 0 <= timeline["notice_to_commit_s"] < 120 and timeline["steps_lost"] <= 1
+    # Progress went to stderr, the verdict alone to stdout; --keep left the queue the verdict judged.
+    assert "spot interruption announced on node a" in proc.stderr
+    queue = SqliteQueue(workdir / "queue.db")
+    try:
+        job = queue.get(verdict["job_id"])
+        assert (job.state, job.attempt) == (JobState.FINISHED, 2)
+    finally:
+        queue.close()
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--stack", "nope", "--local"], "no stack named 'nope'"),
+        (["--stack", "p5-capacity-block", "--local"], "stack p5-capacity-block has no spot node group"),
+        (["--stack", "p4d-spot", "--local", "--steps", "5", "--notice-at-step", "5"], "--notice-at-step must be below"),
+        (["--stack", "p4d-spot", "--local", "--steps", "1"], "--steps"),
+        (["--stack", "p4d-spot", "--local", "--timeout", "0"], "--timeout"),
+        (["--stack", "p4d-spot", "--workdir", "x"], "--workdir and --keep are for the offline drill: add --local"),
+        (["--stack", "dev"], "stack dev has no drill template: set `gpucloud:drill: true`"),
+        (
+            ["--stack", "p4d-spot"],
+            "no AWS credentials found for the drill on the cluster; configure them, or add --local",
+        ),
+        (["--local"], "give exactly one of --stack NAME or --stack-file PATH"),
+    ],
+    ids=[
+        "unknown-stack",
+        "no-spot-group",
+        "notice-after-the-end",
+        "too-few-steps",
+        "no-time",
+        "workdir-on-a-cluster",
+        "no-drill-template",
+        "no-credentials",
+        "no-stack",
+    ],
+)
+def test_bad_input_gets_one_line_and_exit_2(capsys, argv, says):
+    code, out, err = run_cli(capsys, "drill", *argv)
+    assert code == 2 and out == ""
+    assert says in one_line_error(err)
+
+
+def test_a_workdir_that_is_not_empty_is_refused_before_anything_starts(capsys, tmp_path):
+    (tmp_path / "old.txt").write_text("someone's files")
+    code, out, err = run_cli(capsys, "drill", "--stack", "p4d-spot", "--local", "--workdir", str(tmp_path))
+    assert code == 2 and out == ""
+    assert f"--workdir {tmp_path} is not empty" in one_line_error(err)
+    assert [p.name for p in tmp_path.iterdir()] == ["old.txt"]

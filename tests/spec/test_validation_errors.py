@@ -808,6 +808,25 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
     ),
     "ttl-hours-zero": ("ttl_hours", _set("gpucloud:ttlHours", 0), "gpucloud:ttlHours = 0", "more than 0"),
     "ttl-hours-over-a-year": ("ttl_hours", _set("gpucloud:ttlHours", 9000), "gpucloud:ttlHours = 9000", "at most 8760"),
+    "drill-without-spot": (
+        "drill_needs_spot",
+        _both(
+            lambda c: [g.__setitem__("capacity", {"type": "on-demand"}) for g in c["gpucloud:nodeGroups"]],
+            _set("gpucloud:drill", True),
+        ),
+        "gpucloud:drill = True",
+        "needs a node group with capacity.type: spot",
+    ),
+    "drill-spot-all-on-demand-base": (
+        "drill_needs_spot",
+        _both(
+            _set("gpucloud:nodeGroups.0.capacity", {"type": "on-demand"}),
+            _set("gpucloud:nodeGroups.1.capacity.onDemandBase", 2),
+            _set("gpucloud:drill", True),
+        ),
+        "gpucloud:drill = True",
+        "maxNodes above its onDemandBase",
+    ),
     "budget-alert-email-bad": (
         "budget_alert_destination",
         _set("gpucloud:budget", {"monthlyUsd": 5000, "alertEmails": ["finance"]}),

@@ -15,9 +15,11 @@ import pulumi_aws as aws
 
 from gpucloud.agent import backlog_metric
 from gpucloud.catalog import Catalog
+from gpucloud.drill.contract import STACK_OUTPUT as DRILL_OUTPUT
 from gpucloud.infra.ami import resolve_image
 from gpucloud.infra.budget import BudgetNodeAccess, ClusterBudget, ClusterBudgetArgs, budget_node_settings
 from gpucloud.infra.compute import DRAIN_HOOK, NodeGroup, NodeGroupArgs
+from gpucloud.infra.drill import SpotDrill, SpotDrillArgs
 from gpucloud.infra.iam import NodeAccessPolicy, NodeAccessPolicyArgs, NodeIdentity, NodeIdentityArgs
 from gpucloud.infra.instance_mix import group_zone_indices, plan_instance_mix, plan_templates
 from gpucloud.infra.jobplane import InterruptionEvents, InterruptionEventsArgs, JobPlane, JobPlaneArgs
@@ -55,6 +57,7 @@ class ClusterOutputs:
     alert_topic_arn: pulumi.Output[str] | None = None  # monitoring self-hosted or managed
     monitor_instance_id: pulumi.Output[str] | None = None  # self-hosted: reach Grafana through SSM
     budget: ClusterBudget | None = None  # gpucloud:budget
+    drill: SpotDrill | None = None  # gpucloud:drill
 
     def export(self) -> None:
         pulumi.export("vpcId", self.vpc_id)
@@ -86,6 +89,8 @@ class ClusterOutputs:
             pulumi.export("monitorInstanceId", self.monitor_instance_id)
         if self.budget is not None:
             pulumi.export("budget", {"name": self.budget.budget.name, "topicArn": self.budget.topic.arn})
+        if self.drill is not None:
+            pulumi.export(DRILL_OUTPUT, self.drill.output())
 
 
 def build_cluster(
@@ -295,6 +300,18 @@ def build_cluster(
                 scaling_groups=scaling,
             ),
         )
+    drill = None
+    if spec.drill:  # gpucloud:drill: the FIS template `gpucloud drill` starts (infra/drill.py)
+        drill = SpotDrill(
+            f"{cluster}-drill",
+            SpotDrillArgs(
+                tagging=tagging,
+                region=spec.region,
+                partition=budget_ids[0],
+                account=budget_ids[1],
+                dead_letter_queue_name=jobs.job_dlq.name,
+            ),
+        )
     return ClusterOutputs(
         plan=plan,
         vpc_id=network.vpc_id,
@@ -312,6 +329,7 @@ def build_cluster(
         alert_topic_arn=monitoring.alert_topic_arn,
         monitor_instance_id=monitoring.monitor_instance_id,
         budget=budget,
+        drill=drill,
     )
 
 

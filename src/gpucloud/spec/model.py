@@ -335,6 +335,8 @@ class ClusterSpec(SpecModel):
     tags: dict[str, str] = {}
     # every resource gets gpucloud:expires-at = the time `pulumi up` ran + this (`gpucloud sweep --expired`)
     ttl_hours: Float | None = None
+    # an AWS FIS experiment template that interrupts one spot node of a `gpucloud drill` job (docs/drill.md)
+    drill: bool = False
     cost_ceiling_usd_per_hour: Float | None = None
     # default for every group's expectedCheckpointGiB (GiB of checkpoint state per job)
     expected_checkpoint_gib: Float | None = Field(default=None, alias="expectedCheckpointGiB")

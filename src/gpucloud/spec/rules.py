@@ -860,6 +860,20 @@ def ttl_hours(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
         yield Problem(key_path("ttlHours"), f"allowed: more than 0 and at most {TTL_HOURS_MAX} (hours)", spec.ttl_hours)
 
 
+def drill_needs_spot(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    """``drill: true`` makes an AWS FIS template that interrupts a *spot* instance (infra/drill.py):
+    some group must be able to run one (spot, with room above its on-demand base)."""
+    if spec.drill and not any(
+        g.capacity.type == "spot" and g.max_nodes > g.capacity.on_demand_base for g in spec.node_groups
+    ):
+        yield Problem(
+            key_path("drill"),
+            "needs a node group with capacity.type: spot and maxNodes above its onDemandBase "
+            "(the drill interrupts a spot instance); add one or remove gpucloud:drill",
+            spec.drill,
+        )
+
+
 def printable_text(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     """No setting holds a line break or other control character: each ends up in a name, a tag,
     a script or a log line, where 'dev\\n' is not 'dev' (an ASG named 'dev\\n-asg')."""
@@ -1150,6 +1164,7 @@ RULES: tuple[Rule, ...] = (
     tag_keys,
     tag_values,
     ttl_hours,
+    drill_needs_spot,
     printable_text,
     job_plane_limits,
     cost_ceiling,

@@ -116,6 +116,17 @@ def test_bad_input_gets_one_line_and_exit_2(capsys, argv, says):
     assert says in one_line_error(err)
 
 
+def test_on_a_cluster_the_drill_reads_the_stack_through_the_automation_api(capsys, monkeypatch, tmp_path):
+    """With credentials, the cluster path opens the Pulumi stack for its outputs: without the pulumi CLI
+    (as here) that is one line saying what to install, before anything is submitted."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no pulumi binary on it, whatever this machine has
+    code, out, err = run_cli(capsys, "drill", "--stack", "p4d-spot")
+    assert code == 2 and out == ""
+    assert "the pulumi CLI is not installed" in one_line_error(err)
+
+
 def test_a_workdir_that_is_not_empty_is_refused_before_anything_starts(capsys, tmp_path):
     (tmp_path / "old.txt").write_text("someone's files")
     code, out, err = run_cli(capsys, "drill", "--stack", "p4d-spot", "--local", "--workdir", str(tmp_path))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import time
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,9 @@ import click
 from gpucloud.commands.options import chosen_stack, stack_options
 from gpucloud.errors import UserError
 from gpucloud.output import output_option, print_json, print_table
+
+LOCAL_TIMEOUT_S = 600.0
+CLUSTER_TIMEOUT_S = 1800.0  # a p4d node takes ~10 minutes to boot (stacks/Pulumi.p4d-spot.yaml)
 
 EPILOG = """\b
 Examples:
@@ -66,10 +68,9 @@ Exit codes: 0 pass; 1 fail, or the drill could not run to its end (a one-line er
 @click.option(
     "--timeout",
     type=click.FloatRange(min=1.0),
-    default=600.0,
-    show_default=True,
     metavar="SECONDS",
-    help="Give up (exit 1) when the drill has not ended after this long.",
+    help=f"Give up (exit 1) when the drill has not ended after this long (default: {LOCAL_TIMEOUT_S:g} with --local, "
+    f"{CLUSTER_TIMEOUT_S:g} on a cluster, where the group may first have to launch the gang's nodes).",
 )
 @click.option(
     "--workdir",
@@ -112,7 +113,7 @@ def drill(stack, stack_file, local, steps, notice_at_step, step_seconds, timeout
             steps=steps,
             notice_at_step=notice_at_step,
             step_seconds=step_seconds,
-            timeout=timeout,
+            timeout=timeout or LOCAL_TIMEOUT_S,
             instance_type=spot[0].instance_type,
             workdir=workdir,
             keep=keep,
@@ -121,7 +122,13 @@ def drill(stack, stack_file, local, steps, notice_at_step, step_seconds, timeout
             result = verdict_of(run)
     else:
         result = _on_cluster(
-            name, spec, steps=steps, notice_at_step=notice_at_step, step_seconds=step_seconds, timeout=timeout, say=say
+            name,
+            spec,
+            steps=steps,
+            notice_at_step=notice_at_step,
+            step_seconds=step_seconds,
+            timeout=timeout or CLUSTER_TIMEOUT_S,
+            say=say,
         )
     wall = time.monotonic() - started
     if output == "json":
@@ -131,9 +138,9 @@ def drill(stack, stack_file, local, steps, notice_at_step, step_seconds, timeout
     return 0 if result.verdict == "pass" else 1
 
 
-def _on_cluster(name: str, spec: Any, **options: Any):
-    """The drill on the stack's cluster: ``gpucloud.drill.cluster.run_on_cluster`` (AWS FIS) runs it
-    and returns the DrillRun the verdict judges."""
+def _on_cluster(name: str, spec: Any, *, steps: int, notice_at_step: int, step_seconds: float, timeout: float, say):
+    """The drill on the stack's deployed cluster: ``drill/cluster.py`` submits the job, has AWS FIS
+    interrupt one of its spot nodes and follows it; the DrillRun it returns is judged here."""
     if not spec.drill:
         raise UserError(
             f"stack {name} has no drill template: set `gpucloud:drill: true`, run `pulumi up`, then drill again "
@@ -143,11 +150,13 @@ def _on_cluster(name: str, spec: Any, **options: Any):
 
     if boto3.Session().get_credentials() is None:
         raise UserError("no AWS credentials found for the drill on the cluster; configure them, or add --local")
+    from gpucloud.drill.cluster import DrillJob, run_on_cluster
     from gpucloud.drill.verdict import verdict_of
+    from gpucloud.infra.automation import open_stack
 
-    # drill/cluster.py: run_on_cluster(stack_name, spec, *, steps, notice_at_step, step_seconds, timeout, say) -> DrillRun
-    cluster = importlib.import_module("gpucloud.drill.cluster")
-    run = cluster.run_on_cluster(name, spec, **options)
+    outputs = open_stack(name).outputs()
+    job = DrillJob(steps=steps, notice_at_step=notice_at_step, step_seconds=step_seconds)
+    run = run_on_cluster(stack=name, outputs=outputs, region=spec.region, job=job, progress=say, timeout_s=timeout)
     try:
         return verdict_of(run)
     finally:

@@ -171,6 +171,9 @@ class Deleter:
             events.remove_targets(Rule=f.ident, Ids=targets, Force=True)
         events.delete_rule(Name=f.ident, Force=True)
 
+    def _fis_experiment_template(self, f: Found) -> None:
+        self.client("fis").delete_experiment_template(id=f.ident)
+
     def _sns_topic(self, f: Found) -> None:
         self.client("sns").delete_topic(TopicArn=f.arn)
 

@@ -55,6 +55,7 @@ class Discovery:
             self.addresses,
             self.vpc_endpoints,
             self.event_rules,
+            self.fis_experiment_templates,
             self.iam_roles,
             self.iam_instance_profiles,
         ):
@@ -173,6 +174,18 @@ class Discovery:
             token = page.get("NextToken")
             if not token:
                 return
+
+    def fis_experiment_templates(self, stack: str | None) -> Iterator[Found]:
+        """gpucloud:drill's FIS template: the summaries carry their tags and ARN, so one paginated call
+        (https://docs.aws.amazon.com/fis/latest/APIReference/API_ListExperimentTemplates.html)."""
+        for page in self.client("fis").get_paginator("list_experiment_templates").paginate():
+            for template in page.get("experimentTemplates", []):
+                tags = {str(k): str(v) for k, v in (template.get("tags") or {}).items()}
+                if _has_stack(tags, stack):
+                    arn = template.get("arn") or self._arn("fis", f"experiment-template/{template['id']}")
+                    yield Found(
+                        arn, "fis:experiment-template", template["id"], tags, template.get("creationTime"), self.region
+                    )
 
     def iam_roles(self, stack: str | None) -> Iterator[Found]:
         iam = self.client("iam")

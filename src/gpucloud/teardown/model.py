@@ -29,6 +29,7 @@ DELETE_ORDER: tuple[str, ...] = (
     "sqs:queue",
     "dynamodb:table",
     "events:rule",
+    "fis:experiment-template",  # gpucloud:drill's template: before the alarm and the role it names
     "sns:topic",
     "cloudwatch:alarm",
     "logs:log-group",

@@ -125,6 +125,8 @@ def _print_human(result: Any, catalog: dict[str, Any]) -> None:
     for r in result.resources:  # parents always register before their children
         parent = nodes.get(r.parent, tree)
         label = f"{r.name} [dim]{r.type}[/]" if r.custom else f"[bold cyan]{r.name}[/] [dim]{r.type}[/]"
+        if r.options.protect:  # `pulumi destroy` refuses it (docs/teardown.md)
+            label += " [yellow]protected[/]"
         nodes[r.urn] = parent.add(label)
     console.print(tree)
 

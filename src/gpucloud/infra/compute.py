@@ -35,6 +35,10 @@ from gpucloud.infra.tags import NODE_GROUP_TAG, Tagging
 from gpucloud.spec.model import NodeGroup as NodeGroupSpec
 
 DRAIN_HOOK = "gpucloud-drain"  # the agent completes this lifecycle action once the job is saved
+# How long `pulumi destroy` waits for the group to be gone: its instances terminate first (the
+# provider polls until DescribeAutoScalingGroups no longer lists it); a p5.48xlarge with 32 EFA
+# interfaces takes minutes to shut down. The provider's default is 10 minutes.
+GROUP_DELETE_TIMEOUT = "30m"
 
 
 def launch_template_interfaces(
@@ -50,6 +54,10 @@ def launch_template_interfaces(
                 device_index=nic.device_index,
                 interface_type=nic.interface_type,
                 security_groups=list(security_group_ids),
+                # every interface, EFA ones included, goes with its instance: "If set to true, the
+                # interface is deleted when the instance is terminated"
+                # (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_LaunchTemplateInstanceNetworkInterfaceSpecificationRequest.html).
+                # One left behind would hold its subnet and security group (DependencyViolation) forever.
                 delete_on_termination="true",
                 associate_public_ip_address="false" if nic.has_ip and nic.device_index == 0 else None,
             )
@@ -129,12 +137,26 @@ class NodeGroup(pulumi.ComponentResource):
             # the backlog alarm reads GroupDesiredCapacity, published only while collection is on
             enabled_metrics=list(GROUP_METRICS) if g.scaling.enabled else None,
             metrics_granularity="1Minute" if g.scaling.enabled else None,
+            # A destroy must not wait on busy nodes. Without force the provider first drains the group:
+            # capacity 0, then waits for every instance to terminate, and each one sits in
+            # Terminating:Wait for the drain hook's heartbeat (drainTimeoutSeconds) unless its agent
+            # completes the action, and a busy node's scale-in protection can hold it too; the delete
+            # times out. ForceDelete "deletes any outstanding lifecycle actions"; the instances "will
+            # also be forcibly terminated without executing termination lifecycle hooks"
+            # (https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_DeleteAutoScalingGroup.html,
+            # https://docs.aws.amazon.com/autoscaling/ec2/userguide/resource-deletion-protection.html;
+            # pulumi-aws autoscaling.Group force_delete / force_delete_warm_pool,
+            # https://www.pulumi.com/registry/packages/aws/api-docs/autoscaling/group/#force_delete_python).
+            # Jobs are drained before that by `gpucloud teardown`, not by the hook.
+            force_delete=True,
+            force_delete_warm_pool=True,  # no warm pool today; one added later deletes the same way
             # with scaling, desired capacity is the policy's and the agents' to set, not the stack's
             opts=pulumi.ResourceOptions.merge(
                 child,
                 pulumi.ResourceOptions(
                     ignore_changes=["desiredCapacity"] if g.scaling.enabled else None,
                     depends_on=list(args.depends_on),
+                    custom_timeouts=pulumi.CustomTimeouts(delete=GROUP_DELETE_TIMEOUT),
                 ),
             ),
         )

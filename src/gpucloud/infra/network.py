@@ -14,6 +14,7 @@ import pulumi
 import pulumi_aws as aws
 
 from gpucloud.infra.addressing import plan_subnets
+from gpucloud.infra.security import patient_delete
 from gpucloud.infra.tags import Tagging
 
 # Every AWS API a node calls must be reachable when the VPC has no route to the internet
@@ -88,7 +89,8 @@ class ClusterNetwork(pulumi.ComponentResource):
                 availability_zone=zone,
                 map_public_ip_on_launch=False,
                 tags=t.tags(f"nodes{suffix}"),
-                opts=child,
+                # nodes' and FSx's interfaces may outlive their owner's delete by minutes (security.py)
+                opts=patient_delete(self),
             )
             # one route table for every zone: the NAT gateway (or the endpoints) serve them all
             aws.ec2.RouteTableAssociation(
@@ -171,7 +173,7 @@ class ClusterNetwork(pulumi.ComponentResource):
             vpc_id=vpc.id,
             description="HTTPS from the cluster VPC to AWS endpoints",
             tags=t.tags("endpoints"),
-            opts=child,
+            opts=patient_delete(self),  # the endpoints' interfaces go after the endpoints' delete
         )
         aws.vpc.SecurityGroupIngressRule(
             f"{name}-endpoints-https",

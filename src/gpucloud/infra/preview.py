@@ -34,6 +34,27 @@ MOCK_AMI = "ami-0123456789abcdef0"
 
 
 @dataclasses.dataclass(frozen=True)
+class ResourceOptionsSeen:
+    """The resource options the engine receives with a registration (mocks see inputs, not these):
+    what decides how a destroy treats the resource (docs/teardown.md, "A destroy that finishes")."""
+
+    protect: bool = False  # a destroy refuses to delete it
+    delete_timeout: str | None = None  # custom_timeouts(delete=...)
+    before_delete: tuple[str, ...] = ()  # names of the resource hooks run before its delete
+    depends_on: tuple[str, ...] = ()  # URNs of explicit depends_on (deleted after this one)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.protect:
+            out["protect"] = True
+        if self.delete_timeout:
+            out["delete_timeout"] = self.delete_timeout
+        if self.before_delete:
+            out["before_delete"] = list(self.before_delete)
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
 class RecordedResource:
     type: str  # Pulumi type token, e.g. aws:ec2/launchTemplate:LaunchTemplate
     name: str  # logical name
@@ -43,15 +64,19 @@ class RecordedResource:
     urn: str
     id: str = ""  # the id the mocks returned (custom resources)
     property_dependencies: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # input -> URNs
+    options: ResourceOptionsSeen = dataclasses.field(default_factory=lambda: ResourceOptionsSeen())
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "type": self.type,
             "name": self.name,
             "inputs": self.inputs,
             "custom": self.custom,
             "parent": self.parent,
         }
+        if options := self.options.to_json():  # only what changes how `pulumi destroy` treats it
+            out["options"] = options
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,11 +228,22 @@ class _Registration(NamedTuple):
     inputs: dict[str, Any]
     id: str
     property_dependencies: dict[str, list[str]]
+    options: ResourceOptionsSeen
+
+
+def _options_of(request: Any) -> ResourceOptionsSeen:
+    return ResourceOptionsSeen(
+        protect=bool(request.protect),
+        delete_timeout=request.customTimeouts.delete or None,
+        before_delete=tuple(request.hooks.before_delete),
+        depends_on=tuple(request.dependencies),
+    )
 
 
 class _ParentRecordingMonitor(MockMonitor):
     """The stock mock monitor, plus what the engine would also know of each registration: its
-    parent (for the resource tree) and its property dependencies (for the policy pack)."""
+    parent (for the resource tree), its property dependencies (for the policy pack) and the
+    options that decide how a destroy treats it (protect, delete timeout, delete hooks)."""
 
     def __init__(self, mocks: Mocks) -> None:
         super().__init__(mocks)
@@ -223,7 +259,14 @@ class _ParentRecordingMonitor(MockMonitor):
             dependencies = {key: list(deps.urns) for key, deps in request.propertyDependencies.items() if deps.urns}
             self.registrations.append(
                 _Registration(
-                    response.urn, request.type, bool(request.custom), parent, inputs, response.id, dependencies
+                    response.urn,
+                    request.type,
+                    bool(request.custom),
+                    parent,
+                    inputs,
+                    response.id,
+                    dependencies,
+                    _options_of(request),
                 )
             )
         return response
@@ -275,6 +318,7 @@ def recorded_resources(monitor: _ParentRecordingMonitor) -> list[RecordedResourc
             urn=r.urn,
             id=r.id,
             property_dependencies=r.property_dependencies,
+            options=r.options,
         )
         for r in monitor.registrations
     ]

@@ -48,6 +48,10 @@ class ClusterOutputs:
     job_table_name: pulumi.Output[str]
     asg_names: dict[str, pulumi.Output[str]]
     fsx_dns_name: pulumi.Output[str] | None
+    # what `gpucloud teardown` decides on before it destroys (docs/teardown.md)
+    checkpoint_bucket_protected: bool = False
+    fsx: SharedFilesystem | None = None
+    fsx_export_on_destroy: bool = False
     # per node group with scaling enabled: the scale-out policy and the alarm that drives it
     scaling_policy_arns: dict[str, pulumi.Output[str]] = dataclasses.field(default_factory=dict)
     backlog_alarm_names: dict[str, pulumi.Output[str]] = dataclasses.field(default_factory=dict)
@@ -81,6 +85,19 @@ class ClusterOutputs:
             pulumi.export("capacityBlockScaleDown", self.capacity_block_scale_down)
         if self.fsx_dns_name is not None:
             pulumi.export("fsxDnsName", self.fsx_dns_name)
+        pulumi.export("checkpointBucketProtected", self.checkpoint_bucket_protected)
+        pulumi.export(
+            "fsx",
+            None
+            if self.fsx is None
+            else {
+                "fileSystemId": self.fsx.file_system_id,
+                "dataRepositoryAssociationId": self.fsx.association_id,
+                "fileSystemPath": self.fsx.file_system_path,
+                "exportPath": self.fsx.export_path,
+                "exportOnDestroy": self.fsx_export_on_destroy,
+            },
+        )
         if self.ami_parameter_name is not None:
             pulumi.export("amiParameterName", self.ami_parameter_name)
         if self.alert_topic_arn is not None:
@@ -142,6 +159,7 @@ def build_cluster(
                 subnet_id=first_subnet,
                 security_group_id=security.lustre_group_id,
                 bucket_name=store.bucket_name,
+                region=spec.region,
             ),
         )
     jobs = JobPlane(
@@ -322,6 +340,9 @@ def build_cluster(
         job_table_name=jobs.table.name,
         asg_names={name: g.asg.name for name, g in groups.items()},
         fsx_dns_name=fsx.dns_name if fsx is not None else None,
+        checkpoint_bucket_protected=store.protected,
+        fsx=fsx,
+        fsx_export_on_destroy=fsx_settings.export_on_destroy if fsx_settings is not None else False,
         scaling_policy_arns={n: g.scaling.policy.arn for n, g in groups.items() if g.scaling is not None},
         backlog_alarm_names={n: g.scaling.alarm.name for n, g in groups.items() if g.scaling is not None},
         capacity_block_scale_down={n: g.wind_down.scale_down_at for n, g in groups.items() if g.wind_down is not None},

@@ -4,6 +4,12 @@ EFA needs a security group that allows all traffic to and from itself, as two ru
 group (CIDR rules do not count); they are separate rule resources because a group cannot reference
 itself inline at creation. Lustre clients reach the file servers on TCP 988 and 1018-1023.
 No rule accepts traffic from 0.0.0.0/0; SSH only when the stack names source ranges.
+
+A group cannot be deleted while a network interface uses it (DependencyViolation). In a destroy the
+node groups go first (their launch templates name these groups), but a terminated instance's EFA
+interfaces are deleted after it, and the provider retries DependencyViolation only until the delete
+timeout (terraform-provider-aws resourceSecurityGroupDelete; its lingering-ENI cleanup covers Lambda,
+Comprehend and DMS interfaces, not instances'). ENI_DELETE_TIMEOUT gives them the time.
 """
 
 from __future__ import annotations
@@ -18,6 +24,19 @@ from gpucloud.infra.monitoring_plan import AGENT_METRICS_PORT, DCGM_EXPORTER_POR
 from gpucloud.infra.tags import Tagging
 
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
+# How long a destroy retries deleting a security group or subnet that interfaces still use: those of
+# terminating nodes (a p5.48xlarge has 32, deleted with the instance: DeleteOnTermination,
+# https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_InstanceNetworkInterfaceSpecification.html)
+# and of a file system being deleted. The provider's defaults are 15 min (group) and 20 min (subnet);
+# terraform-provider-aws waits at least 45 min for Lambda's lingering interfaces for the same reason.
+ENI_DELETE_TIMEOUT = "45m"
+
+
+# the options of a security group or subnet: children of the component, deleted patiently
+def patient_delete(parent: pulumi.Resource) -> pulumi.ResourceOptions:
+    return pulumi.ResourceOptions(parent=parent, custom_timeouts=pulumi.CustomTimeouts(delete=ENI_DELETE_TIMEOUT))
+
+
 # what a monitor scrapes on every node (monitoring.mode: self-hosted)
 SCRAPE_PORTS = {"node-exporter": NODE_EXPORTER_PORT, "dcgm-exporter": DCGM_EXPORTER_PORT, "agent": AGENT_METRICS_PORT}
 
@@ -44,7 +63,7 @@ class ClusterSecurity(pulumi.ComponentResource):
             description="gpucloud nodes: EFA all traffic within the group",
             revoke_rules_on_delete=True,
             tags=t.tags("nodes"),
-            opts=child,
+            opts=patient_delete(self),
         )
         aws.vpc.SecurityGroupIngressRule(
             f"{name}-efa-in",
@@ -100,7 +119,7 @@ class ClusterSecurity(pulumi.ComponentResource):
             description="gpucloud FSx for Lustre: Lustre ports from nodes",
             revoke_rules_on_delete=True,
             tags=t.tags("lustre"),
-            opts=child,
+            opts=patient_delete(self),
         )
         for source, label in ((nodes, "nodes"), (lustre, "self")):
             for low, high in LUSTRE_PORTS:

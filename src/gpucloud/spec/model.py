@@ -172,12 +172,18 @@ class Fsx(SpecModel):
     mount_path: str = "/fsx"
     link_path: str = "/checkpoints"  # where the checkpoint bucket appears inside the file system
     s3_prefix: str = "checkpoints/"  # which part of the bucket is linked
+    # before `pulumi destroy` deletes the link, export what automatic export has not written yet
+    # (a before_delete hook on the data repository association; docs/teardown.md)
+    export_on_destroy: bool = True
 
 
 class CheckpointBucket(SpecModel):
     noncurrent_expiry_days: Int = 7  # overwritten/deleted checkpoint objects are kept this long
     expiry_days: Int | None = None  # delete checkpoints older than this (None: keep)
     abort_multipart_days: Int = 1
+    # true: `pulumi destroy` refuses to delete the bucket (Pulumi's protect); false: the destroy
+    # empties it, every version and delete marker included (docs/teardown.md)
+    protect: bool = False
 
 
 class Storage(SpecModel):

@@ -38,8 +38,11 @@ class CheckpointStore(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: CheckpointStoreArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucloud:storage:CheckpointStore", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
         s = args.settings
+        # protect covers the bucket's settings too: a destroy that skips protected resources
+        # (exclude_protected) must not strip the kept bucket of its versioning, encryption, public
+        # access block or TLS-only policy
+        child = pulumi.ResourceOptions(parent=self, protect=s.protect)
         # DeleteBucket needs the bucket empty: "All objects (including all object versions and delete
         # markers) in the bucket must be deleted before the bucket itself can be deleted"
         # (https://docs.aws.amazon.com/AmazonS3/latest/API/API_DeleteBucket.html); the bucket is
@@ -56,7 +59,7 @@ class CheckpointStore(pulumi.ComponentResource):
             f"{name}-bucket",
             force_destroy=not s.protect,
             tags=args.tagging.tags("checkpoints"),
-            opts=pulumi.ResourceOptions(parent=self, protect=s.protect),
+            opts=child,
         )
         aws.s3.BucketOwnershipControls(
             f"{name}-ownership",
@@ -115,7 +118,7 @@ class CheckpointStore(pulumi.ComponentResource):
                 }
             ),
             # the public access block must exist first or S3 may judge the policy as public
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[block]),
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[block])),
         )
         rules = [
             aws.s3.BucketLifecycleConfigurationRuleArgs(

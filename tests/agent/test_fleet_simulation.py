@@ -6,36 +6,27 @@ identical to an uninterrupted run."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from gpucloud.drill import local
+from gpucloud.drill.local import NODES, NoticedGang, free_port, start_agent  # noqa: F401  (other tests use these)
 from gpucloud.jobs.demo import weights_identical
 from gpucloud.jobs.model import JobState, NodeState
 from gpucloud.queue.sqlite import SqliteQueue
-from gpucloud.signals.imds_emulator import ImdsEmulator
 from jobqueue.aws_fixtures import aws_job_plane  # noqa: F401  (fixture: the job plane on the session moto server)
 
-from .conftest import CLI, wait_for
+from .conftest import CLI
 from .gated_train import held_marker
 
 STEPS = 30
 # The example, held at a step boundary until the notice is out (run_noticed_gang opens the gate).
 GATED_EXAMPLE = Path(__file__).with_name("gated_train.py")
-NODES = ("a", "b", "standby")  # a and b form the gang; a is noticed; the standby joins attempt 2
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def train(*, out: Path, nproc: int, standalone: bool, step_seconds: float) -> list[str]:
@@ -57,52 +48,6 @@ def train(*, out: Path, nproc: int, standalone: bool, step_seconds: float) -> li
     ]
 
 
-def start_agent(
-    env,
-    tmp_path: Path,
-    name: str,
-    emulator: ImdsEmulator,
-    port: int,
-    *,
-    slot_lease: float = 6,
-    idle_exit: float = 8,
-    extra: tuple[str, ...] = (),
-) -> subprocess.Popen:
-    """One node's agent as a process, on its own IMDS emulator; ``extra``: more agent flags."""
-    argv = [
-        *CLI,
-        "agent",
-        "--imds-endpoint",
-        emulator.endpoint,
-        "--poll-interval",
-        "0.2",
-        "--address",
-        "127.0.0.1",
-        "--rendezvous-port",
-        str(port),
-        "--run-dir",
-        str(tmp_path / name / "run"),
-        "--slot-lease",
-        f"{slot_lease:g}",
-        "--idle-exit",
-        f"{idle_exit:g}",
-        *extra,
-        "--output",
-        "json",
-    ]
-    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-@dataclasses.dataclass(frozen=True)
-class NoticedGang:
-    """What one run of the simulation left behind (the agents have all exited)."""
-
-    noticed_at: float  # time.time() when node a's emulator announced the interruption
-    gang: dict[int, str]  # attempt 1: slot -> worker id
-    outputs: dict[str, tuple[str, str]]  # agent name -> (stdout, stderr)
-    codes: dict[str, int]  # agent name -> exit code
-
-
 def run_noticed_gang(
     queue: SqliteQueue,
     job_id: str,
@@ -111,47 +56,25 @@ def run_noticed_gang(
     *,
     notice_after_step: int,
     notice_lead: float = 120.0,
-    exit_timeout: float = 180.0,
+    exit_timeout: float = 300.0,
 ) -> NoticedGang:
-    """The simulation (this test and ``benchmarks/bench_fleet.py``): agents a and b, each with its own
-    IMDS emulator as its node, take the 2-node gang ``job_id``; once node a's rank passed
-    ``notice_after_step`` the standby agent joins, a's emulator announces a spot interruption, and
-    all three agents run until they exit. Agents still running after ``exit_timeout`` are killed.
-
-    Attempt 1 is held past ``notice_after_step`` until the notice is out (``gated_train.py``): on a
-    loaded machine the standby agent can take longer to start than the rest of the training."""
-    port = free_port()
+    """The simulation (this test and ``benchmarks/bench_fleet.py``): ``gpucloud drill --local``'s
+    fleet run (``drill/local.py``) with attempt 1 held past ``notice_after_step`` until the notice is
+    out (``gated_train.py``; ``train()`` runs it): on a loaded machine the ranks could otherwise
+    finish before the notice comes. The notice goes out once a rank waits at the gate, instead of
+    once the queue shows the step."""
     gate = work / "notice-sent"
     env = {**env, "GPUCLOUD_TEST_GATE": str(gate), "GPUCLOUD_TEST_GATE_AFTER": str(notice_after_step)}
-    env["GPUCLOUD_METRICS_LINGER"] = "0"  # the noticed agent exits at once (it may hold /metrics' port)
-    emulators = {
-        name: ImdsEmulator(
-            instance_id=f"i-00000000000000{n:03d}", instance_type="g5.xlarge", instance_life_cycle="spot"
-        ).__enter__()
-        for n, name in enumerate(NODES)
-    }
-    procs: dict[str, subprocess.Popen] = {}
-    try:
-        for name in ("a", "b"):
-            procs[name] = start_agent(env, work, name, emulators[name], port)
-        wait_for(lambda: queue.get(job_id).state is JobState.RUNNING, 60, "the gang of a and b to start")
-        gang = {c.slot: c.worker for c in queue.slot_claims(job_id, 1)}
-        wait_for(held_marker(gate).exists, 90, f"attempt 1 to finish step {notice_after_step} and wait at the gate")
-        # The standby node joins the fleet while the gang trains: idle, nothing to claim.
-        procs["standby"] = start_agent(env, work, "standby", emulators["standby"], port)
-        wait_for(lambda: len(queue.nodes()) == len(NODES), 60, "the standby agent to report itself")
-        noticed_at = time.time()
-        emulators["a"].spot_interruption("terminate", lead_seconds=notice_lead)
-        gate.touch()
-        outputs = {name: proc.communicate(timeout=exit_timeout) for name, proc in procs.items()}
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-        for emulator in emulators.values():
-            emulator.__exit__(None, None, None)
-    return NoticedGang(
-        noticed_at=noticed_at, gang=gang, outputs=outputs, codes={name: proc.returncode for name, proc in procs.items()}
+    return local.run_noticed_gang(
+        queue,
+        job_id,
+        env,
+        work,
+        notice_after_step=notice_after_step,
+        notice_lead=notice_lead,
+        exit_timeout=exit_timeout,
+        reached=held_marker(gate).exists,
+        after_notice=gate.touch,
     )
 
 

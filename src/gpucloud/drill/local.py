@@ -40,7 +40,8 @@ TARGET = "a"
 # The real CLI in a process of its own per node (its UserError handling and exit codes included).
 CLI = [sys.executable, "-m", "gpucloud"]
 AGENT_POLL_S = 0.2  # each agent's --poll-interval (IMDS and queue)
-EXIT_NOTICED = 75  # the noticed agent's exit code (commands/agent.py)
+# After the job ended, how long an agent may take to exit by itself (b exits after --idle-exit 8 s).
+AGENT_EXIT_GRACE_S = 30.0
 
 # The settings that tie a process to one queue, node or IMDS: the drill's agents must use the drill's
 # queue and emulators, never the caller's (a developer's shell may point at a real cluster's queue).
@@ -210,8 +211,10 @@ def run_noticed_gang(
     """Agents a and b, each with its own IMDS emulator as its node, take the 2-node gang ``job_id``;
     the standby agent joins the fleet idle; once ``reached()`` (default: the job's progress shows
     ``notice_after_step``), a's emulator announces a spot interruption (``after_notice()`` runs
-    right after), and the three agents run until they exit. Every wait shares ``exit_timeout``;
-    agents still running at the end are killed."""
+    right after); then it follows the job to its end and gives each agent ``AGENT_EXIT_GRACE_S`` to
+    exit by itself (a exits 75 at the notice, b when idle, the standby after attempt 2) before it is
+    stopped. Every wait shares ``exit_timeout``: past it, or when every agent is gone first,
+    ``DrillAborted`` says what was being waited for."""
     clock = _Clock(exit_timeout)
     port = free_port()
     env = {**env, "GPUCLOUD_METRICS_LINGER": "0"}  # the noticed agent exits at once
@@ -230,6 +233,11 @@ def run_noticed_gang(
             if proc.poll() is not None:
                 err = _read(logs / f"{name}.err").strip().splitlines()
                 raise DrillAborted(f"agent {name} exited {proc.returncode} early: {err[-1] if err else 'no output'}")
+
+    def some_alive(job_id: str) -> None:
+        if procs and all(proc.poll() is not None for proc in procs.values()):
+            state = queue.get(job_id).state.value
+            raise DrillAborted(f"every agent exited ({_codes(procs)}) while job {job_id} is {state}")
 
     try:
         for name in ("a", "b"):
@@ -263,26 +271,38 @@ def run_noticed_gang(
         say(f"spot interruption announced on node {TARGET}'s IMDS ({notice_lead:g}s lead); following the job")
         if after_notice is not None:
             after_notice()
-        for name, proc in procs.items():
+        clock.wait_for(lambda: queue.get(job_id).state.terminal, "the job to end", still_ok=lambda: some_alive(job_id))
+        for name, proc in procs.items():  # each exits by itself: a at the notice, b idle, the standby after attempt 2
             try:
-                proc.wait(timeout=clock.left())
+                proc.wait(timeout=min(clock.left(), AGENT_EXIT_GRACE_S))
             except subprocess.TimeoutExpired:
-                state = queue.get(job_id).state.value
-                raise DrillAborted(
-                    f"drill timed out after {clock.timeout:g}s waiting for agent {name} to exit (job {job_id} is "
-                    f"{state}; raise --timeout)"
-                ) from None
+                say(f"agent {name} still runs {AGENT_EXIT_GRACE_S:g}s after the job ended; stopping it")
+                stop(proc)
     finally:
         for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            stop(proc)
         for emulator in emulators.values():
             emulator.__exit__(None, None, None)
     outputs = {name: (_read(logs / f"{name}.out"), _read(logs / f"{name}.err")) for name in procs}
     return NoticedGang(
         noticed_at=noticed_at, gang=gang, outputs=outputs, codes={name: proc.returncode for name, proc in procs.items()}
     )
+
+
+def stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM (an idle agent exits at once; a busy one saves and requeues first), SIGKILL after ``grace``."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _codes(procs: dict[str, subprocess.Popen]) -> str:
+    return ", ".join(f"{name} {proc.returncode}" for name, proc in procs.items())
 
 
 def agent_env(home: Path, queue_uri: str, base: dict[str, str] | None = None) -> dict[str, str]:

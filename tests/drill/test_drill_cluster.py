@@ -274,8 +274,8 @@ def test_a_drill_on_the_cluster_interrupts_one_gang_member_and_the_verdict_passe
             "template_id": TEMPLATE_ID,
             "state": "completed",
             "reason": "Experiment completed.",
-            "start_time": INJECTED.timestamp(),
-            "end_time": None,
+            "started_at": INJECTED.timestamp(),
+            "ended_at": None,
         }
         job = run.queue.get(run.job_id)
         assert job.state is JobState.FINISHED and job.spec.nodes == 2 and job.spec.group == "p4d"

@@ -182,15 +182,16 @@ def injected_at(experiment: Mapping[str, Any], fallback: float) -> float:
 
 
 def summary(experiment: Mapping[str, Any], template_id: str) -> dict[str, Any]:
-    """What the verdict's ``experiment`` holds: ids and the final state."""
+    """What the verdict's ``experiment`` holds: ids, the final state and its reason, when it ran (epoch
+    seconds under ``*_at`` keys: ISO 8601 in JSON output)."""
     state = experiment.get("state") or {}
     return {
         "id": experiment.get("id"),
         "template_id": template_id,
         "state": status_of(experiment),
         "reason": state.get("reason"),
-        "start_time": None if experiment.get("startTime") is None else _epoch(experiment["startTime"]),
-        "end_time": None if experiment.get("endTime") is None else _epoch(experiment["endTime"]),
+        "started_at": None if experiment.get("startTime") is None else _epoch(experiment["startTime"]),
+        "ended_at": None if experiment.get("endTime") is None else _epoch(experiment["endTime"]),
     }
 
 

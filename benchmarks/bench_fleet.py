@@ -4,7 +4,8 @@
                                                [--backend sqlite|aws]
 
 **Interruption across nodes** (issue 4), ``--trials`` times: the fleet simulation of
-``tests/agent/test_fleet_simulation.py`` (its ``run_noticed_gang``, not a copy): three ``gpucloud agent``
+``tests/agent/test_fleet_simulation.py`` (its ``run_noticed_gang``: ``gpucloud drill --local``'s fleet run,
+``src/gpucloud/drill/local.py``, with the test's gate, not a copy): three ``gpucloud agent``
 processes, each with its own IMDS emulator as its "node", run a 2-node gang job with real
 torchrun (gloo). While attempt 1 trains, the standby agent joins; then node a's emulator announces
 a spot interruption. Measured from that announcement:
@@ -48,11 +49,12 @@ sys.path.insert(0, str(ROOT))  # the simulation's helpers live in the test packa
 sys.path.insert(1, str(ROOT / "tests"))  # ... and import their fixtures as pytest does (`jobqueue.aws_fixtures`)
 
 from tests.agent.test_fleet_simulation import NODES, run_noticed_gang, train  # noqa: E402
-from tests.conftest import NODE_ENV  # noqa: E402
+from tests.node_env import NODE_ENV  # noqa: E402
 
 from gpucloud import control  # noqa: E402
 from gpucloud.agent.fleet_view import fleet_state  # noqa: E402
 from gpucloud.agent.scaling import GroupBounds, desired_capacity  # noqa: E402
+from gpucloud.drill.local import AGENT_POLL_S  # noqa: E402
 from gpucloud.jobs.model import JobSpec, NodeRecord, NodeState  # noqa: E402
 from gpucloud.queue import gang  # noqa: E402
 from gpucloud.queue.locations import open_queue  # noqa: E402
@@ -62,7 +64,6 @@ from report import config_of, finish  # noqa: E402  (benchmarks/report.py)
 
 RESULTS = ROOT / "benchmarks" / "results" / "fleet.json"
 NOTICE_LEAD_S = 120.0  # a spot interruption's two minutes
-AGENT_POLL_S = 0.2  # start_agent's --poll-interval (IMDS and queue)
 NODE_LEASE_S = 3600.0  # the depth runs' agent records stay live for the whole measurement
 
 

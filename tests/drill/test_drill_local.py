@@ -127,6 +127,20 @@ def test_on_a_cluster_the_drill_reads_the_stack_through_the_automation_api(capsy
     assert "the pulumi CLI is not installed" in one_line_error(err)
 
 
+def test_a_drill_that_runs_out_of_time_says_what_it_waited_for_and_keeps_its_logs(capsys, tmp_path):
+    """Past --timeout: exit 1 (no verdict), one error line naming the wait, the agents stopped, the work
+    directory kept for their logs."""
+    workdir = tmp_path / "drill"
+    argv = ["drill", "--stack", "p4d-spot", "--local", "--timeout", "1", "--workdir", str(workdir)]
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 1 and out == ""
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("gpucloud: error: drill timed out after 1s waiting for "), err
+    assert lines[-1].endswith(f"(raise --timeout); queue and logs kept in {workdir}")
+    assert "Traceback" not in err and all(line.startswith("gpucloud drill: ") for line in lines[:-1])
+    assert (workdir / "queue.db").exists() and (workdir / "agent-logs" / "a.err").exists()
+
+
 def test_a_workdir_that_is_not_empty_is_refused_before_anything_starts(capsys, tmp_path):
     (tmp_path / "old.txt").write_text("someone's files")
     code, out, err = run_cli(capsys, "drill", "--stack", "p4d-spot", "--local", "--workdir", str(tmp_path))

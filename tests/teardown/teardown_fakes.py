@@ -36,7 +36,9 @@ class FakeStack:
         left: tuple[StackResource, ...] = (),
         error: str | None = None,
         on_destroy: Callable[[], None] | None = None,
+        lines: tuple[str, ...] = (),
     ) -> None:
+        self.lines = lines  # what the destroy prints first (e.g. the FSx export hook's progress)
         self.name = STACK
         self._outputs = outputs or {}
         self._resources = list(STATE if resources is None else resources)
@@ -46,8 +48,11 @@ class FakeStack:
     def outputs(self) -> dict[str, Any]:
         return dict(self._outputs)
 
-    def destroy(self, *, on_output: Callable[[str], None], exclude_protected: bool) -> None:
+    def destroy(self, *, on_output: Callable[[str], None], exclude_protected: bool, run_program: bool) -> None:
+        assert run_program  # the FSx export hook runs only under --run-program
         self.destroyed_with.append(exclude_protected)
+        for line in self.lines:
+            on_output(line)
         if self.on_destroy is not None:
             self.on_destroy()
         for resource in self._resources:

@@ -7,7 +7,6 @@ Thin: ``gpucloud.teardown.destroy`` holds the order and the decisions, ``teardow
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import click
@@ -77,8 +76,9 @@ def teardown(
     1. Refuses at once when the checkpoint bucket is protected (unless --keep-bucket).
     2. Drain: every running job gets a stop request (as for a spot notice), saves a step and is
        requeued; teardown waits for each commit. Queued jobs stay queued for the next cluster.
-    3. Exports the FSx data repository association where the stack says exportOnDestroy.
-    4. `pulumi destroy` through the Automation API (needs the pulumi CLI), its progress streamed.
+    3. Aborts the checkpoint bucket's unfinished multipart uploads (unless it is kept).
+    4. `pulumi destroy --run-program` through the Automation API (needs the pulumi CLI), its progress
+       streamed; the stack's FSx export (exportOnDestroy) runs inside it, before the association goes.
     5. Lists what the state still holds, and what AWS still holds tagged with the stack.
     Progress goes to stderr; the summary (--output json: drain, export, leftovers, exit reason) to stdout.
 
@@ -87,7 +87,7 @@ def teardown(
     gpucloud teardown --stack dev --no-drain --keep-bucket     # keep the checkpoints
     """
     from gpucloud.infra import automation
-    from gpucloud.teardown.destroy import EXIT_DONE, bucket_refusal, run_teardown
+    from gpucloud.teardown.destroy import EXIT_DONE, bucket_refusal, fsx_export_planned, run_teardown
 
     handle = automation.open_stack(stack)
     outputs = handle.outputs()
@@ -104,6 +104,7 @@ def teardown(
         steps,
         keep_bucket=keep_bucket,
         force=force,
+        export=fsx_export_planned(outputs),
         progress=_progress,
         on_output=lambda line: click.echo(f"  {line.rstrip()}", err=True),
     )
@@ -185,7 +186,7 @@ def _confirm(stack: str, resources, outputs: dict[str, Any], queue, *, keep_buck
 def _steps(
     stack: str, outputs: dict[str, Any], queue, aws: _Aws, *, drain_timeout: float, keep_bucket: bool, check: bool
 ):
-    from gpucloud.teardown.destroy import Steps, fsx_export_wanted
+    from gpucloud.teardown.destroy import Steps
     from gpucloud.teardown.drain import drain
 
     drain_step = None
@@ -201,10 +202,8 @@ def _steps(
         def abort_step() -> int:
             return _abort_uploads(aws, str(bucket))
 
-    fsx = fsx_export_wanted(outputs)
-    export_step = None if fsx is None else _fsx_export_step(fsx, aws)
     leftovers_step = (lambda: _aws_leftovers(aws)) if check else None
-    return Steps(drain=drain_step, export_fsx=export_step, abort_uploads=abort_step, aws_leftovers=leftovers_step)
+    return Steps(drain=drain_step, abort_uploads=abort_step, aws_leftovers=leftovers_step)
 
 
 def _abort_uploads(aws: _Aws, bucket: str) -> int:
@@ -218,13 +217,6 @@ def _abort_uploads(aws: _Aws, bucket: str) -> int:
     except (ClientError, BotoCoreError) as err:
         _progress(f"could not list the bucket's unfinished uploads ({' '.join(str(err).split())}); destroying anyway")
         return 0
-
-
-def _fsx_export_step(fsx, aws: _Aws) -> Callable[[], dict[str, Any]]:
-    def export() -> dict[str, Any]:
-        raise UserError("FSx export before destroy is not wired yet")
-
-    return export
 
 
 def _aws_leftovers(aws: _Aws) -> list[dict[str, Any]] | None:
@@ -262,7 +254,8 @@ def _print_summary(report) -> None:
         if drained.queued:
             click.echo(f"left queued for the next cluster: {', '.join(drained.queued)}")
     if report.export is not None:
-        click.echo(f"FSx export: {report.export}")
+        summary = report.export.to_json()
+        click.echo(f"FSx export of {summary['file_system_id']}:{summary['path']}: {summary['result']}")
     left = [(r.type, r.id or "", r.urn) for r in report.leftovers]
     left += [(found["type"], found["arn"], "tagged in AWS") for found in report.aws_leftovers or []]
     if left:

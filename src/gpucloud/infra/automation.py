@@ -53,10 +53,12 @@ class StackHandle(Protocol):
         """The stack outputs of the last update, as plain values (secrets unwrapped)."""
         ...
 
-    def destroy(self, *, on_output: Callable[[str], None], exclude_protected: bool) -> None:
+    def destroy(self, *, on_output: Callable[[str], None], exclude_protected: bool, run_program: bool) -> None:
         """``pulumi destroy --yes``; each line of its progress goes to ``on_output``.
         ``exclude_protected``: leave resources with ``protect: true`` (and what they need) in place.
-        Raises ``StackOperationFailed`` when the destroy fails."""
+        ``run_program``: run the stack's program first (``--run-program``), which resource hooks need:
+        the FSx export is a ``before_delete`` hook, and the engine refuses a destroy of a stack with
+        delete hooks without it. Raises ``StackOperationFailed`` when the destroy fails."""
         ...
 
     def resources(self) -> list[StackResource]:
@@ -108,8 +110,13 @@ class AutomationStack:
     def outputs(self) -> dict[str, Any]:
         return {key: output.value for key, output in self._run("stack output", self._stack.outputs).items()}
 
-    def destroy(self, *, on_output: Callable[[str], None], exclude_protected: bool) -> None:
-        self._run("destroy", lambda: self._stack.destroy(on_output=on_output, exclude_protected=exclude_protected))
+    def destroy(self, *, on_output: Callable[[str], None], exclude_protected: bool, run_program: bool) -> None:
+        self._run(
+            "destroy",
+            lambda: self._stack.destroy(
+                on_output=on_output, exclude_protected=exclude_protected, run_program=run_program
+            ),
+        )
 
     def resources(self) -> list[StackResource]:
         deployment = self._run("stack export", self._stack.export_stack).deployment or {}

@@ -1,7 +1,7 @@
 """``gpucloud teardown``'s decisions and order: refuse early, drain, export, destroy, then count what is left.
 
-The I/O is handed in (``Steps``: the drain, the FSx export, the bucket's unfinished uploads, the AWS
-listing), and the stack is a ``StackHandle``, so every decision here is tested offline with a fake
+The I/O is handed in (``Steps``: the drain, the bucket's unfinished uploads, the AWS listing), and
+the stack is a ``StackHandle``, so every decision here is tested offline with a fake
 handle and real queues. Exit codes (``EXIT_*``) are part of the CLI contract (docs/teardown.md).
 """
 
@@ -29,7 +29,6 @@ class Steps:
     """What the teardown runs besides the destroy; None: skipped (``--no-drain``, no FSx export, ...)."""
 
     drain: Callable[[], DrainResult] | None = None
-    export_fsx: Callable[[], dict[str, Any]] | None = None  # the export task's summary
     abort_uploads: Callable[[], int] | None = None  # unfinished multipart uploads aborted
     aws_leftovers: Callable[[], list[dict[str, Any]] | None] | None = None  # tagged in AWS; None: could not list
 
@@ -39,7 +38,7 @@ class TeardownReport:
     stack: str
     keep_bucket: bool = False
     drain: DrainResult | None = None
-    export: dict[str, Any] | None = None
+    export: FsxExport | None = None
     uploads_aborted: int | None = None
     destroyed: bool = False
     destroy_error: str | None = None
@@ -53,7 +52,7 @@ class TeardownReport:
         return {
             "stack": self.stack,
             "drain": self.drain.to_json() if self.drain is not None else None,
-            "fsx_export": self.export,
+            "fsx_export": self.export.to_json() if self.export is not None else None,
             "multipart_uploads_aborted": self.uploads_aborted,
             "destroyed": self.destroyed,
             "destroy_error": self.destroy_error,
@@ -85,11 +84,53 @@ def bucket_refusal(stack: str, outputs: Mapping[str, Any], *, keep_bucket: bool)
     )
 
 
-def fsx_export_wanted(outputs: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The stack's ``fsx`` output when it asks for an export before deletion, else None."""
+@dataclasses.dataclass
+class FsxExport:
+    """The FSx export before deletion, as the destroy's output shows it.
+
+    The export is the stack's own ``before_delete`` hook on the data repository association
+    (``infra/fsx_export.py``): the engine runs it inside the destroy (``run_program``), and a failed
+    export fails the association's delete, so the file system stays. Here it is only followed: the
+    hook's ``fsx export: ...`` lines are picked out of the destroy's output."""
+
+    file_system_id: str
+    path: str
+    export_path: str
+    lines: list[str] = dataclasses.field(default_factory=list)
+    succeeded: bool = False
+
+    def follow(self, line: str) -> bool:
+        """Whether ``line`` is the hook's (it is then kept)."""
+        if EXPORT_LINE not in line:
+            return False
+        text = line[line.index(EXPORT_LINE) :].strip()
+        self.lines.append(text)
+        self.succeeded = self.succeeded or " done, " in text
+        return True
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file_system_id": self.file_system_id,
+            "path": self.path,
+            "export_path": self.export_path,
+            "via": "before_delete hook on the data repository association",
+            "result": "exported" if self.succeeded else "not finished (see destroy_error)",
+            "progress": self.lines,
+        }
+
+
+EXPORT_LINE = "fsx export: "  # how the hook's progress lines begin (infra/fsx_export.py)
+
+
+def fsx_export_planned(outputs: Mapping[str, Any]) -> FsxExport | None:
+    """The export the destroy will run, from the stack's ``fsx`` output (None: no FSx, or exportOnDestroy off)."""
     fsx = outputs.get("fsx")
     if isinstance(fsx, Mapping) and fsx.get("exportOnDestroy") and fsx.get("dataRepositoryAssociationId"):
-        return fsx
+        return FsxExport(
+            file_system_id=str(fsx.get("fileSystemId")),
+            path=str(fsx.get("fileSystemPath") or "/"),
+            export_path=str(fsx.get("exportPath") or "its bucket"),
+        )
     return None
 
 
@@ -107,10 +148,19 @@ def what_remains(
     resources: list[StackResource], *, keep_bucket: bool
 ) -> tuple[list[StackResource], list[StackResource]]:
     """(kept, leftovers) of the state after a destroy: with --keep-bucket the protected resources
-    stay by request; anything else but the stack and its providers is left over."""
+    (the bucket and its settings) stay by request, and so do the components they belong to;
+    anything else but the stack and its providers is left over."""
     real = [r for r in resources if not r.bookkeeping]
-    kept = [r for r in real if keep_bucket and r.protected]
+    protected = [r for r in real if keep_bucket and r.protected]
+    # a URN's type part names the parents' types: ...::gpucloud:storage:CheckpointStore$aws:s3/...::name
+    parent_types = {t for r in protected for t in _type_chain(r.urn)[:-1]}
+    kept = [r for r in real if r in protected or (keep_bucket and r.type in parent_types)]
     return kept, [r for r in real if r not in kept]
+
+
+def _type_chain(urn: str) -> list[str]:
+    parts = urn.split("::")
+    return parts[2].split("$") if len(parts) >= 4 else []
 
 
 def run_teardown(
@@ -119,6 +169,7 @@ def run_teardown(
     *,
     keep_bucket: bool = False,
     force: bool = False,
+    export: FsxExport | None = None,
     progress: Callable[[str], None] = lambda line: None,
     on_output: Callable[[str], None] | None = None,
 ) -> TeardownReport:
@@ -145,15 +196,28 @@ def run_teardown(
             progress(f"--force: destroying with jobs still running ({late})")
     else:
         progress("--no-drain: running jobs are not asked to save; they resume from their last commit")
-    if steps.export_fsx is not None:
-        report.export = steps.export_fsx()
     if steps.abort_uploads is not None:
         report.uploads_aborted = steps.abort_uploads()
         if report.uploads_aborted:
             progress(f"aborted {report.uploads_aborted} unfinished multipart upload(s) in the checkpoint bucket")
+    report.export = export
+    if export is not None:
+        progress(
+            f"FSx: exporting {export.file_system_id}:{export.path} to {export.export_path} before deletion "
+            "(the stack's before_delete hook, inside the destroy)"
+        )
+    printed = on_output or progress
+
+    def destroy_output(line: str) -> None:
+        if export is not None and export.follow(line):
+            progress(line[line.index(EXPORT_LINE) :].strip())
+        else:
+            printed(line)
+
     progress(f"destroying stack {handle.name}" + (" (keeping protected resources)" if keep_bucket else ""))
     try:
-        handle.destroy(on_output=on_output or progress, exclude_protected=keep_bucket)
+        # run_program: always; resource hooks need it, and it is harmless without one
+        handle.destroy(on_output=destroy_output, exclude_protected=keep_bucket, run_program=True)
         report.destroyed = True
     except StackOperationFailed as err:
         report.destroy_error = str(err)

@@ -1,0 +1,61 @@
+"""``gpucloud teardown`` against the moto server: the stack's own AWS queue (from its outputs) is
+drained with a simulated agent committing through it, the checkpoint bucket's unfinished multipart
+upload is aborted before the destroy, and what AWS still holds tagged with the stack afterwards is
+named with a non-zero exit. Only the Automation API boundary is fake (``FakeStack``)."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+from tests.cli_run import run_cli
+from tests.jobqueue.aws_fixtures import REGION, aws_job_plane  # noqa: F401  (fixture)
+from tests.teardown.teardown_fakes import STACK, FakeStack, SimulatedAgent, running_job
+
+from gpucloud.infra import automation
+from gpucloud.infra.tags import STACK_TAG
+from gpucloud.queue.locations import open_queue
+from gpucloud.teardown.destroy import EXIT_LEFT_OVER
+
+BUCKET = "ckpt-teardown-test"
+
+
+def test_teardown_on_aws_drains_aborts_uploads_and_names_what_aws_holds(
+    monkeypatch: pytest.MonkeyPatch, capsys, aws_job_plane: dict[str, str]
+) -> None:
+    queue = open_queue(aws_job_plane["uri"])
+    job = running_job(queue)
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket=BUCKET)
+    s3.create_multipart_upload(Bucket=BUCKET, Key="ckpt/step-7/shard-0")  # a save cut off mid-upload
+    ec2 = boto3.client("ec2", region_name=REGION)
+    vpc = ec2.create_vpc(
+        CidrBlock="10.42.0.0/16",
+        TagSpecifications=[{"ResourceType": "vpc", "Tags": [{"Key": STACK_TAG, "Value": STACK}]}],
+    )["Vpc"]["VpcId"]
+    ec2.create_vpc(CidrBlock="10.43.0.0/16")  # untagged: not the stack's, never named
+    outputs = {
+        "jobTableName": aws_job_plane["table"],
+        "jobQueueUrl": aws_job_plane["queue_url"],
+        "checkpointBucket": BUCKET,
+        "checkpointBucketProtected": False,
+    }
+    at_destroy: list[str] = []
+    fake = FakeStack(outputs, on_destroy=lambda: at_destroy.append(queue.get(job.id).state.value))
+    monkeypatch.setattr(automation, "open_stack", lambda stack, work_dir=None: fake)
+    agent = SimulatedAgent(lambda: open_queue(aws_job_plane["uri"]), job.id, job.attempt, step=7)
+    agent.start()
+    code, out, err = run_cli(capsys, "teardown", "--stack", STACK, "--region", REGION, "--yes", "-o", "json")
+    agent.join(timeout=60)
+    assert agent.error is None
+    assert code == EXIT_LEFT_OVER, err
+    summary = json.loads(out)
+    assert at_destroy == ["queued"] and summary["drain"]["stopped"][0]["committed_step"] == 7
+    assert summary["multipart_uploads_aborted"] == 1
+    assert s3.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []
+    assert summary["leftovers"] == []  # the state is empty ...
+    assert [found["arn"].rsplit("/", 1)[-1] for found in summary["aws_leftovers"]] == [vpc]  # ... AWS is not
+    last = err.splitlines()[-1]
+    assert last.startswith("gpucloud: error: ") and vpc in last and "gpucloud sweep" in last
+    queue.close()

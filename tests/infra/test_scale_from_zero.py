@@ -28,7 +28,8 @@ FUNCTIONS = {"FILL", "IF", "REPEAT"}
 
 
 def the_alarm(preview: StackPreview) -> dict:
-    (alarm,) = preview.of_type(ALARM)
+    """The backlog alarm (a drill stack has a second alarm, the FIS stop condition)."""
+    (alarm,) = [a for a in preview.of_type(ALARM) if a.name.endswith("-backlog")]
     return alarm.inputs
 
 

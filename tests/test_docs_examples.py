@@ -33,6 +33,7 @@ NOT_OFFLINE: list[tuple[str, str]] = [
     (r"aws://|sqs\.[a-z0-9-]+\.amazonaws\.com|\$Q\b", "names a real AWS queue"),
     (r"catalog refresh", "calls the AWS Pricing and EC2 APIs"),
     (r"gpucloud sweep --region(?!.*# exits)", "lists (and with --delete deletes) resources in an AWS account"),
+    (r"gpucloud teardown --stack", "drives the pulumi CLI (Automation API) against a deployed stack"),
     (
         r"JOB_ID|train\.py|llama-7b|bert-ft|~/my/|\./Pulumi\.mine\.yaml|fresh\.json|us-west-2\.json|broken\.yaml",
         "a placeholder",

@@ -121,10 +121,12 @@ def test_the_workflow_does_what_the_docs_say() -> None:
     runs = [s.get("run", "") for s in smoke["steps"]]
     order = [
         next(i for i, r in enumerate(runs) if needle in r)
-        for needle in ("pulumi up", "gpucloud submit", "pulumi destroy", "gpucloud sweep")
+        for needle in ("pulumi up", "gpucloud submit", "gpucloud teardown", "gpucloud sweep")
     ]
     assert order == sorted(order)
-    cleanup = [s for s in smoke["steps"] if "destroy" in s.get("run", "") or "gpucloud sweep" in s.get("run", "")]
+    cleanup = [
+        s for s in smoke["steps"] if "gpucloud teardown" in s.get("run", "") or "gpucloud sweep" in s.get("run", "")
+    ]
     assert cleanup and all(s.get("if") == "always()" for s in cleanup)
     assert any("--delete" in s["run"] for s in cleanup)
 

@@ -97,3 +97,45 @@ def test_an_attempt_claimed_again_during_the_drain_is_stopped_too(tmp_path: Path
     assert agent.error is None
     assert [(s.attempt, s.ended, s.committed_step) for s in result.stopped] == [(1, "requeued", 7), (2, "requeued", 12)]
     assert queue.get(job.id).state is JobState.QUEUED and queue.get(job.id).attempt == 3
+
+
+def test_a_real_supervisor_saves_its_step_and_requeues_on_the_drain(tmp_path: Path) -> None:
+    """The drain's stop request read by the real supervisor (``supervise_job``, as the agent and the
+    worker run it) of a cooperative training command: a step saved, the attempt requeued, the node told
+    to stop taking work."""
+    import sys
+    import textwrap
+    import threading
+
+    from gpucloud.jobs.model import JobSpec
+    from gpucloud.jobs.runner import supervise_job
+    from gpucloud.jobs.supervisor import SupervisorConfig
+    from jobs.conftest import Inbox
+    from jobs.test_runner import COOPERATIVE
+
+    fast = SupervisorConfig(ack_timeout=5.0, stop_margin=1.0, exit_grace=5.0, kill_after=1.0, tick=0.02, stop_poll=0.1)
+    path = tmp_path / "real.db"
+    train = tmp_path / "train.py"
+    train.write_text(textwrap.dedent(COOPERATIVE))
+    queue = SqliteQueue(path)
+    job = queue.submit(JobSpec(command=[sys.executable, str(train)]))
+    outcome: dict = {}
+    node = threading.Thread(
+        target=lambda: outcome.setdefault(
+            "r", supervise_job(SqliteQueue(path), job.id, notices=Inbox(), config=fast, worker="node-a")
+        )
+    )
+    node.start()
+    try:
+        wait_for(lambda: any(e.kind == "resume" for e in queue.events(job.id)), what="the command to start")
+        result = drain(queue, STACK, timeout_s=120, **FAST)
+    finally:
+        node.join(timeout=60)
+    assert not node.is_alive() and not result.timed_out
+    [stopped] = result.stopped
+    assert stopped.ended == "requeued" and stopped.committed_step is not None and stopped.committed_step >= 1
+    assert outcome["r"].node_stopping is True  # the node takes no more work: the cluster is going away
+    after = queue.get(job.id)
+    assert after.state is JobState.QUEUED and after.attempt == 2 and result.queued == (job.id,)
+    kinds = [e.kind for e in queue.events(job.id)]
+    assert {"stop-request", "flag", "ack", "commit", "requeue"} <= set(kinds)

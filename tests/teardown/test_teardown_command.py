@@ -226,3 +226,33 @@ def test_no_pulumi_cli_is_one_line(monkeypatch, capsys, tmp_path) -> None:
 def _state(queue: SqliteQueue, job_id: str) -> tuple[str, int]:
     job = queue.get(job_id)
     return job.state.value, job.attempt
+
+
+def test_help_teaches_the_exit_codes_and_imports_neither_pulumi_nor_boto3() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from gpucloud.cli import main\n"
+        "try:\n"
+        "    main(['teardown', '--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('pulumi', 'boto3', 'botocore'))\n"
+        "print('HEAVY', heavy)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "HEAVY []" in proc.stdout
+    assert "3 the drain timed out" in proc.stdout and "--keep-bucket" in proc.stdout and "--no-drain" in proc.stdout
+
+
+def test_without_a_stack_file_or_region_the_stack_queue_cannot_be_drained(monkeypatch, capsys) -> None:
+    outputs = {"jobTableName": "ci-jobs", "jobQueueUrl": "https://sqs.us-east-1.amazonaws.com/123456789012/ci-jobs"}
+    fake = _use(monkeypatch, FakeStack(outputs))
+    code, _, err = run_cli(capsys, "teardown", "--stack", STACK, "--yes", "--no-check-aws")
+    assert code == EXIT_REFUSED
+    line = one_line_error(err)
+    assert f"cannot tell stack {STACK}'s region" in line and line.endswith("give --region")
+    assert fake.destroyed_with == []

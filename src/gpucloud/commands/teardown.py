@@ -19,7 +19,8 @@ from gpucloud.teardown.drain import DEFAULT_DRAIN_TIMEOUT_S
 EPILOG = """\b
 Exit codes: 0 destroyed, nothing left; 1 the destroy failed or left resources (named);
 2 refused before destroying anything (protected bucket, no --yes without a terminal, no pulumi CLI);
-3 the drain timed out with jobs still running, nothing destroyed (--force destroys anyway).
+3 the drain timed out with jobs still running, nothing destroyed (--force destroys anyway);
+130 answered no at the confirmation.
 """
 
 

@@ -420,3 +420,26 @@ def test_a_tag_that_cannot_be_removed_says_how_to_remove_it(tmp_path):
         )
     finally:
         queue.close()
+
+
+def test_a_job_that_fails_before_step_k_aborts_the_drill_before_anything_is_tagged(plane):
+    side = Cluster(plane["uri"])
+
+    def crash_at_start() -> None:
+        side.job_id = wait_for(lambda: next(iter(side.queue.list_jobs([JobState.QUEUED])), None), 60, "the job").id
+        side.form_gang(1, ("agent-a", "agent-b"))
+        end = AttemptEnd(state=AttemptState.CRASHED, exit_code=1, reason="exit code 1: ModuleNotFoundError: torch")
+        side.queue.end_attempt(side.job_id, 1, end)
+
+    agents = threading.Thread(target=crash_at_start, daemon=True)
+    agents.start()
+    try:
+        with StubbedAws() as aws:
+            aws.expect_start()  # and nothing else: no CreateTags, no experiment
+            with pytest.raises(DrillAborted, match=r"failed before it reached step 3, so nothing was interrupted"):
+                run_drill(plane, aws, [])
+            aws.assert_all_asked()
+        agents.join(timeout=60)
+        assert side.queue.get(side.job_id or "").state is JobState.FAILED  # max_attempts 1: no retry
+    finally:
+        side.queue.close()

@@ -59,3 +59,17 @@ def test_teardown_on_aws_drains_aborts_uploads_and_names_what_aws_holds(
     last = err.splitlines()[-1]
     assert last.startswith("gpucloud: error: ") and vpc in last and "gpucloud sweep" in last
     queue.close()
+
+
+def test_a_queue_that_is_gone_stops_the_teardown_pointing_at_no_drain(
+    monkeypatch: pytest.MonkeyPatch, capsys, aws_job_plane: dict[str, str]
+) -> None:
+    outputs = {"jobTableName": "gone-jobs", "jobQueueUrl": aws_job_plane["queue_url"]}  # a half-destroyed stack
+    fake = FakeStack(outputs)
+    monkeypatch.setattr(automation, "open_stack", lambda stack, work_dir=None: fake)
+    code, _, err = run_cli(capsys, "teardown", "--stack", STACK, "--region", REGION, "--yes", "--no-check-aws")
+    assert code == 2
+    line = err.splitlines()[-1]  # after the "draining" progress line
+    assert line.startswith("gpucloud: error: ")
+    assert f"cannot drain stack {STACK}'s queue, nothing was destroyed" in line and "--no-drain" in line
+    assert fake.destroyed_with == []

@@ -194,7 +194,13 @@ def _steps(
     if queue is not None:
 
         def drain_step():
-            return drain(queue, stack, timeout_s=drain_timeout, progress=_progress)
+            try:
+                return drain(queue, stack, timeout_s=drain_timeout, progress=_progress)
+            except UserError as err:  # e.g. the table of a half-destroyed stack is gone
+                raise UserError(
+                    f"cannot drain stack {stack}'s queue, nothing was destroyed: {err}; add --no-drain to destroy "
+                    "without saving running jobs"
+                ) from None
 
     bucket = outputs.get("checkpointBucket")
     abort_step = None

@@ -90,13 +90,16 @@ def drill(stack, stack_file, local, steps, notice_at_step, step_seconds, timeout
     """
     from gpucloud.drill.verdict import verdict_of
     from gpucloud.spec import load_stack_file
+    from gpucloud.spec.rules import drillable_groups
 
     name, path = chosen_stack(stack, stack_file)
     spec = load_stack_file(path)
-    spot = [g for g in spec.node_groups if g.capacity.type == "spot"]
-    if not spot:
+    drillable = drillable_groups(spec)
+    if not drillable:
         groups = ", ".join(f"{g.name} ({g.capacity.type})" for g in spec.node_groups)
-        raise UserError(f"stack {name} has no spot node group to interrupt (its groups: {groups})")
+        raise UserError(
+            f"stack {name} has no spot node group to interrupt, with maxNodes above its onDemandBase (its groups: {groups})"
+        )
     if not notice_at_step < steps:
         raise UserError(f"--notice-at-step must be below --steps ({steps}), got {notice_at_step}")
     if not local and (workdir is not None or keep):
@@ -114,7 +117,7 @@ def drill(stack, stack_file, local, steps, notice_at_step, step_seconds, timeout
             notice_at_step=notice_at_step,
             step_seconds=step_seconds,
             timeout=timeout or LOCAL_TIMEOUT_S,
-            instance_type=spot[0].instance_type,
+            instance_type=next(g.instance_type for g in spec.node_groups if g.name == drillable[0]),
             workdir=workdir,
             keep=keep,
         )
@@ -124,6 +127,7 @@ def drill(stack, stack_file, local, steps, notice_at_step, step_seconds, timeout
         result = _on_cluster(
             name,
             spec,
+            group=drillable[0],
             steps=steps,
             notice_at_step=notice_at_step,
             step_seconds=step_seconds,
@@ -138,7 +142,9 @@ def drill(stack, stack_file, local, steps, notice_at_step, step_seconds, timeout
     return 0 if result.verdict == "pass" else 1
 
 
-def _on_cluster(name: str, spec: Any, *, steps: int, notice_at_step: int, step_seconds: float, timeout: float, say):
+def _on_cluster(
+    name: str, spec: Any, *, group: str, steps: int, notice_at_step: int, step_seconds: float, timeout: float, say
+):
     """The drill on the stack's deployed cluster: ``drill/cluster.py`` submits the job, has AWS FIS
     interrupt one of its spot nodes and follows it; the DrillRun it returns is judged here."""
     if not spec.drill:
@@ -155,7 +161,8 @@ def _on_cluster(name: str, spec: Any, *, steps: int, notice_at_step: int, step_s
     from gpucloud.infra.automation import open_stack
 
     outputs = open_stack(name).outputs()
-    job = DrillJob(steps=steps, notice_at_step=notice_at_step, step_seconds=step_seconds)
+    # group: the spot group, not the stack's first group (JobSpec.group None), which may be on-demand
+    job = DrillJob(steps=steps, notice_at_step=notice_at_step, step_seconds=step_seconds, group=group)
     run = run_on_cluster(stack=name, outputs=outputs, region=spec.region, job=job, progress=say, timeout_s=timeout)
     try:
         return verdict_of(run)

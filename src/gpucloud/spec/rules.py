@@ -860,12 +860,16 @@ def ttl_hours(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
         yield Problem(key_path("ttlHours"), f"allowed: more than 0 and at most {TTL_HOURS_MAX} (hours)", spec.ttl_hours)
 
 
+def drillable_groups(spec: ClusterSpec) -> list[str]:
+    """The node groups a drill job can run on and get interrupted in: spot, with room above their
+    on-demand base (stack order; ``gpucloud drill`` submits to the first)."""
+    return [g.name for g in spec.node_groups if g.capacity.type == "spot" and g.max_nodes > g.capacity.on_demand_base]
+
+
 def drill_needs_spot(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     """``drill: true`` makes an AWS FIS template that interrupts a *spot* instance (infra/drill.py):
     some group must be able to run one (spot, with room above its on-demand base)."""
-    if spec.drill and not any(
-        g.capacity.type == "spot" and g.max_nodes > g.capacity.on_demand_base for g in spec.node_groups
-    ):
+    if spec.drill and not drillable_groups(spec):
         yield Problem(
             key_path("drill"),
             "needs a node group with capacity.type: spot and maxNodes above its onDemandBase "

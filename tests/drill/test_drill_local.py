@@ -87,7 +87,10 @@ def test_the_offline_drill_passes_and_prints_its_verdict_as_json(tmp_path):
     [
         (["--stack", "nope", "--local"], "no stack named 'nope'"),
         (["--stack", "p5-capacity-block", "--local"], "stack p5-capacity-block has no spot node group"),
-        (["--stack", "p4d-spot", "--local", "--steps", "5", "--notice-at-step", "5"], "--notice-at-step must be below"),
+        (
+            ["--stack", "p4d-spot", "--local", "--steps", "5", "--notice-at-step", "5"],
+            "--notice-at-step must be between 1 and --steps - 1 (4), got 5",
+        ),
         (["--stack", "p4d-spot", "--local", "--steps", "1"], "--steps"),
         (["--stack", "p4d-spot", "--local", "--timeout", "0"], "--timeout"),
         (["--stack", "p4d-spot", "--workdir", "x"], "--workdir and --keep are for the offline drill: add --local"),

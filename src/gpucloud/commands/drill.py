@@ -89,6 +89,7 @@ def drill(stack, stack_file, local, steps, notice_at_step, step_seconds, timeout
     The same verdict code judges both.
     """
     from gpucloud.drill.verdict import verdict_of
+    from gpucloud.jobs.demo import check_steps
     from gpucloud.spec import load_stack_file
     from gpucloud.spec.rules import drillable_groups
 
@@ -100,8 +101,7 @@ def drill(stack, stack_file, local, steps, notice_at_step, step_seconds, timeout
         raise UserError(
             f"stack {name} has no spot node group to interrupt, with maxNodes above its onDemandBase (its groups: {groups})"
         )
-    if not notice_at_step < steps:
-        raise UserError(f"--notice-at-step must be below --steps ({steps}), got {notice_at_step}")
+    check_steps(steps, notice_at_step)  # before anything starts, on a cluster too
     if not local and (workdir is not None or keep):
         raise UserError("--workdir and --keep are for the offline drill: add --local")
 

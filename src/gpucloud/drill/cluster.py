@@ -49,6 +49,7 @@ from gpucloud.drill.contract import STACK_OUTPUT
 from gpucloud.drill.local import DrillAborted
 from gpucloud.drill.run import DrillRun
 from gpucloud.errors import UserError
+from gpucloud.jobs.demo import check_steps
 from gpucloud.jobs.model import CodeRef, Job, JobSpec, JobState, spec_from_flags
 from gpucloud.queue.aws.uri import AwsQueueAddress, parse_aws_uri
 from gpucloud.queue.gang import GangQueue
@@ -81,10 +82,7 @@ class DrillJob:
     def validate(self) -> None:
         if self.nodes < 2:
             raise UserError(f"the drill's job needs at least 2 nodes (a gang), got {self.nodes}")
-        if not 1 <= self.notice_at_step < self.steps:
-            raise UserError(
-                f"--notice-at-step must be between 1 and --steps - 1 ({self.steps - 1}), got {self.notice_at_step}"
-            )
+        check_steps(self.steps, self.notice_at_step)
         if self.command is not None and not self.command:
             raise UserError("the drill's command is empty; give a training command or none for the example")
         if self.workdir is not None and not self.workdir.is_dir():

@@ -81,12 +81,9 @@ class LocalDrillOptions:
     keep: bool = False
 
     def validate(self) -> None:
-        if self.steps < 2:
-            raise UserError(f"--steps must be at least 2, got {self.steps}")
-        if not 1 <= self.notice_at_step < self.steps:
-            raise UserError(
-                f"--notice-at-step must be between 1 and --steps - 1 ({self.steps - 1}), got {self.notice_at_step}"
-            )
+        from gpucloud.jobs.demo import check_steps
+
+        check_steps(self.steps, self.notice_at_step)
         if not self.timeout > 0:
             raise UserError(f"--timeout must be more than 0 seconds, got {self.timeout:g}")
 

@@ -51,12 +51,16 @@ class DemoOptions:
     keep: bool = False
 
     def validate(self) -> None:
-        if self.steps < 2:
-            raise UserError(f"--steps must be at least 2, got {self.steps}")
-        if not 1 <= self.notice_at_step < self.steps:
-            raise UserError(
-                f"--notice-at-step must be between 1 and --steps - 1 ({self.steps - 1}), got {self.notice_at_step}"
-            )
+        check_steps(self.steps, self.notice_at_step)
+
+
+def check_steps(steps: int, notice_at_step: int) -> None:
+    """A run of ``steps`` with the notice after ``notice_at_step`` (the demo, the drills): the notice
+    must come while the job still trains, or there is nothing to judge."""
+    if steps < 2:
+        raise UserError(f"--steps must be at least 2, got {steps}")
+    if not 1 <= notice_at_step < steps:
+        raise UserError(f"--notice-at-step must be between 1 and --steps - 1 ({steps - 1}), got {notice_at_step}")
 
 
 class DemoReport(BaseModel):

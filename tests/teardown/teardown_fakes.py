@@ -76,31 +76,21 @@ def running_job(queue: JobQueue, worker: str = "node-a") -> Job:
 
 
 class SimulatedAgent(threading.Thread):
-    """What a node's supervisor does on a stop request: save step ``step``, end the attempt REQUEUED.
-    With ``reclaim``, it then claims the requeued attempt again (an idle agent of the cluster being
-    torn down does not know it is going away) and commits that one too when asked."""
+    """What a node's supervisor does on a stop request: save step ``step``, end the attempt REQUEUED."""
 
-    def __init__(
-        self, open_queue: Callable[[], JobQueue], job_id: str, attempt: int, *, step: int, reclaim: bool = False
-    ):
+    def __init__(self, open_queue: Callable[[], JobQueue], job_id: str, attempt: int, *, step: int):
         super().__init__(daemon=True)
-        self.open_queue, self.job_id, self.attempt, self.step, self.reclaim = open_queue, job_id, attempt, step, reclaim
+        self.open_queue, self.job_id, self.attempt, self.step = open_queue, job_id, attempt, step
         self.error: BaseException | None = None
 
     def run(self) -> None:
         queue = self.open_queue()  # its own connection, as a node's agent has
         try:
-            self._commit_when_asked(queue, self.attempt, self.step)
-            if self.reclaim:
-                again = queue.claim("node-b", lease_seconds=600, job_id=self.job_id)
-                assert again is not None
-                self._commit_when_asked(queue, again.attempt, self.step + 5)
+            wait_for(lambda: queue.stop_request(self.job_id, self.attempt), timeout=60, what="the stop request")
+            step = self.step
+            end = AttemptEnd(
+                state=AttemptState.REQUEUED, exit_code=75, last_step=step, committed_step=step, resume_from=step
+            )
+            queue.end_attempt(self.job_id, self.attempt, end)
         except BaseException as err:  # noqa: BLE001  (reported by the test through .error)
             self.error = err
-
-    def _commit_when_asked(self, queue: JobQueue, attempt: int, step: int) -> None:
-        wait_for(lambda: queue.stop_request(self.job_id, attempt), timeout=60, what="the stop request")
-        end = AttemptEnd(
-            state=AttemptState.REQUEUED, exit_code=75, last_step=step, committed_step=step, resume_from=step
-        )
-        queue.end_attempt(self.job_id, attempt, end)

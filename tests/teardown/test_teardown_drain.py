@@ -11,7 +11,7 @@ import pytest
 from tests.jobqueue.aws_fixtures import aws_job_plane  # noqa: F401  (fixture)
 from tests.teardown.teardown_fakes import SPEC, STACK, SimulatedAgent, running_job
 
-from gpucloud.jobs.model import JobState
+from gpucloud.jobs.model import AttemptEnd, AttemptState, JobState
 from gpucloud.queue.locations import open_queue
 from gpucloud.queue.protocol import JobQueue
 from gpucloud.queue.sqlite import SqliteQueue
@@ -87,16 +87,36 @@ def test_an_attempt_whose_lease_ran_out_is_not_waited_for(tmp_path: Path) -> Non
 
 
 def test_an_attempt_claimed_again_during_the_drain_is_stopped_too(tmp_path: Path) -> None:
-    path = tmp_path / "reclaim.db"
-    queue = SqliteQueue(path)
-    job = running_job(queue)
-    agent = SimulatedAgent(lambda: SqliteQueue(path), job.id, job.attempt, step=7, reclaim=True)
-    agent.start()
-    result = drain(queue, STACK, timeout_s=120, **FAST)
-    agent.join(timeout=60)
-    assert agent.error is None
-    assert [(s.attempt, s.ended, s.committed_step) for s in result.stopped] == [(1, "requeued", 7), (2, "requeued", 12)]
-    assert queue.get(job.id).state is JobState.QUEUED and queue.get(job.id).attempt == 3
+    """An idle agent of the doomed cluster claims the requeued attempt between the drain's reads:
+    the drain stops that attempt too. The interleaving is made exact by doing the agent's part when
+    the drain reads the job (``_Interleaved.get``), on the real queue."""
+    queue = _Interleaved(SqliteQueue(tmp_path / "reclaim.db"))
+    job = running_job(queue.real)
+    result = drain(queue, STACK, timeout_s=60, **FAST)
+    assert [(s.attempt, s.ended, s.committed_step) for s in result.stopped] == [(1, "requeued", 7), (2, "requeued", 8)]
+    assert queue.real.get(job.id).state is JobState.QUEUED and queue.real.get(job.id).attempt == 3
+
+
+class _Interleaved:
+    """The real queue, where reading a job whose running attempt was asked to stop first has its
+    node commit step ``6 + attempt`` and end it; after attempt 1 another node claims attempt 2 at once."""
+
+    def __init__(self, real: SqliteQueue) -> None:
+        self.real = real
+
+    def __getattr__(self, name: str):
+        return getattr(self.real, name)
+
+    def get(self, job_id: str):
+        job = self.real.get(job_id)
+        if job.state is JobState.RUNNING and self.real.stop_request(job_id, job.attempt) is not None:
+            step = 6 + job.attempt
+            end = AttemptEnd(state=AttemptState.REQUEUED, last_step=step, committed_step=step, resume_from=step)
+            self.real.end_attempt(job_id, job.attempt, end)
+            if job.attempt == 1:
+                assert self.real.claim("node-b", lease_seconds=600, job_id=job_id) is not None
+            job = self.real.get(job_id)
+        return job
 
 
 def test_a_real_supervisor_saves_its_step_and_requeues_on_the_drain(tmp_path: Path) -> None:

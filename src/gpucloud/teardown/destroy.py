@@ -26,7 +26,7 @@ MAX_NAMED = 5  # leftovers named in the one-line error; the JSON and the table l
 
 @dataclasses.dataclass(frozen=True)
 class Steps:
-    """What the teardown runs besides the destroy; None: skipped (``--no-drain``, no FSx export, ...)."""
+    """What the teardown runs besides the destroy; None: skipped (``--no-drain``, a kept bucket, ``--no-check-aws``)."""
 
     drain: Callable[[], DrainResult] | None = None
     abort_uploads: Callable[[], int] | None = None  # unfinished multipart uploads aborted

@@ -35,6 +35,10 @@ NOT_OFFLINE: list[tuple[str, str]] = [
     (r"gpucloud sweep --region(?!.*# exits)", "lists (and with --delete deletes) resources in an AWS account"),
     (r"gpucloud teardown --stack", "drives the pulumi CLI (Automation API) against a deployed stack"),
     (
+        r"gpucloud drill --stack p4d-spot --local --steps 20 --notice-at-step 1 -o json$",
+        "the offline drill (a minute): tests/drill/test_drill_local.py runs it as printed and checks its JSON",
+    ),
+    (
         r"JOB_ID|train\.py|llama-7b|bert-ft|~/my/|\./Pulumi\.mine\.yaml|fresh\.json|us-west-2\.json|broken\.yaml",
         "a placeholder",
     ),
@@ -98,8 +102,9 @@ def test_the_docs_have_examples_and_most_run() -> None:
     assert len(ALL) > 50 and len(run) >= 10, f"{len(run)} of {len(ALL)} examples run"
 
 
-@pytest.mark.parametrize("example", [e for e in ALL if e.reason_not_run is None], ids=lambda e: f"{e.doc}:{e.line}")
-def test_the_example_runs_as_printed(example: Example, tmp_path: Path) -> None:
+def run_example(example: Example, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run one example as printed: bash from the repository root, this environment's venv first on
+    PATH, a fresh GPUCLOUD_HOME, no queue of the developer's."""
     venv_bin = Path(sys.executable).parent
     env = {
         **os.environ,
@@ -108,11 +113,16 @@ def test_the_example_runs_as_printed(example: Example, tmp_path: Path) -> None:
     }
     for name in ("GPUCLOUD_QUEUE", "GPUCLOUD_REGION", "GPUCLOUD_JOB_TABLE", "GPUCLOUD_JOB_QUEUE_URL"):
         env.pop(name, None)
-    expected = int(m.group(1)) if (m := EXITS.search(example.command)) else 0
     command = example.command.replace(".venv/bin/", f"{venv_bin}/")  # this environment's venv
-    ran = subprocess.run(
+    return subprocess.run(
         ["bash", "-o", "pipefail", "-c", command], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
     )
+
+
+@pytest.mark.parametrize("example", [e for e in ALL if e.reason_not_run is None], ids=lambda e: f"{e.doc}:{e.line}")
+def test_the_example_runs_as_printed(example: Example, tmp_path: Path) -> None:
+    expected = int(m.group(1)) if (m := EXITS.search(example.command)) else 0
+    ran = run_example(example, tmp_path)
     assert ran.returncode == expected, (
         f"{example.doc}:{example.line}: `{example.command}` exited {ran.returncode}, expected {expected}\n"
         f"{ran.stdout[-2000:]}{ran.stderr[-2000:]}"

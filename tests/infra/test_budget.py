@@ -12,7 +12,7 @@ import pytest
 
 from gpucloud.agent.budget_gate import ACCOUNT_ID_ENV, BUDGET_NAME_ENV
 from gpucloud.infra.budget import budget_summary
-from gpucloud.infra.preview import ACCOUNT, mocked_runtime, recorded_resources
+from gpucloud.infra.preview import ACCOUNT, mocked_runtime, preview_stack
 from gpucloud.infra.program import build_cluster
 from gpucloud.policy.runner import run_policies
 from gpucloud.spec import load_stack_file, stack_file_for
@@ -35,14 +35,8 @@ def spec_with(stack: str, **budget: Any) -> ClusterSpec:
     return spec.model_copy(update={"budget": Budget(**budget) if budget else None})
 
 
-def record(spec: ClusterSpec, stack: str):
-    @pulumi.runtime.test
-    def run() -> None:
-        build_cluster(spec, stack, None)
-
-    with mocked_runtime(stack, spec.region, spec.availability_zone) as (_, monitor):
-        run()
-    return recorded_resources(monitor)
+def record(spec: ClusterSpec, stack: str) -> list:
+    return preview_stack(spec, stack).resources
 
 
 def of(resources, type_token):

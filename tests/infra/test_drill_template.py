@@ -17,7 +17,7 @@ from botocore.exceptions import ParamValidationError
 from tests.cli_run import one_line_error, run_cli
 
 from gpucloud.drill.contract import STACK_OUTPUT, TARGET_TAG, TARGET_VALUE
-from gpucloud.infra.preview import ACCOUNT, StackPreview, mocked_runtime, recorded_resources
+from gpucloud.infra.preview import ACCOUNT, StackPreview, mocked_runtime, preview_stack
 from gpucloud.infra.program import build_cluster
 from gpucloud.infra.tags import EXPIRES_AT_TAG, STACK_TAG
 from gpucloud.policy.least_privilege import wildcard_actions
@@ -138,13 +138,7 @@ def test_every_drill_resource_carries_the_stack_tag_and_expires_at() -> None:
 
 
 def record(spec: ClusterSpec, stack: str) -> list:
-    @pulumi.runtime.test
-    def run() -> None:
-        build_cluster(spec, stack, None)
-
-    with mocked_runtime(stack, spec.region, spec.availability_zone) as (_, monitor):
-        run()
-    return recorded_resources(monitor)
+    return preview_stack(spec, stack).resources
 
 
 def exported(spec: ClusterSpec, stack: str) -> dict[str, Any]:

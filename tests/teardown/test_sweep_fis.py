@@ -6,26 +6,11 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-import boto3
-import pytest
-
 from gpucloud.infra.tags import KEEP_TAG, STACK_TAG
 from gpucloud.teardown.plan import Selection
 from gpucloud.teardown.sweep import sweep
 
 REGION = "us-east-1"
-
-
-@pytest.fixture
-def client(fresh_aws_account: str):
-    clients: dict[str, Any] = {}
-
-    def make(service: str) -> Any:
-        if service not in clients:
-            clients[service] = boto3.client(service, region_name=REGION, endpoint_url=fresh_aws_account)
-        return clients[service]
-
-    return make
 
 
 def make_template(fis: Any, tags: dict[str, str]) -> str:

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Any
 
-import boto3
 import pytest
 from tests.teardown.leaked_stack import leave_stack_behind, make_stack
 
@@ -21,18 +19,6 @@ from gpucloud.teardown.sweep import sweep
 
 REGION = "us-east-1"
 NOW = dt.datetime.now(dt.timezone.utc)
-
-
-@pytest.fixture
-def client(fresh_aws_account: str):
-    clients: dict[str, Any] = {}
-
-    def make(service: str) -> Any:
-        if service not in clients:
-            clients[service] = boto3.client(service, region_name=REGION, endpoint_url=fresh_aws_account)
-        return clients[service]
-
-    return make
 
 
 def _run(argv: list[str]) -> int:

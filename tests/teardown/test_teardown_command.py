@@ -205,12 +205,16 @@ def test_on_a_terminal_it_asks_showing_what_goes(monkeypatch, capsys, queue_path
 
 
 def test_a_drain_that_times_out_destroys_nothing_unless_forced(monkeypatch, capsys, queue_path) -> None:
-    running_job(SqliteQueue(queue_path))
+    job = running_job(SqliteQueue(queue_path))
     fake = _use(monkeypatch, FakeStack())
-    code, _, err = _teardown(capsys, queue_path, "--yes", "--drain-timeout", "0")
+    code, out, err = _teardown(capsys, queue_path, "--yes", "--drain-timeout", "0", "-o", "json")
     assert code == EXIT_DRAIN_TIMEOUT
     assert err.splitlines()[-1].startswith("gpucloud: error: drain timed out with jobs still running")
     assert fake.destroyed_with == []
+    summary = json.loads(out)  # CI still gets the report: which job is still running, and nothing destroyed
+    assert summary["exit_code"] == EXIT_DRAIN_TIMEOUT and summary["destroyed"] is False
+    assert summary["drain"]["timed_out"] is True
+    assert summary["drain"]["still_running"] == [job.id]
     code, _, err = _teardown(capsys, queue_path, "--yes", "--drain-timeout", "0", "--force")
     assert code == 0, err
     assert fake.destroyed_with == [False]

@@ -11,7 +11,6 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpucloud.errors import UserError
 from gpucloud.infra.automation import StackHandle, StackOperationFailed, StackResource
 from gpucloud.teardown.drain import DrainResult
 
@@ -175,8 +174,8 @@ def run_teardown(
 ) -> TeardownReport:
     """Drain, export, destroy, and look at what is left; the report says how it ended.
 
-    A drain that timed out stops here (``EXIT_DRAIN_TIMEOUT``, a ``UserError``) unless ``force``: a
-    destroy would take the nodes of jobs that have not committed. Refusals that need no drain
+    A drain that timed out stops here (a report with ``EXIT_DRAIN_TIMEOUT``, nothing destroyed) unless
+    ``force``: a destroy would take the nodes of jobs that have not committed. Refusals that need no drain
     (the protected bucket) are the caller's to check before it asks for confirmation."""
     report = TeardownReport(stack=handle.name, keep_bucket=keep_bucket)
     if steps.drain is not None:
@@ -187,12 +186,13 @@ def run_teardown(
         if report.drain.timed_out:
             late = ", ".join(s.job_id for s in report.drain.still_running)
             if not force:
-                raise UserError(
+                report.exit_code = EXIT_DRAIN_TIMEOUT
+                report.exit_reason = (
                     f"drain timed out with jobs still running ({late}); nothing was destroyed: wait and run teardown "
                     f"again, raise --drain-timeout, or add --force to destroy anyway (they resume from their last "
-                    f"commit on the next cluster)",
-                    exit_code=EXIT_DRAIN_TIMEOUT,
+                    f"commit on the next cluster)"
                 )
+                return report
             progress(f"--force: destroying with jobs still running ({late})")
     else:
         progress("--no-drain: running jobs are not asked to save; they resume from their last commit")

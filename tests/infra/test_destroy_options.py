@@ -172,7 +172,7 @@ def test_plan_shows_the_protected_bucket(tmp_path: Path, capsys) -> None:
 
 
 def test_the_association_exports_before_its_delete_and_keeps_the_files(p4d: ClusterSpec) -> None:
-    resources, outputs = record(p4d, "p4d-spot")
+    resources, outputs = record(with_storage(p4d, protect=True), "p4d-spot")  # the export's bucket stays
     association = only(resources, DRA)
     assert association.inputs["deleteDataInFilesystem"] is False
     assert association.options.before_delete == (f"p4d-spot-fsx-{HOOK_NAME}",)
@@ -188,11 +188,40 @@ def test_the_association_exports_before_its_delete_and_keeps_the_files(p4d: Clus
     }
 
 
-def test_export_on_destroy_false_binds_no_hook(p4d: ClusterSpec) -> None:
-    resources, outputs = record(with_storage(p4d, export_on_destroy=False), "p4d-spot")
+@pytest.mark.parametrize(
+    ("protect", "export_on_destroy"),
+    [(True, False), (False, None)],
+    ids=["explicitly-off", "default-with-a-bucket-the-destroy-deletes"],
+)
+def test_no_hook_where_the_export_would_not_outlive_the_destroy_or_is_off(
+    p4d: ClusterSpec, protect: bool, export_on_destroy: bool | None
+) -> None:
+    spec = with_storage(p4d, protect=protect)
+    if export_on_destroy is not None:
+        spec = with_storage(spec, export_on_destroy=export_on_destroy)
+    assert spec.storage.fsx is not None and spec.storage.fsx.export_on_destroy is export_on_destroy
+    resources, outputs = record(spec, "p4d-spot")
     assert [r.name for r in resources if r.options.before_delete] == []
     assert only(resources, DRA).inputs["deleteDataInFilesystem"] is False
     assert outputs["fsx"]["exportOnDestroy"] is False
+
+
+def test_an_export_into_a_bucket_the_destroy_deletes_is_refused(tmp_path: Path, capsys) -> None:
+    config = yaml.safe_load(stack_file_for("p4d-spot").read_text())
+    storage = config["config"]["gpucloud:storage"]
+    storage["fsx"]["exportOnDestroy"] = True
+    storage.setdefault("checkpointBucket", {})["protect"] = False
+    path = tmp_path / "Pulumi.p4d-spot.yaml"
+    path.write_text(yaml.safe_dump(config))
+    code, _, err = run_cli(capsys, "plan", "--stack-file", str(path))
+    line = one_line_error(err)
+    assert code == 2 and "storage.fsx.exportOnDestroy" in line and "protect" in line, err
+    storage["checkpointBucket"]["protect"] = True  # the bucket outlives the destroy: the export is worth it
+    path.write_text(yaml.safe_dump(config))
+    code, out, err = run_cli(capsys, "plan", "--stack-file", str(path), "--output", "json")
+    assert code == 0, err
+    [association] = [r for r in json.loads(out)["resources"] if r["type"] == DRA]
+    assert association["options"]["before_delete"] == [f"p4d-spot-fsx-{HOOK_NAME}"]
 
 
 def test_a_stack_without_fsx_says_so_in_its_outputs(previews: dict[str, StackPreview]) -> None:

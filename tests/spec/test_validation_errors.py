@@ -178,6 +178,12 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         "gpucloud:storage.fsx.mountPath",
         "an absolute path",
     ),
+    "fsx-export-into-a-deleted-bucket": (
+        "fsx_export_target",
+        _set("gpucloud:storage.fsx.exportOnDestroy", True),
+        "gpucloud:storage.fsx.exportOnDestroy = True",
+        "which the destroy deletes unless storage.checkpointBucket.protect is true",
+    ),
     "negative-count": (
         "node_counts",
         _set("gpucloud:nodeGroups.0.minNodes", -1),

@@ -160,6 +160,7 @@ def build_cluster(
                 security_group_id=security.lustre_group_id,
                 bucket_name=store.bucket_name,
                 region=spec.region,
+                export_on_destroy=spec.storage.fsx_exports_on_destroy,
             ),
         )
     jobs = JobPlane(
@@ -342,7 +343,7 @@ def build_cluster(
         fsx_dns_name=fsx.dns_name if fsx is not None else None,
         checkpoint_bucket_protected=store.protected,
         fsx=fsx,
-        fsx_export_on_destroy=fsx_settings.export_on_destroy if fsx_settings is not None else False,
+        fsx_export_on_destroy=spec.storage.fsx_exports_on_destroy,
         scaling_policy_arns={n: g.scaling.policy.arn for n, g in groups.items() if g.scaling is not None},
         backlog_alarm_names={n: g.scaling.alarm.name for n, g in groups.items() if g.scaling is not None},
         capacity_block_scale_down={n: g.wind_down.scale_down_at for n, g in groups.items() if g.wind_down is not None},

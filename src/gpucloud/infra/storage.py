@@ -7,7 +7,8 @@ under the link path are exported to the bucket and the bucket's contents appear 
 
 What a destroy does to them (docs/teardown.md, "A destroy that finishes"): the bucket is emptied and
 deleted, or, with ``checkpointBucket.protect``, refused; the association exports first
-(``infra/fsx_export.py``, a ``before_delete`` hook) unless ``fsx.exportOnDestroy`` is false.
+(``infra/fsx_export.py``, a ``before_delete`` hook) where ``fsx.exportOnDestroy`` holds: by default
+when the bucket is protected, the only case where the export outlives the destroy.
 """
 
 from __future__ import annotations
@@ -158,6 +159,7 @@ class SharedFilesystemArgs:
     security_group_id: pulumi.Input[str]
     bucket_name: pulumi.Input[str]
     region: str  # where the export hook's FSx client calls
+    export_on_destroy: bool = False  # bind the export hook (``Storage.fsx_exports_on_destroy``)
 
 
 class SharedFilesystem(pulumi.ComponentResource):
@@ -214,7 +216,7 @@ class SharedFilesystem(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(
                 parent=self,
                 hooks=pulumi.ResourceHookBinding(before_delete=[export_hook(name, args.region)])
-                if s.export_on_destroy
+                if args.export_on_destroy
                 else None,
             ),
         )

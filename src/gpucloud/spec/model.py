@@ -173,8 +173,10 @@ class Fsx(SpecModel):
     link_path: str = "/checkpoints"  # where the checkpoint bucket appears inside the file system
     s3_prefix: str = "checkpoints/"  # which part of the bucket is linked
     # before `pulumi destroy` deletes the link, export what automatic export has not written yet
-    # (a before_delete hook on the data repository association; docs/teardown.md)
-    export_on_destroy: bool = True
+    # (a before_delete hook on the data repository association; docs/teardown.md). The export lands
+    # in the checkpoint bucket, which outlives the destroy only when protected: None (the default)
+    # follows checkpointBucket.protect; true with an unprotected bucket is refused (spec/rules.py).
+    export_on_destroy: bool | None = None
 
 
 class CheckpointBucket(SpecModel):
@@ -191,6 +193,15 @@ class Storage(SpecModel):
     nvme_scratch: bool = True
     scratch_path: str = "/scratch"
     checkpoint_bucket: CheckpointBucket = CheckpointBucket()
+
+    @property
+    def fsx_exports_on_destroy(self) -> bool:
+        """Whether the destroy exports FSx to the bucket first: only worth its time (up to an hour)
+        when the bucket survives the destroy (``protect``), unless the stack says otherwise."""
+        if self.fsx is None:
+            return False
+        explicit = self.fsx.export_on_destroy
+        return self.checkpoint_bucket.protect if explicit is None else explicit
 
 
 class Ami(SpecModel):

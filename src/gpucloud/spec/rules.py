@@ -549,6 +549,19 @@ def fsx_paths(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
         )
 
 
+def fsx_export_target(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    """``exportOnDestroy: true`` exports into the checkpoint bucket, which the same destroy then empties
+    and deletes unless it is protected: hours of export for nothing, in the way of a destroy that finishes."""
+    fsx = spec.storage.fsx
+    if fsx is not None and fsx.export_on_destroy and not spec.storage.checkpoint_bucket.protect:
+        yield Problem(
+            key_path("storage", "fsx", "exportOnDestroy"),
+            "exports into the checkpoint bucket, which the destroy deletes unless storage.checkpointBucket.protect "
+            "is true; set protect: true (and tear down with --keep-bucket) or leave exportOnDestroy out",
+            True,
+        )
+
+
 def checkpoint_lifecycle(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     b = spec.storage.checkpoint_bucket
     for key, value in (
@@ -1157,6 +1170,7 @@ RULES: tuple[Rule, ...] = (
     fsx_throughput,
     fsx_paths,
     checkpoint_lifecycle,
+    fsx_export_target,
     network_choice,
     vpc_cidr_valid,
     ssh_access,

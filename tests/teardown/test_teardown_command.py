@@ -58,7 +58,8 @@ def test_teardown_drains_running_jobs_before_the_destroy(monkeypatch, capsys, qu
     assert summary["drain"]["stopped"][0]["committed_step"] == 7
     assert summary["drain"]["left_queued"] == [job.id]
     assert summary["destroyed"] is True and summary["leftovers"] == [] and summary["exit_code"] == 0
-    assert "stop requested" in err and "left queued for the next cluster" in err
+    assert "stop requested" in err and f"left queued: {job.id}" in err
+    assert summary["unfinished_jobs"] is None  # --queue names another queue: the destroy does not delete it
     assert "aws:autoscaling/group:Group p4d deleting" in err  # the destroy's progress, streamed
 
 
@@ -201,7 +202,8 @@ def test_on_a_terminal_it_asks_showing_what_goes(monkeypatch, capsys, queue_path
     assert fake.destroyed_with == destroyed
     assert code == (130 if answer == "n\n" else 0), err
     assert "3 resources will be destroyed" in err and "checkpoint bucket ckpt-1: deleted, with every checkpoint" in err
-    assert "0 running job(s) will save a step and be requeued; 1 queued job(s) stay queued" in err
+    assert "0 running job(s) will save a step and be requeued" in err
+    assert f"1 queued job(s) stay queued in sqlite:///{queue_path}" in err
 
 
 def test_a_drain_that_times_out_destroys_nothing_unless_forced(monkeypatch, capsys, queue_path) -> None:

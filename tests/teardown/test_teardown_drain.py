@@ -50,13 +50,13 @@ def test_drain_stops_running_jobs_waits_for_the_commit_and_leaves_queued_ones(co
     assert not result.timed_out
     [stopped] = result.stopped
     assert (stopped.job_id, stopped.attempt, stopped.ended, stopped.committed_step) == (job.id, 1, "requeued", 7)
-    assert stopped.job_state == "queued"  # attempt 2 waits for the next cluster
+    assert stopped.job_state == "queued"  # attempt 2 waits to resume at step 7
     assert set(result.queued) == {job.id, waiting.id}
     assert queue.get(waiting.id).state is JobState.QUEUED and queue.get(waiting.id).attempt == 1
     request = queue.stop_request(job.id, 1)
     assert request is not None and request.source == TEARDOWN_SOURCE and STACK in request.payload["reason"]
     assert any("stop requested" in line for line in lines)
-    assert any("committed step 7" in line and "queued for the next cluster" in line for line in lines)
+    assert any("committed step 7; attempt 2 queued" in line for line in lines)
 
 
 def test_drain_times_out_when_no_one_commits(connect) -> None:

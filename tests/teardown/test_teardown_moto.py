@@ -11,7 +11,7 @@ import boto3
 import pytest
 from tests.cli_run import run_cli
 from tests.jobqueue.aws_fixtures import REGION, aws_job_plane  # noqa: F401  (fixture)
-from tests.teardown.teardown_fakes import STACK, FakeStack, SimulatedAgent, running_job
+from tests.teardown.teardown_fakes import SPEC, STACK, FakeStack, SimulatedAgent, running_job
 
 from gpucloud.infra import automation
 from gpucloud.infra.tags import STACK_TAG
@@ -26,6 +26,7 @@ def test_teardown_on_aws_drains_aborts_uploads_and_names_what_aws_holds(
 ) -> None:
     queue = open_queue(aws_job_plane["uri"])
     job = running_job(queue)
+    archived = queue.submit(SPEC.model_copy(update={"checkpoint_uri": "s3://team-archive/run-3"}))
     s3 = boto3.client("s3", region_name=REGION)
     s3.create_bucket(Bucket=BUCKET)
     s3.create_multipart_upload(Bucket=BUCKET, Key="ckpt/step-7/shard-0")  # a save cut off mid-upload
@@ -53,6 +54,16 @@ def test_teardown_on_aws_drains_aborts_uploads_and_names_what_aws_holds(
     summary = json.loads(out)
     assert at_destroy == ["queued"] and summary["drain"]["stopped"][0]["committed_step"] == 7
     assert summary["multipart_uploads_aborted"] == 1
+    # the stack's queue goes with the destroy: both jobs are named, with where their checkpoints go
+    unfinished = {j["job_id"]: j for j in summary["unfinished_jobs"]}
+    assert set(unfinished) == {job.id, archived.id}
+    assert unfinished[job.id]["committed_step"] == 7 and unfinished[job.id]["state"] == "queued"
+    assert (unfinished[job.id]["checkpoint_uri"], unfinished[job.id]["checkpoint"]) == (
+        f"s3://{BUCKET}/checkpoints",
+        "deleted",
+    )
+    assert unfinished[archived.id]["checkpoint"] == "outside the stack"
+    assert "2 unfinished job(s)" in err and "the checkpoints of 1 outlive the destroy" in err
     assert s3.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []
     assert summary["leftovers"] == []  # the state is empty ...
     assert [found["arn"].rsplit("/", 1)[-1] for found in summary["aws_leftovers"]] == [vpc]  # ... AWS is not
@@ -73,3 +84,21 @@ def test_a_queue_that_is_gone_stops_the_teardown_pointing_at_no_drain(
     assert line.startswith("gpucloud: error: ")
     assert f"cannot drain stack {STACK}'s queue, nothing was destroyed" in line and "--no-drain" in line
     assert fake.destroyed_with == []
+
+
+def test_without_a_drain_the_running_jobs_the_destroy_takes_are_still_named(
+    monkeypatch: pytest.MonkeyPatch, capsys, aws_job_plane: dict[str, str]
+) -> None:
+    queue = open_queue(aws_job_plane["uri"])
+    job = running_job(queue)
+    outputs = {"jobTableName": aws_job_plane["table"], "jobQueueUrl": aws_job_plane["queue_url"]}
+    fake = FakeStack(outputs)
+    monkeypatch.setattr(automation, "open_stack", lambda stack, work_dir=None: fake)
+    args = ("teardown", "--stack", STACK, "--region", REGION, "--yes", "--no-drain", "--no-check-aws")
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0, err
+    assert fake.destroyed_with == [False]
+    assert queue.stop_request(job.id, 1) is None  # not drained ...
+    assert "jobs destroyed with the stack's queue" in out and job.id in out  # ... but named
+    assert "1 unfinished job(s)" in err
+    queue.close()

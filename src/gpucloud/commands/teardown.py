@@ -76,11 +76,13 @@ def teardown(
     \b
     1. Refuses at once when the checkpoint bucket is protected (unless --keep-bucket).
     2. Drain: every running job gets a stop request (as for a spot notice), saves a step and is
-       requeued; teardown waits for each commit. Queued jobs stay queued for the next cluster.
+       requeued; teardown waits for each commit.
     3. Aborts the checkpoint bucket's unfinished multipart uploads (unless it is kept).
     4. `pulumi destroy --run-program` through the Automation API (needs the pulumi CLI), its progress
        streamed; the stack's FSx export (exportOnDestroy) runs inside it, before the association goes.
     5. Lists what the state still holds, and what AWS still holds tagged with the stack.
+    The stack's job queue goes with it: the summary lists its unfinished jobs, their last committed
+    step, and whether their checkpoints outlive the destroy (another bucket, or --keep-bucket).
     Progress goes to stderr; the summary (--output json: drain, export, leftovers, exit reason) to stdout.
 
     \b
@@ -97,9 +99,12 @@ def teardown(
         raise UserError(refusal)
     aws = _Aws(stack, region)
     queue = None if no_drain else _open_drain_queue(queue_uri, outputs, aws)
+    own_queue = _OwnQueue(outputs, aws, queue if queue_uri is None else None)
     if not yes:
-        _confirm(stack, handle.resources(), outputs, queue, keep_bucket=keep_bucket)
-    steps = _steps(stack, outputs, queue, aws, drain_timeout=drain_timeout, keep_bucket=keep_bucket, check=check_aws)
+        _confirm(stack, handle.resources(), outputs, queue, own_queue, keep_bucket=keep_bucket)
+    steps = _steps(
+        stack, outputs, queue, own_queue, aws, drain_timeout=drain_timeout, keep_bucket=keep_bucket, check=check_aws
+    )
     report = run_teardown(
         handle,
         steps,
@@ -157,7 +162,7 @@ def _open_drain_queue(queue_uri: str | None, outputs: dict[str, Any], aws: _Aws)
     return open_queue(uri)
 
 
-def _confirm(stack: str, resources, outputs: dict[str, Any], queue, *, keep_bucket: bool) -> None:
+def _confirm(stack: str, resources, outputs: dict[str, Any], queue, own_queue: _OwnQueue, *, keep_bucket: bool) -> None:
     """Ask on the terminal, showing what goes; no terminal: refuse (CI must say --yes)."""
     if not sys.stdin.isatty():
         raise UserError(f"refusing to destroy stack {stack} without --yes: there is no terminal to confirm on")
@@ -176,16 +181,47 @@ def _confirm(stack: str, resources, outputs: dict[str, Any], queue, *, keep_buck
         )
     if queue is not None:
         running = queue.list_jobs([JobState.RUNNING])
-        queued = queue.list_jobs([JobState.QUEUED])
+        click.echo(f"  {len(running)} running job(s) will save a step and be requeued", err=True)
+    if own_queue.exists:
         click.echo(
-            f"  {len(running)} running job(s) will save a step and be requeued; {len(queued)} queued job(s) stay queued",
+            "  the stack's job queue and table, with every unfinished job in them "
+            "(the summary lists each, with where its checkpoints are)",
             err=True,
         )
+    elif queue is not None:
+        queued = queue.list_jobs([JobState.QUEUED])
+        click.echo(f"  {len(queued)} queued job(s) stay queued in {queue.uri}", err=True)
     click.confirm(f"Destroy stack {stack}?", abort=True, err=True)
 
 
+class _OwnQueue:
+    """The stack's own job queue (from its outputs), which the destroy deletes: the drain's queue
+    when that is the stack's, else opened when first listed; None where the stack has none."""
+
+    def __init__(self, outputs: dict[str, Any], aws: _Aws, drained) -> None:
+        self._outputs, self._aws, self._queue = outputs, aws, drained
+        self.exists = drained is not None or bool(outputs.get("jobTableName") and outputs.get("jobQueueUrl"))
+
+    def get(self):
+        if self._queue is None:
+            from gpucloud.queue.locations import open_queue
+            from gpucloud.teardown.destroy import queue_uri_from_outputs
+
+            uri = queue_uri_from_outputs(self._outputs, self._aws.region)
+            self._queue = open_queue(uri) if uri else None
+        return self._queue
+
+
 def _steps(
-    stack: str, outputs: dict[str, Any], queue, aws: _Aws, *, drain_timeout: float, keep_bucket: bool, check: bool
+    stack: str,
+    outputs: dict[str, Any],
+    queue,
+    own_queue: _OwnQueue,
+    aws: _Aws,
+    *,
+    drain_timeout: float,
+    keep_bucket: bool,
+    check: bool,
 ):
     from gpucloud.teardown.destroy import Steps
     from gpucloud.teardown.drain import drain
@@ -210,7 +246,28 @@ def _steps(
             return _abort_uploads(aws, str(bucket))
 
     leftovers_step = (lambda: _aws_leftovers(aws)) if check else None
-    return Steps(drain=drain_step, abort_uploads=abort_step, aws_leftovers=leftovers_step)
+    unfinished_step = None
+    if own_queue.exists:
+        kept = keep_bucket and bool(outputs.get("checkpointBucketProtected"))
+
+        def unfinished_step():
+            return _unfinished(own_queue, str(bucket) if bucket else None, bucket_kept=kept)
+
+    return Steps(drain=drain_step, abort_uploads=abort_step, aws_leftovers=leftovers_step, unfinished=unfinished_step)
+
+
+def _unfinished(own_queue: _OwnQueue, bucket: str | None, *, bucket_kept: bool):
+    """The jobs the destroy takes with the stack's queue; None (and a line) where it cannot be read."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from gpucloud.teardown.unfinished import unfinished_jobs
+
+    try:
+        queue = own_queue.get()
+        return None if queue is None else unfinished_jobs(queue, bucket=bucket, bucket_kept=bucket_kept)
+    except (UserError, ClientError, BotoCoreError) as err:
+        _progress(f"could not list the stack's unfinished jobs ({' '.join(str(err).split())}); destroying anyway")
+        return None
 
 
 def _abort_uploads(aws: _Aws, bucket: str) -> int:
@@ -258,8 +315,13 @@ def _print_summary(report) -> None:
         ]
         if rows:
             print_table("drained jobs", ["job", "attempt", "ended", "committed step", "job now"], rows)
-        if drained.queued:
-            click.echo(f"left queued for the next cluster: {', '.join(drained.queued)}")
+    if report.unfinished:
+        rows = [
+            (j.job_id, j.state, j.committed_step, j.checkpoint_uri or "", j.checkpoint.value) for j in report.unfinished
+        ]
+        print_table(
+            "jobs destroyed with the stack's queue", ["job", "state", "committed step", "checkpoints", "they are"], rows
+        )
     if report.export is not None:
         summary = report.export.to_json()
         click.echo(f"FSx export of {summary['file_system_id']}:{summary['path']}: {summary['result']}")

@@ -13,6 +13,7 @@ from typing import Any
 
 from gpucloud.infra.automation import StackHandle, StackOperationFailed, StackResource
 from gpucloud.teardown.drain import DrainResult
+from gpucloud.teardown.unfinished import CheckpointFate, UnfinishedJob
 
 EXIT_DONE = 0  # destroyed; nothing left in the state nor (when checked) tagged in AWS
 EXIT_LEFT_OVER = 1  # the destroy failed, or resources are left: they are named
@@ -30,6 +31,8 @@ class Steps:
     drain: Callable[[], DrainResult] | None = None
     abort_uploads: Callable[[], int] | None = None  # unfinished multipart uploads aborted
     aws_leftovers: Callable[[], list[dict[str, Any]] | None] | None = None  # tagged in AWS; None: could not list
+    # the jobs the stack's queue still holds, which the destroy deletes with it; None: could not list
+    unfinished: Callable[[], list[UnfinishedJob] | None] | None = None
 
 
 @dataclasses.dataclass
@@ -39,6 +42,7 @@ class TeardownReport:
     drain: DrainResult | None = None
     export: FsxExport | None = None
     uploads_aborted: int | None = None
+    unfinished: list[UnfinishedJob] | None = None  # None: not listed
     destroyed: bool = False
     destroy_error: str | None = None
     kept: list[StackResource] = dataclasses.field(default_factory=list)
@@ -53,6 +57,7 @@ class TeardownReport:
             "drain": self.drain.to_json() if self.drain is not None else None,
             "fsx_export": self.export.to_json() if self.export is not None else None,
             "multipart_uploads_aborted": self.uploads_aborted,
+            "unfinished_jobs": [j.to_json() for j in self.unfinished] if self.unfinished is not None else None,
             "destroyed": self.destroyed,
             "destroy_error": self.destroy_error,
             "kept": [_resource_json(r) for r in self.kept],
@@ -182,15 +187,15 @@ def run_teardown(
         progress("draining: stop requests to every running job, then waiting for their commits")
         report.drain = steps.drain()
         if report.drain.queued:
-            progress(f"left queued for the next cluster: {', '.join(report.drain.queued)}")
+            progress(f"left queued: {', '.join(report.drain.queued)}")
         if report.drain.timed_out:
             late = ", ".join(s.job_id for s in report.drain.still_running)
             if not force:
                 report.exit_code = EXIT_DRAIN_TIMEOUT
                 report.exit_reason = (
                     f"drain timed out with jobs still running ({late}); nothing was destroyed: wait and run teardown "
-                    f"again, raise --drain-timeout, or add --force to destroy anyway (they resume from their last "
-                    f"commit on the next cluster)"
+                    f"again, raise --drain-timeout, or add --force to destroy anyway (their work since their last "
+                    f"commit is lost)"
                 )
                 return report
             progress(f"--force: destroying with jobs still running ({late})")
@@ -200,6 +205,10 @@ def run_teardown(
         report.uploads_aborted = steps.abort_uploads()
         if report.uploads_aborted:
             progress(f"aborted {report.uploads_aborted} unfinished multipart upload(s) in the checkpoint bucket")
+    if steps.unfinished is not None:
+        report.unfinished = steps.unfinished()
+        if report.unfinished:
+            progress(unfinished_line(report.unfinished))
     report.export = export
     if export is not None:
         progress(
@@ -230,6 +239,16 @@ def run_teardown(
             report.aws_leftovers = [found for found in tagged if not any(i in found["arn"] for i in kept_ids)]
     report.exit_code, report.exit_reason = verdict(report)
     return report
+
+
+def unfinished_line(jobs: list[UnfinishedJob]) -> str:
+    """What the destroy takes with the stack's queue, in one line."""
+    survive = sum(1 for j in jobs if j.checkpoint in (CheckpointFate.KEPT, CheckpointFate.OUTSIDE))
+    return (
+        f"the stack's job queue and table go with it, and {len(jobs)} unfinished job(s) with them "
+        f"({', '.join(j.job_id for j in jobs[:MAX_NAMED])}{' ...' if len(jobs) > MAX_NAMED else ''}); "
+        f"the checkpoints of {survive} outlive the destroy (the summary lists each)"
+    )
 
 
 def verdict(report: TeardownReport) -> tuple[int, str]:

@@ -2,13 +2,15 @@
 
 Every running attempt gets a stop request through the job table (``JobQueue.request_stop``, the
 path a spot notice and ``gpucloud job cancel`` take to every member of a gang). Its ranks save a
-step, the attempt ends REQUEUED, and attempt k+1 waits in the queue for the next cluster, resuming
-at the committed step. Queued jobs are left queued for the same reason.
+step, the attempt ends REQUEUED, and attempt k+1 is queued to resume at the committed step. Queued
+jobs are left queued. Where the queue is the stack's own, the destroy deletes it with them: what
+outlives the stack is the checkpoints, where they are outside it or kept (``teardown/unfinished.py``
+lists each job and the fate of its checkpoints).
 
 Idle agents of the cluster being drained may claim a queued attempt meanwhile (they do not know
 the cluster is going away); the drain stops those too, until nothing runs or the time is up. An
 attempt whose lease already ran out has no live supervisor to commit anything: it is not waited
-for (the next cluster takes it over, from its last commit).
+for (whoever serves the queue next takes it over, from its last commit).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ class StoppedAttempt:
     attempt: int
     ended: str | None = None  # the attempt's end state (requeued, finished, cancelled, ...); None: still running
     committed_step: int | None = None
-    job_state: str | None = None  # the job afterwards (queued: attempt k+1 waits for the next cluster)
+    job_state: str | None = None  # the job afterwards (queued: attempt k+1 waits to resume at the commit)
 
     def to_json(self) -> dict[str, object]:
         return dataclasses.asdict(self)
@@ -60,7 +62,7 @@ class StoppedAttempt:
 class DrainResult:
     stopped: tuple[StoppedAttempt, ...]  # every attempt asked to stop, in the order asked
     orphaned: tuple[str, ...]  # running with an expired lease: nobody to commit, not waited for
-    queued: tuple[str, ...]  # left queued: they run on the next cluster
+    queued: tuple[str, ...]  # left queued (attempts the drain requeued among them)
     timed_out: bool
 
     @property
@@ -138,11 +140,7 @@ def _settled(queue: JobQueue, stopped: StoppedAttempt, progress: Callable[[str],
     committed = row.committed_step if row is not None else None
     settled = dataclasses.replace(stopped, ended=ended, committed_step=committed, job_state=job.state.value)
     saved = "no step committed" if committed is None else f"committed step {committed}"
-    after = (
-        f"attempt {job.attempt} queued for the next cluster"
-        if job.state is JobState.QUEUED
-        else f"job {job.state.value}"
-    )
+    after = f"attempt {job.attempt} queued" if job.state is JobState.QUEUED else f"job {job.state.value}"
     progress(f"{stopped.job_id} attempt {stopped.attempt}: {ended}, {saved}; {after}")
     return settled
 

@@ -31,7 +31,7 @@ Exit codes: 0 destroyed, nothing left; 1 the destroy failed or left resources (n
     "--no-drain",
     "no_drain",
     is_flag=True,
-    help="Destroy without asking running jobs to save first (they resume from their last commit).",
+    help="Destroy without asking running jobs to save first (what they did since their last commit is lost).",
 )
 @click.option(
     "--drain-timeout",

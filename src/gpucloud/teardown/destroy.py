@@ -200,7 +200,7 @@ def run_teardown(
                 return report
             progress(f"--force: destroying with jobs still running ({late})")
     else:
-        progress("--no-drain: running jobs are not asked to save; they resume from their last commit")
+        progress("--no-drain: running jobs are not asked to save; what they did since their last commit is lost")
     if steps.abort_uploads is not None:
         report.uploads_aborted = steps.abort_uploads()
         if report.uploads_aborted:

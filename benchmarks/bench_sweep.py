@@ -8,7 +8,7 @@ prices, the very cost model plan prints) at the stack's desired size: what keeps
 dies after `pulumi up`. Sweep's own `usd_per_hour` column (the catalog price of each instance it found)
 is reported beside it.
 
-Time: the p4d-spot stack's real resources (4 x p4d.24xlarge spot instances, the node group's launch
+Time: the p4d-spot stack's real resources (4 x p4d.24xlarge, its onDemandBase of 1 on-demand and 3 spot, the node group's launch
 template and ASG, FSx for Lustre 2400 GiB, VPC, subnet, security group, IGW, NAT + EIP, S3 endpoint,
 route table, EFA-style ENI, SQS, DynamoDB, EventBridge rule + target, IAM role + profile, a versioned
 bucket with versions, a delete marker and an unfinished upload) plus an untagged twin and a kept bucket,
@@ -88,6 +88,16 @@ def plan_groups(plan: dict) -> list[dict]:
     return [{"name": g.name, "desired": g.desired} for g in spec.node_groups]
 
 
+def leaked_nodes() -> dict[str, Any]:
+    """The stack's one node group at its desired size: its onDemandBase on-demand, the rest spot,
+    so that sweep's price of what it finds is comparable with plan's."""
+    from gpucloud.spec import load_stack_file, stack_file_for
+
+    [group] = load_stack_file(stack_file_for(STACK)).node_groups
+    base = min(group.capacity.on_demand_base, group.desired)
+    return {"instance_type": group.instance_type, "instances": group.desired, "on_demand": base}
+
+
 def one_trial(endpoint: str) -> dict[str, Any]:
     import boto3
     from tests.conftest import reset_account
@@ -104,7 +114,7 @@ def one_trial(endpoint: str) -> dict[str, Any]:
             clients[service] = boto3.client(service, region_name=REGION, endpoint_url=endpoint)
         return clients[service]
 
-    leaked = leave_stack_behind(client, STACK, instance_type="p4d.24xlarge", instances=4, fsx_gib=2400)
+    leaked = leave_stack_behind(client, STACK, **leaked_nodes(), fsx_gib=2400)
     now = dt.datetime.now(dt.timezone.utc)
     started = time.perf_counter()
     listed = sweep(client, REGION, Selection(stack=STACK), delete=False, now=now)

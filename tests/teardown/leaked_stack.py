@@ -43,9 +43,11 @@ def make_stack(
     expires_at: str | None = None,
     instance_type: str = "t3.micro",
     instances: int = 1,
+    on_demand: int = 0,
     fsx_gib: int = 1200,
 ) -> dict[str, str]:
-    """One stack's resources; ``tagged=False`` makes the same ones without any gpucloud tag.
+    """One stack's resources; ``tagged=False`` makes the same ones without any gpucloud tag. Of the
+    ``instances``, the first ``on_demand`` launch on-demand (a group's onDemandBase), the rest spot.
     Returns kind -> id for each."""
     extra = {EXPIRES_AT_TAG: expires_at} if expires_at else {}
     tag_list = tags_for(stack if tagged else None, Name=f"{prefix}-res", **extra)
@@ -94,31 +96,30 @@ def make_stack(
         TagSpecifications=spec("launch-template"),
     )
     made["ec2:launch-template"] = lt["LaunchTemplate"]["LaunchTemplateId"]
-    reservation = ec2.run_instances(
-        ImageId=AMI,
-        InstanceType=instance_type,
-        MinCount=instances,
-        MaxCount=instances,
-        SubnetId=subnet,
-        SecurityGroupIds=[sg],
-        InstanceMarketOptions={"MarketType": "spot"},
-        TagSpecifications=spec("instance"),
-    )
-    for i, inst in enumerate(reservation["Instances"]):
+    launched: list[dict[str, Any]] = []
+    for count, market in ((on_demand, {}), (instances - on_demand, {"MarketType": "spot"})):
+        if count > 0:
+            launched += ec2.run_instances(
+                ImageId=AMI,
+                InstanceType=instance_type,
+                MinCount=count,
+                MaxCount=count,
+                SubnetId=subnet,
+                SecurityGroupIds=[sg],
+                **({"InstanceMarketOptions": market} if market else {}),
+                TagSpecifications=spec("instance"),
+            )["Instances"]
+    for i, inst in enumerate(launched):
         made[f"ec2:instance#{i}"] = inst["InstanceId"]
     volume = ec2.create_volume(
         AvailabilityZone="us-east-1a", Size=20, VolumeType="gp3", TagSpecifications=spec("volume")
     )
-    ec2.attach_volume(
-        VolumeId=volume["VolumeId"], InstanceId=reservation["Instances"][0]["InstanceId"], Device="/dev/sdf"
-    )
+    ec2.attach_volume(VolumeId=volume["VolumeId"], InstanceId=launched[0]["InstanceId"], Device="/dev/sdf")
     made["ec2:volume"] = volume["VolumeId"]
     # an EFA-style second interface on the (first) instance
     eni = ec2.create_network_interface(SubnetId=subnet, Groups=[sg], TagSpecifications=spec("network-interface"))
     eni_id = eni["NetworkInterface"]["NetworkInterfaceId"]
-    ec2.attach_network_interface(
-        NetworkInterfaceId=eni_id, InstanceId=reservation["Instances"][0]["InstanceId"], DeviceIndex=1
-    )
+    ec2.attach_network_interface(NetworkInterfaceId=eni_id, InstanceId=launched[0]["InstanceId"], DeviceIndex=1)
     made["ec2:network-interface"] = eni_id
 
     client("autoscaling").create_auto_scaling_group(

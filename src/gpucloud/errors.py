@@ -7,6 +7,11 @@ prints its message as one line on stderr and exits with ``exit_code``; never a t
 from __future__ import annotations
 
 
+def error_line(err: BaseException) -> str:
+    """An exception's message as one line (botocore's and the OS's span several), else its type's name."""
+    return " ".join(str(err).split()) or type(err).__name__
+
+
 class UserError(Exception):
     """An error caused by user input; ``str(err)`` is the one-line message shown to the user."""
 

@@ -36,7 +36,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from gpucloud.aws_ids import check_instance_id
-from gpucloud.errors import UserError
+from gpucloud.errors import UserError, error_line
 from gpucloud.signals.eventbridge import (
     QueueRules,
     ReservationExpiring,
@@ -115,7 +115,7 @@ class EventsQueueConsumer:
             try:
                 self._handle(message, result)
             except Exception as err:  # noqa: BLE001 - one message must never take the rest of the batch with it
-                line = f"message {message.get('MessageId', '?')}: could not be handled ({type(err).__name__}: {_one_line(err)})"
+                line = f"message {message.get('MessageId', '?')}: could not be handled ({type(err).__name__}: {error_line(err)})"
                 log.error("events queue: %s; left to be delivered again", line)
                 result.failed.append(line)
         return result
@@ -129,7 +129,7 @@ class EventsQueueConsumer:
                 log.warning(
                     "events queue %s: receive failed (%s); retrying in %.0fs",
                     self._url,
-                    _one_line(err),
+                    error_line(err),
                     _RETRY_AFTER_ERROR,
                 )
                 stop.wait(_RETRY_AFTER_ERROR)
@@ -140,7 +140,7 @@ class EventsQueueConsumer:
         try:
             parsed = parse_message(message.get("Body", ""), now=self._clock(), rules=self._rules)
         except Exception as err:  # noqa: BLE001 - UnreadableEvent, or anything a hostile body still provokes
-            line = f"{ref}: {err if isinstance(err, UnreadableEvent) else f'{type(err).__name__}: {_one_line(err)}'}"
+            line = f"{ref}: {err if isinstance(err, UnreadableEvent) else f'{type(err).__name__}: {error_line(err)}'}"
             log.error("events queue: %s; kept for the dead-letter queue", line)
             result.unreadable.append(line)
             return
@@ -173,7 +173,7 @@ class EventsQueueConsumer:
         try:
             handler()
         except Exception as err:  # noqa: BLE001 - any handler failure: keep consuming; redelivery retries it
-            line = f"{ref}: handler failed for {what}: {_one_line(err)}"
+            line = f"{ref}: handler failed for {what}: {error_line(err)}"
             log.error("events queue: %s; left to reappear after %ds", line, self._visibility)
             result.failed.append(line)
             return False
@@ -199,7 +199,7 @@ class EventsQueueConsumer:
         except (BotoCoreError, ClientError) as err:
             # Typically the visibility timeout ran out during a long handler: the message comes back
             # and its notice is deduplicated by event_id.
-            log.warning("events queue: could not delete %s (%s); it will be delivered again", ref, _one_line(err))
+            log.warning("events queue: could not delete %s (%s); it will be delivered again", ref, error_line(err))
 
     def _hide(self, message: dict[str, Any], ref: str) -> bool:
         """Keep the message hidden for the handler's whole visibility timeout; False when that
@@ -212,7 +212,7 @@ class EventsQueueConsumer:
             log.warning(
                 "events queue: could not keep %s hidden for its handler (%s); leaving it to be delivered again",
                 ref,
-                _one_line(err),
+                error_line(err),
             )
             return False
         return True
@@ -224,7 +224,10 @@ class EventsQueueConsumer:
             )
         except (BotoCoreError, ClientError) as err:
             log.warning(
-                "events queue: could not release %s (%s); it reappears after %ds", ref, _one_line(err), self._visibility
+                "events queue: could not release %s (%s); it reappears after %ds",
+                ref,
+                error_line(err),
+                self._visibility,
             )
 
 
@@ -239,7 +242,3 @@ def check_queue_url(queue_url: object) -> str:
 def _check_range(name: str, value: object, low: int, high: int, why: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise UserError(f"{name} {value!r} is outside {low} to {high} ({why})")
-
-
-def _one_line(err: BaseException) -> str:
-    return " ".join(str(err).split()) or type(err).__name__

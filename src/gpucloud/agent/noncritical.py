@@ -15,13 +15,11 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
+from gpucloud.errors import error_line
+
 T = TypeVar("T")
 
 log = logging.getLogger("gpucloud.agent")
-
-
-def _one_line(err: BaseException) -> str:
-    return " ".join(str(err).split()) or type(err).__name__
 
 
 class NonCritical:
@@ -55,10 +53,10 @@ class NonCritical:
                     "%s failed (%s: %s); carrying on, retried at the next round (logged again once it works)",
                     what,
                     type(err).__name__,
-                    _one_line(err),
+                    error_line(err),
                 )
             else:
-                log.debug("%s failed again: %s", what, _one_line(err))
+                log.debug("%s failed again: %s", what, error_line(err))
             return default
         with self._lock:
             recovered = what in self._failing

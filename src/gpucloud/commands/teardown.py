@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from gpucloud.commands.options import QUEUE_HELP
-from gpucloud.errors import UserError
+from gpucloud.errors import UserError, error_line
 from gpucloud.output import output_option, print_json, print_table
 from gpucloud.teardown.drain import DEFAULT_DRAIN_TIMEOUT_S
 
@@ -266,7 +266,7 @@ def _unfinished(own_queue: _OwnQueue, bucket: str | None, *, bucket_kept: bool):
         queue = own_queue.get()
         return None if queue is None else unfinished_jobs(queue, bucket=bucket, bucket_kept=bucket_kept)
     except (UserError, ClientError, BotoCoreError) as err:
-        _progress(f"could not list the stack's unfinished jobs ({' '.join(str(err).split())}); destroying anyway")
+        _progress(f"could not list the stack's unfinished jobs ({error_line(err)}); destroying anyway")
         return None
 
 
@@ -279,7 +279,7 @@ def _abort_uploads(aws: _Aws, bucket: str) -> int:
     try:
         return abort_multipart_uploads(aws.client("s3"), bucket)
     except (ClientError, BotoCoreError) as err:
-        _progress(f"could not list the bucket's unfinished uploads ({' '.join(str(err).split())}); destroying anyway")
+        _progress(f"could not list the bucket's unfinished uploads ({error_line(err)}); destroying anyway")
         return 0
 
 
@@ -302,7 +302,7 @@ def _aws_leftovers(aws: _Aws) -> list[dict[str, Any]] | None:
             progress=lambda line: _progress(f"sweep: {line}"),
         )
     except (ClientError, BotoCoreError) as err:
-        _progress(f"could not list what AWS holds ({' '.join(str(err).split())}); not checked")
+        _progress(f"could not list what AWS holds ({error_line(err)}); not checked")
         return None
     return [o.to_json() for o in outcomes if o.action == "would delete"]
 

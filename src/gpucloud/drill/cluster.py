@@ -48,7 +48,7 @@ from gpucloud.drill import fis as fis_calls
 from gpucloud.drill.contract import STACK_OUTPUT
 from gpucloud.drill.local import DrillAborted
 from gpucloud.drill.run import DrillRun
-from gpucloud.errors import UserError
+from gpucloud.errors import UserError, error_line
 from gpucloud.jobs.demo import check_steps
 from gpucloud.jobs.model import CodeRef, Job, JobSpec, JobState, spec_from_flags
 from gpucloud.queue.aws.uri import AwsQueueAddress, parse_aws_uri
@@ -417,4 +417,4 @@ def _best_effort(call: Callable[[], None], say: Say) -> None:
     try:
         call()
     except Exception as err:  # noqa: BLE001  (the drill's own error is the one to raise)
-        say(f"clean-up failed: {' '.join(str(err).split()) or type(err).__name__}")
+        say(f"clean-up failed: {error_line(err)}")

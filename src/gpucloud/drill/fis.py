@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpucloud.drill.contract import TARGET_TAG, TARGET_VALUE
-from gpucloud.errors import UserError
+from gpucloud.errors import UserError, error_line
 
 SPOT_ACTION_ID = "aws:ec2:send-spot-instance-interruptions"
 LEAD_PARAMETER = "durationBeforeInterruption"
@@ -50,7 +50,7 @@ def aws_error(call: str, err: BaseException) -> UserError:
         error = err.response.get("Error", {})
         text = f"{error.get('Code', 'Error')}: {error.get('Message', '')}".strip().rstrip(":")
     else:
-        text = " ".join(str(err).split()) or type(err).__name__
+        text = error_line(err)
     return UserError(f"{call} failed: {text}", exit_code=1)
 
 

@@ -22,7 +22,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from gpucloud.errors import UserError
+from gpucloud.errors import UserError, error_line
 from gpucloud.jobs.code.snapshot import Snapshot, archive_name
 
 CODE_PREFIX = "code"
@@ -94,13 +94,13 @@ def _put_s3(snapshot: Snapshot, bucket: str) -> Stored:
         return Stored(uri, uploaded=False)
     except ClientError as err:
         if err.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
-            raise UserError(f"cannot check {uri}: {_one_line(err)}") from None
+            raise UserError(f"cannot check {uri}: {error_line(err)}") from None
     except BotoCoreError as err:
-        raise UserError(f"cannot reach s3://{bucket}: {_one_line(err)}") from None
+        raise UserError(f"cannot reach s3://{bucket}: {error_line(err)}") from None
     try:
         client.upload_file(str(snapshot.archive), bucket, key, ExtraArgs={"ContentType": "application/gzip"})
     except (BotoCoreError, ClientError) as err:
-        raise UserError(f"cannot upload the workdir snapshot to {uri}: {_one_line(err)}") from None
+        raise UserError(f"cannot upload the workdir snapshot to {uri}: {error_line(err)}") from None
     return Stored(uri, uploaded=True)
 
 
@@ -113,7 +113,7 @@ def fetch(uri: str, dest: Path) -> None:
         try:
             s3_client().download_file(bucket, key, str(dest))
         except (BotoCoreError, ClientError) as err:
-            raise CodeUnavailable(f"cannot download the job's code {uri}: {_one_line(err)}") from None
+            raise CodeUnavailable(f"cannot download the job's code {uri}: {error_line(err)}") from None
         return
     try:
         shutil.copyfile(uri, dest)
@@ -123,7 +123,3 @@ def fetch(uri: str, dest: Path) -> None:
 
 def expected_name(sha256: str) -> str:
     return archive_name(sha256)
-
-
-def _one_line(err: BaseException) -> str:
-    return " ".join(str(err).split()) or type(err).__name__

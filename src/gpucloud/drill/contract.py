@@ -8,6 +8,10 @@ job's node. The FIS role may only act on instances that carry the cluster tag.
 
 from __future__ import annotations
 
+# The FIS action the template runs and the command reads back (the notice's lead is its parameter).
+SPOT_ACTION_ID = "aws:ec2:send-spot-instance-interruptions"
+LEAD_PARAMETER = "durationBeforeInterruption"
+
 TARGET_TAG = "gpucloud:drill-target"
 TARGET_VALUE = "true"
 

@@ -24,11 +24,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpucloud.drill.contract import TARGET_TAG, TARGET_VALUE
+from gpucloud.drill.contract import LEAD_PARAMETER, SPOT_ACTION_ID, TARGET_TAG, TARGET_VALUE
 from gpucloud.errors import UserError, error_line
 
-SPOT_ACTION_ID = "aws:ec2:send-spot-instance-interruptions"
-LEAD_PARAMETER = "durationBeforeInterruption"
 DEFAULT_LEAD_SECONDS = 120.0  # a real spot reclaim's two minutes, and the action's documented default
 COMPLETED = "completed"
 UNSUCCESSFUL = frozenset({"stopped", "failed", "cancelled"})

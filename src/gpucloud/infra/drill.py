@@ -39,10 +39,9 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from gpucloud.drill.contract import TARGET_TAG, TARGET_VALUE
+from gpucloud.drill.contract import LEAD_PARAMETER, SPOT_ACTION_ID, TARGET_TAG, TARGET_VALUE
 from gpucloud.infra.tags import CLUSTER_TAG, Tagging
 
-ACTION_ID = "aws:ec2:send-spot-instance-interruptions"
 ACTION_NAME = "interrupt-one-spot-node"
 ACTION_TARGET_KEY = "SpotInstances"  # the action's name for its target (actions reference)
 TARGET_NAME = "drill-target"
@@ -51,7 +50,6 @@ SELECTION_MODE = "COUNT(1)"
 RUNNING = ("State.Name", ("running",))  # a stopped or terminating instance cannot be interrupted
 # durationBeforeInterruption: the lead of a real spot reclaim; AWS allows PT2M..PT15M
 NOTICE_LEAD = "PT2M"
-NOTICE_LEAD_SECONDS = 120
 FIS_PRINCIPAL = "fis.amazonaws.com"
 STOP_CONDITION_SOURCE = "aws:cloudwatch:alarm"
 EMPTY_TARGET_MODE = "fail"
@@ -177,13 +175,9 @@ class SpotDrill(pulumi.ComponentResource):
             actions=[
                 aws.fis.ExperimentTemplateActionArgs(
                     name=ACTION_NAME,
-                    action_id=ACTION_ID,
+                    action_id=SPOT_ACTION_ID,
                     description="the 2-minute spot interruption notice, then the interruption",
-                    parameters=[
-                        aws.fis.ExperimentTemplateActionParameterArgs(
-                            key="durationBeforeInterruption", value=NOTICE_LEAD
-                        )
-                    ],
+                    parameters=[aws.fis.ExperimentTemplateActionParameterArgs(key=LEAD_PARAMETER, value=NOTICE_LEAD)],
                     target=aws.fis.ExperimentTemplateActionTargetArgs(key=ACTION_TARGET_KEY, value=TARGET_NAME),
                 )
             ],
@@ -209,13 +203,7 @@ class SpotDrill(pulumi.ComponentResource):
             # the role's permissions exist before anyone can start the template
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.role_policy]),
         )
-        self.register_outputs(
-            {
-                "experimentTemplateId": self.template.id,
-                "roleArn": self.role.arn,
-                "stopAlarmName": self.stop_alarm.name,
-            }
-        )
+        self.register_outputs(self.output())
 
     def output(self) -> dict[str, pulumi.Output[str]]:
         """The ``drill`` stack output (``drill.contract.STACK_OUTPUT``) that ``gpucloud drill`` reads."""

@@ -55,15 +55,6 @@ class ExportProgress:
         return f"fsx export: {self.task_id} {self.lifecycle}{counts}{failed}"
 
 
-@dataclasses.dataclass(frozen=True)
-class ExportResult:
-    task_id: str
-    lifecycle: str
-    total: int | None
-    succeeded: int | None
-    failed: int | None
-
-
 def task_path(file_system_path: str) -> str:
     """The DRA's file system path as an export task wants it: relative to the mount point."""
     return file_system_path.strip("/")
@@ -80,8 +71,9 @@ def export_before_delete(
     on_progress: Callable[[ExportProgress], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
-) -> ExportResult:
-    """Export the association's files to its bucket and wait for the task; ``fsx`` is a boto3 FSx client."""
+) -> ExportProgress:
+    """Export the association's files to its bucket and wait for the task; ``fsx`` is a boto3 FSx client.
+    Returns the task's last progress, SUCCEEDED."""
     deadline = clock() + timeout_s
     _stop_automatic_export(fsx, association_id, deadline, poll_s, sleep, clock)
     created = fsx.create_data_repository_task(
@@ -97,7 +89,7 @@ def export_before_delete(
         if on_progress is not None:
             on_progress(progress)
         if progress.lifecycle == "SUCCEEDED":
-            return ExportResult(task_id, progress.lifecycle, progress.total, progress.succeeded, progress.failed)
+            return progress
         if progress.lifecycle in FINISHED:
             reason = (task.get("FailureDetails") or {}).get("Message") or "no reason given"
             raise FsxExportError(

@@ -51,7 +51,6 @@ class ClusterOutputs:
     # what `gpucloud teardown` decides on before it destroys (docs/teardown.md)
     checkpoint_bucket_protected: bool = False
     fsx: SharedFilesystem | None = None
-    fsx_export_on_destroy: bool = False
     # per node group with scaling enabled: the scale-out policy and the alarm that drives it
     scaling_policy_arns: dict[str, pulumi.Output[str]] = dataclasses.field(default_factory=dict)
     backlog_alarm_names: dict[str, pulumi.Output[str]] = dataclasses.field(default_factory=dict)
@@ -95,7 +94,7 @@ class ClusterOutputs:
                 "dataRepositoryAssociationId": self.fsx.association_id,
                 "fileSystemPath": self.fsx.file_system_path,
                 "exportPath": self.fsx.export_path,
-                "exportOnDestroy": self.fsx_export_on_destroy,
+                "exportOnDestroy": self.fsx.export_on_destroy,
             },
         )
         if self.ami_parameter_name is not None:
@@ -343,7 +342,6 @@ def build_cluster(
         fsx_dns_name=fsx.dns_name if fsx is not None else None,
         checkpoint_bucket_protected=store.protected,
         fsx=fsx,
-        fsx_export_on_destroy=spec.storage.fsx_exports_on_destroy,
         scaling_policy_arns={n: g.scaling.policy.arn for n, g in groups.items() if g.scaling is not None},
         backlog_alarm_names={n: g.scaling.alarm.name for n, g in groups.items() if g.scaling is not None},
         capacity_block_scale_down={n: g.wind_down.scale_down_at for n, g in groups.items() if g.wind_down is not None},

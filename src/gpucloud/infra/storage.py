@@ -169,6 +169,7 @@ class SharedFilesystem(pulumi.ComponentResource):
     association_id: pulumi.Output[str]
     export_path: pulumi.Output[str]  # s3://bucket/prefix the association exports to
     file_system_path: str  # where the bucket appears inside the file system
+    export_on_destroy: bool  # the association's delete exports first (the before_delete hook)
 
     def __init__(self, name: str, args: SharedFilesystemArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucloud:storage:SharedFilesystem", name, None, opts)
@@ -226,4 +227,5 @@ class SharedFilesystem(pulumi.ComponentResource):
         self.association_id = association.id
         self.export_path = export_path
         self.file_system_path = s.link_path
+        self.export_on_destroy = args.export_on_destroy
         self.register_outputs({"dnsName": fs.dns_name, "mountName": fs.mount_name, "associationId": association.id})

@@ -387,18 +387,28 @@ class StopRequest(BaseModel):
 # ------------------------------------------------------------------------------------ cancelling
 
 
-def cancel_notice(job_id: str, attempt: int, *, now: float, grace_seconds: float = CANCEL_GRACE_S) -> Notice:
-    """The stop notice a cancel records on a running attempt (``JobQueue.request_stop``): every
-    member's supervisor flags its ranks exactly as for a spot notice, so they agree on a step and
-    save it, with ``grace_seconds`` as the deadline. Kind ``sigterm``: a stop asked for on this
-    node's side, with no instance going away (no instance id, so no agent takes it as its own)."""
+def requested_stop_notice(
+    source: str, *, event_id: str, now: float, grace_seconds: float, payload: dict[str, Any] | None = None
+) -> Notice:
+    """A stop notice recorded on a running attempt from our side (``JobQueue.request_stop``: a cancel,
+    a teardown): every member's supervisor flags its ranks exactly as for a spot notice, so they agree
+    on a step and save it, with ``grace_seconds`` as the deadline. Kind ``sigterm``: no instance goes
+    away (no instance id, so no agent takes it as its own); ``source`` (also the action) says who asked."""
     return Notice(
         kind="sigterm",
-        source=CANCEL_SOURCE,
+        source=source,
         deadline=now + grace_seconds,
         received_at=now,
-        event_id=f"cancel-{job_id}-{attempt}",
-        action="cancel",
+        event_id=event_id,
+        action=source,
+        payload=payload or {},
+    )
+
+
+def cancel_notice(job_id: str, attempt: int, *, now: float, grace_seconds: float = CANCEL_GRACE_S) -> Notice:
+    """The stop notice a cancel records on a running attempt."""
+    return requested_stop_notice(
+        CANCEL_SOURCE, event_id=f"cancel-{job_id}-{attempt}", now=now, grace_seconds=grace_seconds
     )
 
 

@@ -19,7 +19,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 
-from gpucloud.jobs.model import Attempt, JobState
+from gpucloud.jobs.model import Attempt, JobState, requested_stop_notice
 from gpucloud.queue.protocol import JobQueue
 from gpucloud.signals.events import Notice
 
@@ -29,17 +29,14 @@ POLL_INTERVAL_S = 2.0  # between reads of the queue while waiting (one list plus
 
 
 def teardown_notice(stack: str, job_id: str, attempt: int, *, now: float, grace_seconds: float) -> Notice:
-    """The stop notice recorded on a running attempt. Kind ``sigterm``: a stop asked from our side
-    (as a cancel's is), so supervisors save a step by the deadline and end the attempt REQUEUED,
-    and the node takes no more work (``JobResult.node_stopping``: only a cancel's notice keeps a
-    worker going)."""
-    return Notice(
-        kind="sigterm",
-        source=TEARDOWN_SOURCE,
-        deadline=now + grace_seconds,
-        received_at=now,
+    """The stop notice recorded on a running attempt: supervisors save a step by the deadline and
+    end the attempt REQUEUED, and the node takes no more work (``JobResult.node_stopping``: only a
+    cancel's notice keeps a worker going)."""
+    return requested_stop_notice(
+        TEARDOWN_SOURCE,
         event_id=f"teardown-{stack}-{job_id}-{attempt}",
-        action="teardown",
+        now=now,
+        grace_seconds=grace_seconds,
         payload={"reason": f"gpucloud teardown of stack {stack}", "stack": stack},
     )
 

@@ -48,13 +48,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the simulation's helpers live in the test package
 sys.path.insert(1, str(ROOT / "tests"))  # ... and import their fixtures as pytest does (`jobqueue.aws_fixtures`)
 
-from tests.agent.test_fleet_simulation import NODES, run_noticed_gang, train  # noqa: E402
-from tests.node_env import NODE_ENV  # noqa: E402
+from tests.agent.test_fleet_simulation import run_noticed_gang, train  # noqa: E402
 
 from gpucloud import control  # noqa: E402
 from gpucloud.agent.fleet_view import fleet_state  # noqa: E402
 from gpucloud.agent.scaling import GroupBounds, desired_capacity  # noqa: E402
-from gpucloud.drill.local import AGENT_POLL_S  # noqa: E402
+from gpucloud.drill.local import AGENT_POLL_S, NODE_ENV, NODES  # noqa: E402
 from gpucloud.jobs.model import JobSpec, NodeRecord, NodeState  # noqa: E402
 from gpucloud.queue import gang  # noqa: E402
 from gpucloud.queue.locations import open_queue  # noqa: E402

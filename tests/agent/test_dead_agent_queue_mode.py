@@ -26,6 +26,7 @@ import pytest
 from gpucloud import control
 from gpucloud.agent.loop import EXIT_STOPPED
 from gpucloud.checkpoint.store import latest_committed
+from gpucloud.drill.local import free_port, start_agent
 from gpucloud.jobs.demo import EXAMPLE
 from gpucloud.jobs.model import AttemptState, Job, JobSpec, JobState, NodeState
 from gpucloud.queue.sqlite import SqliteQueue
@@ -33,7 +34,6 @@ from gpucloud.signals.imds_emulator import ImdsEmulator
 from signals import eventbridge_samples as samples  # the reference's EventBridge payloads
 
 from .conftest import wait_for
-from .test_fleet_simulation import free_port, start_agent
 from .test_lost_member import descendants
 
 SLOT_LEASE = 3.0

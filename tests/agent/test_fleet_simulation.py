@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpucloud.drill import local
-from gpucloud.drill.local import NODES, NoticedGang, free_port, start_agent  # noqa: F401  (other tests use these)
+from gpucloud.drill.local import NoticedGang
 from gpucloud.jobs.demo import weights_identical
 from gpucloud.jobs.model import JobState, NodeState
 from gpucloud.queue.sqlite import SqliteQueue

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 
 from gpucloud import control
+from gpucloud.drill.local import free_port
 from gpucloud.jobs.demo import EXAMPLE
 from gpucloud.jobs.model import AttemptState, JobSpec, JobState
 from gpucloud.queue.sqlite import SqliteQueue
 
 from .conftest import CLI, wait_for
-from .test_fleet_simulation import free_port
 
 
 def descendants(pid: int) -> list[int]:

@@ -14,9 +14,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
 
-import pulumi
 import pytest
 import yaml
 from tests.cli_run import one_line_error, run_cli
@@ -24,11 +22,12 @@ from tests.cli_run import one_line_error, run_cli
 from gpucloud.errors import UserError
 from gpucloud.infra.compute import GROUP_DELETE_TIMEOUT
 from gpucloud.infra.fsx_export import HOOK_NAME
-from gpucloud.infra.preview import RecordedResource, StackPreview, mocked_runtime, recorded_resources
-from gpucloud.infra.program import build_cluster
+from gpucloud.infra.preview import RecordedResource, StackPreview
 from gpucloud.infra.security import ENI_DELETE_TIMEOUT
 from gpucloud.spec import load_stack_file, stack_file_for
 from gpucloud.spec.model import ClusterSpec
+
+from .stack_outputs import run_with_outputs
 
 ASG = "aws:autoscaling/group:Group"
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -57,24 +56,6 @@ def with_storage(spec: ClusterSpec, *, protect: bool | None = None, export_on_de
             update={"fsx": storage.fsx.model_copy(update={"export_on_destroy": export_on_destroy})}
         )
     return spec.model_copy(update={"storage": storage})
-
-
-def record(spec: ClusterSpec, stack: str) -> tuple[list[RecordedResource], dict[str, Any]]:
-    """The resources the program registers and its stack outputs, resolved."""
-    outputs: dict[str, Any] = {}
-
-    @pulumi.runtime.test
-    def run():
-        build_cluster(spec, stack, None).export()
-        exported = pulumi.runtime.settings.get_root_resource().outputs
-        keys = sorted(exported)
-        return pulumi.Output.all(*(exported[k] for k in keys)).apply(
-            lambda values: outputs.update(zip(keys, values, strict=True))
-        )
-
-    with mocked_runtime(stack, spec.region, spec.availability_zone) as (_, monitor):
-        run()
-    return recorded_resources(monitor), outputs
 
 
 def only(resources: list[RecordedResource], type_token: str) -> RecordedResource:
@@ -115,7 +96,7 @@ def test_every_interface_of_every_launch_template_goes_with_its_instance(preview
 
 @pytest.mark.parametrize("protect", [False, True])
 def test_the_bucket_empties_on_destroy_unless_protected(p4d: ClusterSpec, protect: bool) -> None:
-    resources, outputs = record(with_storage(p4d, protect=protect), "p4d-spot")
+    resources, outputs = run_with_outputs(with_storage(p4d, protect=protect), "p4d-spot")
     bucket = only(resources, BUCKET)
     assert bucket.inputs["forceDestroy"] is (not protect)  # empties versions and delete markers first
     assert bucket.options.protect is protect  # pulumi destroy refuses a protected resource
@@ -172,7 +153,7 @@ def test_plan_shows_the_protected_bucket(tmp_path: Path, capsys) -> None:
 
 
 def test_the_association_exports_before_its_delete_and_keeps_the_files(p4d: ClusterSpec) -> None:
-    resources, outputs = record(with_storage(p4d, protect=True), "p4d-spot")  # the export's bucket stays
+    resources, outputs = run_with_outputs(with_storage(p4d, protect=True), "p4d-spot")  # the export's bucket stays
     association = only(resources, DRA)
     assert association.inputs["deleteDataInFilesystem"] is False
     assert association.options.before_delete == (f"p4d-spot-fsx-{HOOK_NAME}",)
@@ -200,7 +181,7 @@ def test_no_hook_where_the_export_would_not_outlive_the_destroy_or_is_off(
     if export_on_destroy is not None:
         spec = with_storage(spec, export_on_destroy=export_on_destroy)
     assert spec.storage.fsx is not None and spec.storage.fsx.export_on_destroy is export_on_destroy
-    resources, outputs = record(spec, "p4d-spot")
+    resources, outputs = run_with_outputs(spec, "p4d-spot")
     assert [r.name for r in resources if r.options.before_delete] == []
     assert only(resources, DRA).inputs["deleteDataInFilesystem"] is False
     assert outputs["fsx"]["exportOnDestroy"] is False
@@ -227,7 +208,7 @@ def test_an_export_into_a_bucket_the_destroy_deletes_is_refused(tmp_path: Path, 
 def test_a_stack_without_fsx_says_so_in_its_outputs(previews: dict[str, StackPreview]) -> None:
     dev = load_stack_file(stack_file_for("dev"))
     assert dev.storage.fsx is None
-    resources, outputs = record(dev, "dev")
+    resources, outputs = run_with_outputs(dev, "dev")
     assert outputs["fsx"] is None and outputs["checkpointBucketProtected"] is False
     assert not [r for r in resources if r.options.before_delete]
 

@@ -10,15 +10,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pulumi
 import pytest
 import yaml
 from botocore.exceptions import ParamValidationError
 from tests.cli_run import one_line_error, run_cli
 
 from gpucloud.drill.contract import STACK_OUTPUT, TARGET_TAG, TARGET_VALUE
-from gpucloud.infra.preview import ACCOUNT, StackPreview, mocked_runtime, preview_stack
-from gpucloud.infra.program import build_cluster
+from gpucloud.infra.preview import ACCOUNT, StackPreview, preview_stack
 from gpucloud.infra.tags import EXPIRES_AT_TAG, STACK_TAG
 from gpucloud.policy.least_privilege import wildcard_actions
 from gpucloud.policy.tagging import is_taggable
@@ -26,6 +24,7 @@ from gpucloud.spec import load_stack_file, stack_file_for
 from gpucloud.spec.model import ClusterSpec
 
 from .botocore_check import assert_valid_request
+from .stack_outputs import run_with_outputs
 
 TEMPLATE = "aws:fis/experimentTemplate:ExperimentTemplate"
 ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
@@ -142,18 +141,7 @@ def record(spec: ClusterSpec, stack: str) -> list:
 
 
 def exported(spec: ClusterSpec, stack: str) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-
-    @pulumi.runtime.test
-    def run():
-        build_cluster(spec, stack, None).export()
-        outputs = pulumi.runtime.settings.get_root_resource().outputs
-        keys = sorted(outputs)
-        return pulumi.Output.all(*(outputs[k] for k in keys)).apply(lambda v: seen.update(zip(keys, v, strict=True)))
-
-    with mocked_runtime(stack, spec.region, spec.availability_zone):
-        run()
-    return seen
+    return run_with_outputs(spec, stack)[1]
 
 
 def test_the_stack_output_names_the_template_role_and_alarm() -> None:

@@ -31,6 +31,7 @@ from gpucloud.policy.runner import run_policies
 from gpucloud.spec import spec_from_config
 
 from .botocore_check import assert_valid_request
+from .stack_outputs import run_with_outputs
 
 ASG = "aws:autoscaling/group:Group"
 POLICY = "aws:autoscaling/policy:Policy"
@@ -347,19 +348,7 @@ def test_plan_json_shows_the_scaling_resources(tmp_path, capsys) -> None:
 
 def test_exports_for_agents_and_operators() -> None:
     spec = spec_from_config(mixed_config(), "generated")
-    seen: dict = {}
-
-    @pulumi.runtime.test
-    def run():
-        build_cluster(spec, "mixed").export()
-        outputs = pulumi.runtime.settings.get_root_resource().outputs
-        keys = sorted(outputs)
-        return pulumi.Output.all(*(outputs[k] for k in keys)).apply(
-            lambda values: seen.update(zip(keys, values, strict=True))
-        )
-
-    with mocked_runtime("mixed", "us-east-1", "us-east-1d"):
-        run()
+    _, seen = run_with_outputs(spec, "mixed")
     assert seen["scalingPolicies"] == {
         "h100": "arn:aws:autoscaling:us-east-1:123456789012:policy/mixed-group-h100-scaling-out"
     }

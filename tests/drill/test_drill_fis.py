@@ -9,6 +9,7 @@ from typing import Any
 import boto3
 import pytest
 from botocore.stub import Stubber
+from tests.signals.helpers import FakeClock
 
 from gpucloud.drill import fis
 from gpucloud.drill.contract import TARGET_TAG
@@ -51,19 +52,6 @@ def experiment(status: str, reason: str | None = None, *, code: str | None = Non
     return {"experiment": {"id": EXPERIMENT_ID, "experimentTemplateId": TEMPLATE_ID, "state": state, **extra}}
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
-
 def test_start_experiment_sends_the_template_a_client_token_and_tags(stubbed):
     c, stub = stubbed("fis")
     tags = {"gpucloud:stack": "p4d-spot", "gpucloud:drill-job": "j-1"}
@@ -87,7 +75,7 @@ def test_follow_experiment_polls_until_completed(stubbed):
         experiment("completed", actions={"interrupt": action}, startTime=STARTED),
         {"id": EXPERIMENT_ID},
     )
-    clock, seen = FakeClock(), []
+    clock, seen = FakeClock(start=0.0), []
     final = fis.follow_experiment(
         c,
         EXPERIMENT_ID,
@@ -125,7 +113,7 @@ def test_an_experiment_that_ends_otherwise_is_one_line_with_its_reason(stubbed, 
     c, stub = stubbed("fis")
     stub.add_response("get_experiment", experiment("running"), {"id": EXPERIMENT_ID})
     stub.add_response("get_experiment", experiment(status, reason, code=code), {"id": EXPERIMENT_ID})
-    clock = FakeClock()
+    clock = FakeClock(start=0.0)
     with pytest.raises(fis.ExperimentUnsuccessful) as raised:
         fis.follow_experiment(c, EXPERIMENT_ID, poll_interval_s=1, deadline=100, clock=clock, sleep=clock.sleep)
     assert str(raised.value) == expected
@@ -136,7 +124,7 @@ def test_following_gives_up_at_the_deadline(stubbed):
     c, stub = stubbed("fis")
     for _ in range(3):
         stub.add_response("get_experiment", experiment("running"), {"id": EXPERIMENT_ID})
-    clock = FakeClock()
+    clock = FakeClock(start=0.0)
     with pytest.raises(TimeoutError, match="still running"):
         fis.follow_experiment(c, EXPERIMENT_ID, poll_interval_s=5, deadline=10, clock=clock, sleep=clock.sleep)
     assert clock.slept == [5, 5]

@@ -12,6 +12,7 @@ import botocore.session
 import pulumi
 import pytest
 from botocore.stub import Stubber
+from tests.signals.helpers import FakeClock
 
 from gpucloud.errors import UserError
 from gpucloud.infra.fsx_export import (
@@ -78,21 +79,6 @@ CREATE = {
 TURN_OFF = {"AssociationId": DRA, "S3": {"AutoExportPolicy": {"Events": []}}}
 
 
-class FakeTime:
-    """sleep() moves the clock: no real waiting, and a timeout is reached deterministically."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.sleeps: list[float] = []
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-    def clock(self) -> float:
-        return self.now
-
-
 def queue_until_task_created(stub: Stubber, *, auto_export: dict | None = AUTO_EXPORT) -> None:
     stub.add_response("describe_data_repository_associations", association("AVAILABLE", auto_export), DESCRIBE_DRA)
     if auto_export is not None and auto_export.get("Events"):
@@ -102,7 +88,7 @@ def queue_until_task_created(stub: Stubber, *, auto_export: dict | None = AUTO_E
     stub.add_response("create_data_repository_task", {"DataRepositoryTask": task("PENDING")}, CREATE)
 
 
-def run_export(client: Any, time: FakeTime, progress: list[ExportProgress] | None = None, timeout_s: float = 3600):
+def run_export(client: Any, clock: FakeClock, progress: list[ExportProgress] | None = None, timeout_s: float = 3600):
     return export_before_delete(
         client,
         file_system_id=FS,
@@ -111,13 +97,13 @@ def run_export(client: Any, time: FakeTime, progress: list[ExportProgress] | Non
         timeout_s=timeout_s,
         poll_s=15,
         on_progress=None if progress is None else progress.append,
-        sleep=time.sleep,
-        clock=time.clock,
+        sleep=clock.sleep,
+        clock=clock,
     )
 
 
 def test_the_export_turns_automatic_export_off_then_exports_the_link_path_and_waits_for_it() -> None:
-    client, time, progress = fsx_client(), FakeTime(), []
+    client, clock, progress = fsx_client(), FakeClock(start=0.0), []
     with Stubber(client) as stub:
         queue_until_task_created(stub)
         described = {"TaskIds": [TASK]}
@@ -128,7 +114,7 @@ def test_the_export_turns_automatic_export_off_then_exports_the_link_path_and_wa
         stub.add_response(
             "describe_data_repository_tasks", {"DataRepositoryTasks": [task("SUCCEEDED", 40, 40)]}, described
         )
-        result = run_export(client, time, progress)
+        result = run_export(client, clock, progress)
         stub.assert_no_pending_responses()
     assert (result.task_id, result.lifecycle, result.succeeded, result.total) == (TASK, "SUCCEEDED", 40, 40)
     assert [p.line() for p in progress] == [
@@ -136,36 +122,36 @@ def test_the_export_turns_automatic_export_off_then_exports_the_link_path_and_wa
         f"fsx export: {TASK} EXECUTING 10/40 files",
         f"fsx export: {TASK} SUCCEEDED 40/40 files",
     ]
-    assert time.sleeps == [15, 15, 15]  # once for the association's update, twice between task polls
+    assert clock.slept == [15, 15, 15]  # once for the association's update, twice between task polls
 
 
 def test_automatic_export_already_off_is_left_alone() -> None:
-    client, time = fsx_client(), FakeTime()
+    client, clock = fsx_client(), FakeClock(start=0.0)
     with Stubber(client) as stub:  # an update call here would find no queued response and fail
         queue_until_task_created(stub, auto_export={"Events": []})
         stub.add_response(
             "describe_data_repository_tasks", {"DataRepositoryTasks": [task("SUCCEEDED", 1, 1)]}, {"TaskIds": [TASK]}
         )
-        assert run_export(client, time).lifecycle == "SUCCEEDED"
+        assert run_export(client, clock).lifecycle == "SUCCEEDED"
         stub.assert_no_pending_responses()
 
 
 @pytest.mark.parametrize("lifecycle", ["FAILED", "CANCELED"])
 def test_a_task_that_does_not_succeed_is_a_one_line_error_naming_it(lifecycle: str) -> None:
-    client, time = fsx_client(), FakeTime()
+    client, clock = fsx_client(), FakeClock(start=0.0)
     with Stubber(client) as stub:
         queue_until_task_created(stub)
         finished = task(lifecycle, 3, 1, failure="1 of 3 files failed to export: AccessDenied")
         stub.add_response("describe_data_repository_tasks", {"DataRepositoryTasks": [finished]}, {"TaskIds": [TASK]})
         with pytest.raises(FsxExportError) as raised:
-            run_export(client, time)
+            run_export(client, clock)
     message = str(raised.value)
     assert isinstance(raised.value, UserError) and "\n" not in message
     assert TASK in message and lifecycle in message and "AccessDenied" in message and "kept" in message
 
 
 def test_a_task_still_running_at_the_timeout_is_a_one_line_error() -> None:
-    client, time = fsx_client(), FakeTime()
+    client, clock = fsx_client(), FakeClock(start=0.0)
     with Stubber(client) as stub:
         queue_until_task_created(stub, auto_export=None)
         for _ in range(5):
@@ -175,14 +161,14 @@ def test_a_task_still_running_at_the_timeout_is_a_one_line_error() -> None:
                 {"TaskIds": [TASK]},
             )
         with pytest.raises(FsxExportError) as raised:
-            run_export(client, time, timeout_s=60)
+            run_export(client, clock, timeout_s=60)
     message = str(raised.value)
     assert "\n" not in message and "still EXECUTING after 60 s" in message and TASK in message
-    assert time.now == 60  # it gave up at the deadline, not before and not much after
+    assert clock.now == 60  # it gave up at the deadline, not before and not much after
 
 
 def test_a_broken_association_is_a_one_line_error_and_no_task_is_created() -> None:
-    client, time = fsx_client(), FakeTime()
+    client, clock = fsx_client(), FakeClock(start=0.0)
     with Stubber(client) as stub:  # no create_data_repository_task queued: calling it would fail
         stub.add_response(
             "describe_data_repository_associations",
@@ -190,7 +176,7 @@ def test_a_broken_association_is_a_one_line_error_and_no_task_is_created() -> No
             DESCRIBE_DRA,
         )
         with pytest.raises(FsxExportError) as raised:
-            run_export(client, time)
+            run_export(client, clock)
         stub.assert_no_pending_responses()
     assert "MISCONFIGURED" in str(raised.value) and "bucket policy denies FSx" in str(raised.value)
 

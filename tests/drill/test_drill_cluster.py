@@ -31,8 +31,9 @@ from gpucloud.queue.sqlite import SqliteQueue
 from jobqueue.aws_fixtures import REGION, aws_job_plane  # noqa: F401  (fixture)
 from jobs.conftest import wait_for
 
-TEMPLATE_ID = "EXT1a2b3c4d5e6f7"
-EXPERIMENT_ID = "EXP7g8h9i0j1k2l3"
+from .fis_replies import EXPERIMENT_ID, TEMPLATE_ID
+from .fis_replies import experiment as fis_reply
+
 ALARM = "p4d-spot-drill-stop"
 BUCKET = "drill-ckpt"
 NODES = {  # worker id -> instance id; a and b form attempt 1's gang, c is the standby
@@ -128,19 +129,9 @@ class StubbedAws:
 
 
 def experiment(status: str, reason: str | None = None) -> dict[str, Any]:
-    state: dict[str, Any] = {"status": status}
-    if reason:
-        state["reason"] = reason
+    """The drill template's experiment in ``status``, its spot action started at INJECTED."""
     action = {"actionId": SPOT_ACTION_ID, "startTime": INJECTED, "state": {"status": status}}
-    return {
-        "experiment": {
-            "id": EXPERIMENT_ID,
-            "experimentTemplateId": TEMPLATE_ID,
-            "state": state,
-            "startTime": INJECTED,
-            "actions": {"interrupt-one-spot-node": action},
-        }
-    }
+    return fis_reply(status, reason, startTime=INJECTED, actions={"interrupt-one-spot-node": action})
 
 
 class Cluster:

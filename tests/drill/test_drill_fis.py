@@ -15,8 +15,8 @@ from gpucloud.drill import fis
 from gpucloud.drill.contract import TARGET_TAG
 from gpucloud.errors import UserError
 
-TEMPLATE_ID = "EXT1a2b3c4d5e6f7"
-EXPERIMENT_ID = "EXP7g8h9i0j1k2l3"
+from .fis_replies import EXPERIMENT_ID, TEMPLATE_ID, experiment
+
 INSTANCE = "i-0123456789abcdef0"
 STARTED = dt.datetime(2026, 11, 24, 12, 0, 0, tzinfo=dt.timezone.utc)
 
@@ -41,15 +41,6 @@ def stubbed():
     for stub in made:
         stub.assert_no_pending_responses()
         stub.deactivate()
-
-
-def experiment(status: str, reason: str | None = None, *, code: str | None = None, **extra: Any) -> dict[str, Any]:
-    state: dict[str, Any] = {"status": status}
-    if reason is not None:
-        state["reason"] = reason
-    if code is not None:
-        state["error"] = {"code": code}
-    return {"experiment": {"id": EXPERIMENT_ID, "experimentTemplateId": TEMPLATE_ID, "state": state, **extra}}
 
 
 def test_start_experiment_sends_the_template_a_client_token_and_tags(stubbed):

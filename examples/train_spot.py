@@ -2,10 +2,13 @@
 
     gpucloud spot-train -- torchrun --standalone --nproc-per-node 2 examples/train_spot.py --steps 200 --out final.pt
     gpucloud spot-train -- python examples/train_spot.py --steps 200 --out final.pt      # one process
+    gpucloud spot-train -- torchrun --standalone --nproc-per-node 8 examples/train_spot.py --device cuda  # NCCL, a GPU per rank
 
 Every step's data is derived from (seed, step, rank), so an attempt that resumes from a checkpoint
 sees exactly the batches an uninterrupted run would, and the final weights written to ``--out``
 are bitwise identical to an uninterrupted run with the same seed (``gpucloud demo`` checks this).
+On CUDA that holds too: deterministic algorithms, cuBLAS's fixed workspace, and the CUDA RNG (dropout)
+saved with the checkpoint (``gpucloud demo --device cuda``).
 """
 
 from __future__ import annotations
@@ -37,15 +40,28 @@ def main() -> None:
     )
     parser.add_argument("--out", default=None, help="write the final weights here (rank 0)")
     parser.add_argument("--log-steps", action="store_true", help="print 'step N' after every step (rank 0)")
+    parser.add_argument(
+        "--device", choices=["cpu", "cuda"], default="cpu", help="cpu (gloo) or cuda (one GPU per rank, NCCL)"
+    )
     args = parser.parse_args()
 
-    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    cuda = args.device == "cuda"
+    device = torch.device("cpu")
+    if cuda:
+        # Deterministic cuBLAS needs a fixed workspace, set before its first use (PyTorch's reproducibility notes).
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    # On CUDA a single rank under torchrun joins an NCCL group too: the per-step agreement then runs on NCCL.
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1 or (cuda and "LOCAL_RANK" in os.environ)
     if distributed:
-        dist.init_process_group("gloo")
+        dist.init_process_group("nccl" if cuda else "gloo")
     rank = dist.get_rank() if distributed else 0
     torch.manual_seed(args.seed)
     torch.use_deterministic_algorithms(True)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Dropout(0.1), torch.nn.Linear(64, 1))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Dropout(0.1), torch.nn.Linear(64, 1)
+    ).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
 
     # The spot-safe loop: restore, call step_done() at every step boundary, finish().
@@ -53,9 +69,9 @@ def main() -> None:
     # to save (examples/train_data.py shows the StatefulDataLoader way).
     session = TrainingSession(model, optimizer, every_steps=args.every_steps, data_from_step=True)
     start = session.restore()
-    net = DistributedDataParallel(model) if distributed else model
+    net = DistributedDataParallel(model, device_ids=[device] if cuda else None) if distributed else model
     for step in range(start, args.steps):
-        x, y = batch(args.seed, step, rank)
+        x, y = (t.to(device) for t in batch(args.seed, step, rank))
         loss = torch.nn.functional.mse_loss(net(x), y)
         optimizer.zero_grad()
         loss.backward()
@@ -67,7 +83,7 @@ def main() -> None:
     session.finish()
 
     if args.out and rank == 0:
-        torch.save(model.state_dict(), args.out)
+        torch.save({k: v.cpu() for k, v in model.state_dict().items()}, args.out)
     if distributed:
         dist.destroy_process_group()
 

@@ -48,6 +48,7 @@ NOT_OFFLINE: list[tuple[str, str]] = [
     (r"gpucloud imds-emulator", "a server: runs until stopped (its tests drive it)"),
     (r"\$E/|^E=|^export ", "talks to a running emulator (shown with its start line)"),
     (r"pip wheel", "builds the package into dist/ of the checkout"),
+    (r"--device cuda", "needs a GPU host with a CUDA build of torch (docs/gpu.md: what ran on one)"),
 ]
 
 

@@ -16,8 +16,10 @@ def _by_name(results):
 @pytest.mark.parametrize(("fixture", "instance_type"), [("p4d-healthy", "p4d.24xlarge"), ("p5-healthy", "p5.48xlarge")])
 def test_healthy_nodes_pass_every_check(fixture, instance_type):
     results = run_checks(capture(fixture), expect(instance_type))
-    assert len(results) == len(CHECKS) == 15
-    assert [(r.check, r.status, r.observed) for r in results if r.status != "pass"] == []
+    assert len(results) == len(CHECKS) == 16
+    # These hand-written captures predate the `nvidia-smi -q -x` capture (tests/fixtures/real has a real one).
+    not_passed = [(r.check, r.status, r.observed) for r in results if r.status != "pass"]
+    assert not_passed == [("GPU memory health", "skip", "nvidia-smi -q -x not available")]
     assert overall(results) == "pass"
 
 

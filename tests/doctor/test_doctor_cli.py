@@ -25,12 +25,12 @@ def test_recorded_healthy_p5_passes(capsys):
     report = json.loads(out)
     assert code == 0
     assert report["instance_type"] == "p5.48xlarge"  # read from the recorded IMDS answer
-    assert report["overall"] == "pass" and len(report["checks"]) == 15
+    assert report["overall"] == "pass" and len(report["checks"]) == 16
 
 
 def test_table_output_counts_statuses(capsys):
     code, out, _ = run(capsys, "doctor", "--recorded", str(FIXTURES / "p4d-healthy"), "--matrix", str(MATRIX))
-    assert code == 0 and "15 checks: 15 pass, 0 warn, 0 fail, 0 skip" in out
+    assert code == 0 and "16 checks: 15 pass, 0 warn, 0 fail, 1 skip" in out
 
 
 def test_a_failed_check_exits_1(capsys, tmp_path):

@@ -167,6 +167,11 @@ class StagingCache:
             self._buffers[key] = buf
         return buf
 
+    def holds(self, key: str, tensor: torch.Tensor) -> bool:
+        """Whether a buffer for ``key`` of ``tensor``'s shape and dtype exists already."""
+        buf = self._buffers.get(key)
+        return buf is not None and buf.shape == tensor.shape and buf.dtype == tensor.dtype
+
     def copy(self, key: str, tensor: torch.Tensor) -> torch.Tensor:
         buf = self.copy_later(key, tensor)
         buf.copy_(tensor.detach(), non_blocking=self._pin and tensor.is_cuda)

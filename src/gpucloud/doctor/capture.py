@@ -14,6 +14,7 @@ GPU_QUERY_FIELDS = "index,name,driver_version,memory.total,pci.bus_id"
 
 NVIDIA_SMI_QUERY = "nvidia-smi-query.csv"
 NVIDIA_SMI = "nvidia-smi.txt"
+NVIDIA_SMI_XML = "nvidia-smi-q.xml"
 CUDA_VERSION_JSON = "cuda-version.json"
 NCCL_PACKAGE = "nccl-version.txt"
 EFA_INSTALLED = "efa_installed_packages"
@@ -30,6 +31,7 @@ UNIT_PREFIX = "systemctl-is-active-"  # + unit name + ".txt"
 COMMANDS: dict[str, tuple[str, ...]] = {
     NVIDIA_SMI_QUERY: ("nvidia-smi", f"--query-gpu={GPU_QUERY_FIELDS}", "--format=csv"),
     NVIDIA_SMI: ("nvidia-smi",),
+    NVIDIA_SMI_XML: ("nvidia-smi", "-q", "-x"),
     NCCL_PACKAGE: ("dpkg-query", "-W", "-f=${Version}", "libnccl2"),
     FI_INFO_EFA: ("fi_info", "-p", "efa", "-t", "FI_EP_RDM"),
     INFINIBAND: ("ls", "-1", "/sys/class/infiniband"),

@@ -119,6 +119,46 @@ def gpu_model(node: NodeCapture, want: Expectations) -> CheckResult:
     return CheckResult(name, "pass", observed, expected)
 
 
+def gpu_memory_health(node: NodeCapture, want: Expectations) -> CheckResult:
+    name = "GPU memory health"
+    expected = "no row remapping pending or failed, no uncorrectable DRAM errors"
+    text = node.get(cap.NVIDIA_SMI_XML)
+    if text is None:
+        return CheckResult(name, "skip", "nvidia-smi -q -x not available", expected)
+    try:
+        gpus = parsers.parse_smi_xml_memory(text)
+    except parsers.ParseError as err:
+        return CheckResult(name, "fail", str(err), expected, _DRIVER_FIX)
+    failed = [g for g in gpus if g.remap_failure]
+    if failed:
+        return CheckResult(
+            name,
+            "fail",
+            f"row remapping failed on GPU {failed[0].bus_id}",
+            expected,
+            "the GPU has no spare memory rows left: stop the instance so the group replaces it, and report it to AWS",
+        )
+    pending = [g for g in gpus if g.remap_pending]
+    if pending:
+        return CheckResult(
+            name,
+            "fail",
+            f"row remapping pending on GPU {pending[0].bus_id}",
+            expected,
+            "the remap takes effect at a GPU reset: drain the node, then stop/start the instance",
+        )
+    errors = [g for g in gpus if g.dram_uncorrectable]
+    if errors:
+        return CheckResult(
+            name,
+            "warn",
+            f"{errors[0].dram_uncorrectable} uncorrectable DRAM errors on GPU {errors[0].bus_id} since the driver loaded",
+            expected,
+            "the rows are being remapped (check again after a reset); jobs hit by them fail with XID 48/63",
+        )
+    return CheckResult(name, "pass", f"{len(gpus)} GPUs, no remapping pending or failed", expected)
+
+
 def _pinned(want: Expectations, key: str) -> Version | None:
     return want.matrix.v(key) if want.matrix is not None else None
 
@@ -450,6 +490,7 @@ def dcgm_running(node: NodeCapture, want: Expectations) -> CheckResult:
 CHECKS: tuple[Check, ...] = (
     gpu_count,
     gpu_model,
+    gpu_memory_health,
     driver_version,
     driver_supports_toolkit,
     cuda_toolkit_version,

@@ -11,9 +11,11 @@ import io
 import re
 from dataclasses import dataclass
 from typing import Any
+from xml.etree import ElementTree
 
 from gpucloud.payload import parse_json
 
+MAX_SMI_XML_CHARS = 4 * 1024 * 1024  # 27 kB per GPU on an H200 (driver 580); 8 GPUs are well under this
 MAX_BLOCK_DEPTH = 16  # disk > partition > RAID > LVM > crypt is 5; deeper is not lsblk output
 
 
@@ -52,6 +54,41 @@ def parse_gpu_query(text: str) -> list[Gpu]:
             raise ParseError(f"nvidia-smi CSV line {line_no} is not '<index>, <name>, <driver>, <N> MiB, <bus id>'")
         gpus.append(Gpu(int(row[0]), row[1].strip(), row[2].strip(), int(memory[1]), row[4].strip()))
     return gpus
+
+
+@dataclass(frozen=True)
+class GpuMemoryHealth:
+    bus_id: str
+    remap_pending: bool  # a row remap waits for a GPU reset; until then that memory is unusable
+    remap_failure: bool  # the remapper ran out of spare rows: the GPU cannot be repaired in place
+    dram_uncorrectable: int  # since the driver loaded (volatile)
+
+
+def parse_smi_xml_memory(text: str) -> list[GpuMemoryHealth]:
+    """Row remapping and uncorrectable DRAM errors per GPU, from ``nvidia-smi -q -x``."""
+    if len(text) > MAX_SMI_XML_CHARS:
+        raise ParseError(f"nvidia-smi -q -x output is {len(text)} characters, over {MAX_SMI_XML_CHARS}")
+    if "<!ENTITY" in text:
+        raise ParseError("nvidia-smi -q -x output declares XML entities; nvidia-smi never does")
+    try:
+        root = ElementTree.fromstring(text)
+    except ElementTree.ParseError as err:
+        raise ParseError(f"nvidia-smi -q -x output is not XML: {err}") from None
+    if root.tag != "nvidia_smi_log":
+        raise ParseError(f"nvidia-smi -q -x output has root <{root.tag}>, expected <nvidia_smi_log>")
+    health = []
+    for gpu in root.findall("gpu"):
+        dram = (gpu.findtext("ecc_errors/volatile/dram_uncorrectable") or "").strip()
+        health.append(
+            GpuMemoryHealth(
+                bus_id=gpu.get("id", "?"),
+                # Pre-Ampere GPUs have no row remapper: the elements are absent or "N/A".
+                remap_pending=(gpu.findtext("remapped_rows/remapped_row_pending") or "").strip() == "Yes",
+                remap_failure=(gpu.findtext("remapped_rows/remapped_row_failure") or "").strip() == "Yes",
+                dram_uncorrectable=int(dram) if dram.isdigit() else 0,  # "N/A" with ECC off
+            )
+        )
+    return health
 
 
 def parse_smi_banner(text: str) -> tuple[str, str]:

@@ -49,9 +49,31 @@ class DemoOptions:
     poll_interval: float = 0.25
     workdir: Path | None = None
     keep: bool = False
+    device: str = "cpu"
 
     def validate(self) -> None:
         check_steps(self.steps, self.notice_at_step)
+        ranks_for(self.device)
+
+    @property
+    def nproc(self) -> int:
+        return ranks_for(self.device)
+
+
+def ranks_for(device: str) -> int:
+    """Ranks per run: 2 on the CPU (gloo); on CUDA one per GPU, at most 2 (NCCL allows one rank per GPU)."""
+    if device == "cpu":
+        return NPROC
+    if device != "cuda":
+        raise UserError(f"--device must be cpu or cuda, got {device!r}")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UserError(
+            f"--device cuda: no CUDA device is visible to this Python (torch {torch.__version__}); "
+            "run on a GPU host with a CUDA build of torch, or use --device cpu"
+        )
+    return min(NPROC, torch.cuda.device_count())
 
 
 def check_steps(steps: int, notice_at_step: int) -> None:
@@ -68,6 +90,7 @@ class DemoReport(BaseModel):
     reference_job_id: str
     steps: int
     notice_at_step: int
+    device: str  # cpu (gloo ranks) or cuda (NCCL, a GPU per rank)
     stopped_at_step: int | None
     resumed_at_step: int | None
     resumed_from_tier: str | None
@@ -98,9 +121,10 @@ def training_command(
     every_steps: int | None = None,
     log_steps: bool = False,
     nproc: int = NPROC,
+    device: str = "cpu",
 ) -> list[str]:
-    """Real torchrun (``python -m torch.distributed.run``), ``nproc`` ranks (default 2), gloo, single node
-    (an agent extends it to the gang's nodes)."""
+    """Real torchrun (``python -m torch.distributed.run``), ``nproc`` ranks (default 2), single node (an
+    agent extends it to the gang's nodes): gloo on the CPU, NCCL with one GPU per rank on ``cuda``."""
     if not EXAMPLE.exists():
         raise UserError(
             f"the demo needs the example training script {EXAMPLE}; run gpucloud demo from a source checkout"
@@ -125,6 +149,8 @@ def training_command(
         argv += ["--every-steps", str(every_steps)]
     if log_steps:
         argv.append("--log-steps")
+    if device != "cpu":
+        argv += ["--device", device]
     return argv
 
 
@@ -163,10 +189,12 @@ def run_demo(options: DemoOptions, *, progress: Progress | None = None) -> DemoR
         ref = queue.submit(
             _spec(options, durable, workdir / "reference.pt", name="demo-reference"), job_id=f"demo-ref-{suffix}"
         )
+        backend = "gloo" if options.device == "cpu" else f"NCCL on {options.device}"
         say(
             "phase",
             {
-                "text": f"job {job.id}: {NPROC} ranks under torchrun (gloo), {options.steps} steps; reference {ref.id} runs alongside"
+                "text": f"job {job.id}: {options.nproc} ranks under torchrun ({backend}), {options.steps} steps; "
+                f"reference {ref.id} runs alongside"
             },
         )
 
@@ -222,6 +250,7 @@ def run_demo(options: DemoOptions, *, progress: Progress | None = None) -> DemoR
         reference_job_id=ref.id,
         steps=options.steps,
         notice_at_step=options.notice_at_step,
+        device=options.device,
         stopped_at_step=stop.last_step if stop else None,
         resumed_at_step=stop.resumed_step if stop else None,
         resumed_from_tier=resumed.data.get("source_tier") if resumed else None,
@@ -243,7 +272,13 @@ def run_demo(options: DemoOptions, *, progress: Progress | None = None) -> DemoR
 
 def _spec(options: DemoOptions, durable: Path, out: Path, *, name: str) -> JobSpec:
     command = training_command(
-        steps=options.steps, seed=options.seed, step_seconds=options.step_seconds, out=out, log_steps=True
+        steps=options.steps,
+        seed=options.seed,
+        step_seconds=options.step_seconds,
+        out=out,
+        log_steps=True,
+        nproc=options.nproc,
+        device=options.device,
     )
     return JobSpec(command=command, name=name, checkpoint_uri=str(durable), max_attempts=1)
 

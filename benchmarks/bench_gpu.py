@@ -283,32 +283,14 @@ class Bench:
         return out
 
     def _periodic_gpucloud(self) -> dict[str, Any]:
-        sess = self.session("periodic", every_steps=10**9)
-        sess.restore()
-        step = [0]
-
-        def after(_: int) -> None:
-            step[0] += 1
-            sess.step_done(step[0])
-
-        baseline = self.median_step(steps=10, after=after)  # steps with step_done, no save due
+        saves = _SessionSaves(self, "periodic")
         measured = []
         for _ in range(2):  # the first save allocates the pinned buffers; the second reuses them
-            target = step[0] + 1
-
-            def start(target: int = target) -> None:
-                control.write(sess.control_dir or "", control.SAVE, {"reason": "benchmark"})
-                self.step()
-                step[0] = target
-                sess.step_done(target)
-
-            measured.append(
-                self.window(start, lambda target=target: sess.last_committed == target, baseline, between=after)
-            )
-            measured[-1]["session_stall_s"] = round(sess.history.stall_seconds or 0.0, 4)
-        sess.finish()
+            measured.append(saves.save(per_step=True))
+            measured[-1]["session_stall_s"] = round(saves.sess.history.stall_seconds or 0.0, 4)
+        saves.sess.finish()
         shutil.rmtree(self.args.dir / "durable" / "periodic", ignore_errors=True)
-        return {"first": measured[0], **measured[1], "baseline_step_ms": round(baseline * 1e3, 3)}
+        return {"first": measured[0], **measured[1], "baseline_step_ms": round(saves.baseline * 1e3, 3)}
 
     def _periodic_dcp_async(self) -> dict[str, Any]:
         # DCP's cached staging pins its buffers, which needs a GPU; on a CPU dry run it stages uncached.
@@ -351,40 +333,13 @@ class Bench:
         the writer threads); DCP's async save beside it."""
         from gpucloud.checkpoint import dcp_io
 
-        sess = self.session("causes", every_steps=10**9)
-        sess.restore()
-        step = [0]
-
-        def after(_: int) -> None:
-            step[0] += 1
-            sess.step_done(step[0])
-
-        baseline_with = self.median_step(steps=10, after=after)
-
-        def save(*, per_step: bool) -> dict[str, Any]:
-            target = step[0] + 1
-
-            def start() -> None:
-                control.write(sess.control_dir or "", control.SAVE, {"reason": "benchmark"})
-                self.step()
-                step[0] = target
-                sess.step_done(target)
-
-            if per_step:
-                return self.window(start, lambda: sess.last_committed == target, baseline_with, between=after)
-            pending = sess._pending  # the benchmark watches the save it started
-
-            def done() -> bool:
-                nonlocal pending
-                pending = pending or sess._pending
-                return pending is not None and pending.future is not None and pending.future.done()
-
-            return self.window(start, done, self.baseline_s)
+        saves = _SessionSaves(self, "causes")
+        sess, save, step = saves.sess, saves.save, saves.step
+        baseline_with = saves.baseline
 
         out: dict[str, Any] = {"warm_up": save(per_step=True)}
         out["shipped"] = save(per_step=True)
         out["no_step_done_during_save"] = save(per_step=False)
-        sess.wait()
         real_hasher = dcp_io.new_hasher
         dcp_io.new_hasher = _NoHash  # type: ignore[assignment]
         try:
@@ -595,6 +550,45 @@ class Bench:
             "overhead_us": round((with_ - without) * 1e6, 1),
             "ratio": round(with_ / without, 4),
         }
+
+
+class _SessionSaves:
+    """A TrainingSession trained step by step (``step_done`` after each), and its periodic saves started
+    on demand (the supervisor's ``save`` request, as a rebalance recommendation starts one)."""
+
+    def __init__(self, bench: Bench, job: str) -> None:
+        self.bench = bench
+        self.sess = bench.session(job, every_steps=10**9)
+        self.sess.restore()
+        self.step = [0]
+        self.baseline = bench.median_step(steps=10, after=self.after)  # steps with step_done, no save due
+
+    def after(self, _: int) -> None:
+        self.step[0] += 1
+        self.sess.step_done(self.step[0])
+
+    def save(self, *, per_step: bool) -> dict[str, Any]:
+        """One save's window; ``per_step=False`` trains without ``step_done`` until it is committed."""
+        sess, target = self.sess, self.step[0] + 1
+
+        def start() -> None:
+            control.write(sess.control_dir or "", control.SAVE, {"reason": "benchmark"})
+            self.bench.step()
+            self.step[0] = target
+            sess.step_done(target)
+
+        if per_step:
+            return self.bench.window(start, lambda: sess.last_committed == target, self.baseline, between=self.after)
+        pending = sess._pending  # the benchmark watches the save it started
+
+        def done() -> bool:
+            nonlocal pending
+            pending = pending or sess._pending
+            return pending is not None and pending.future is not None and pending.future.done()
+
+        result = self.bench.window(start, done, self.bench.baseline_s)
+        sess.wait()
+        return result
 
 
 class _NoHash:

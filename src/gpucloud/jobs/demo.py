@@ -163,12 +163,8 @@ def run_demo(options: DemoOptions, *, progress: Progress | None = None) -> DemoR
         ref = queue.submit(
             _spec(options, durable, workdir / "reference.pt", name="demo-reference"), job_id=f"demo-ref-{suffix}"
         )
-        say(
-            "phase",
-            {
-                "text": f"job {job.id}: {NPROC} ranks under torchrun (gloo), {options.steps} steps; reference {ref.id} runs alongside"
-            },
-        )
+        for line in opening_lines(job.id, ref.id, options.steps):
+            say("phase", {"text": line})
 
         reference_error: list[BaseException] = []
         reference = threading.Thread(
@@ -241,6 +237,14 @@ def run_demo(options: DemoOptions, *, progress: Progress | None = None) -> DemoR
     )
 
 
+def opening_lines(job_id: str, reference_id: str, steps: int) -> list[str]:
+    """What the demo says first, one short line each: a terminal of 80 columns must not wrap them."""
+    return [
+        f"job {job_id}: {NPROC} ranks under torchrun (gloo), {steps} steps",
+        f"reference {reference_id}: the same seed, never interrupted, runs alongside",
+    ]
+
+
 def _spec(options: DemoOptions, durable: Path, out: Path, *, name: str) -> JobSpec:
     command = training_command(
         steps=options.steps, seed=options.seed, step_seconds=options.step_seconds, out=out, log_steps=True
@@ -283,6 +287,7 @@ def _attempt(
             sink=StepTap(log, on_step),
             on_event=say,
             run_root=node / "run",
+            log_root=logs,  # the attempts' logs too: nothing of the demo outlives it without --keep
         )
 
 
@@ -303,6 +308,7 @@ def _run_reference(db: Path, job_id: str, workdir: Path, config: SupervisorConfi
                 local_checkpoint_dir=str(node / "nvme"),
                 sink=sink,
                 run_root=node / "run",
+                log_root=logs,
             )
         if result.exit_code != 0:
             raise UserError(f"the reference run failed with exit code {result.exit_code}; logs in {logs}")

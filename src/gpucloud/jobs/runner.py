@@ -13,6 +13,7 @@ output lines as the reason.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -159,9 +160,10 @@ def run_attempt(
     # The command's output and the supervisor's lines, kept per attempt (`gpucloud job logs`).
     output = open_attempt_log(job, echo=sink, root=log_root)
     try:
-        return _run_logged(
-            queue, job, worker, notices, config, local_checkpoint_dir, output, on_event, control_dir, node
-        )
+        with contextlib.ExitStack() as holds:
+            return _run_logged(
+                queue, job, worker, notices, config, local_checkpoint_dir, output, on_event, control_dir, holds, node
+            )
     finally:
         output.close()
 
@@ -182,6 +184,7 @@ def _run_logged(
     output: AttemptLog,
     on_event: EventHook | None,
     control_dir: Path,
+    holds: contextlib.ExitStack,
     node: dict[str, Any] | None = None,
 ) -> AttemptResult:
     number = job.attempt
@@ -193,7 +196,12 @@ def _run_logged(
         renew = lambda: queue.heartbeat(job.id, number, worker, lease_seconds=config.lease_seconds)  # noqa: E731
         with lease_kept(renew, every=config.lease_seconds / 4):
             code = prepare_code(
-                job, attempt_dir=control_dir.parent, cache=node_cache_dir(control_dir.parents[2]), env=env, log=output
+                job,
+                attempt_dir=control_dir.parent,
+                cache=node_cache_dir(control_dir.parents[2]),
+                env=env,
+                log=output,
+                holds=holds,  # the node cache's entries stay in use until the attempt ends
             )
         # Half the lease: a supervisor that dies leaves its ranks time to save, and they are gone
         # before the lease runs out and another worker may start the next attempt.

@@ -30,12 +30,14 @@ DELETE_ORDER: tuple[str, ...] = (
     "dynamodb:table",
     "events:rule",
     "fis:experiment-template",  # gpucloud:drill's template: before the alarm and the role it names
+    "budgets:budget",  # before the topic it notifies (global, like IAM)
     "sns:topic",
     "cloudwatch:alarm",
     "logs:log-group",
     "iam:instance-profile",
     "iam:role",
     "s3:bucket",
+    "kms:key",  # last: the topics and buckets encrypted with it are gone first (deletion is scheduled)
 )
 
 

@@ -13,6 +13,7 @@ from botocore.stub import Stubber
 from gpucloud.infra.tags import KEEP_TAG, STACK_TAG
 from gpucloud.teardown.delete import Deleter
 from gpucloud.teardown.discover import Discovery
+from gpucloud.teardown.model import Found, kind_from_arn
 from gpucloud.teardown.plan import Selection
 from gpucloud.teardown.sweep import sweep
 
@@ -71,3 +72,12 @@ def test_sweep_finds_and_deletes_the_stacks_budget_by_its_tags() -> None:
         assert (found.arn, found.kind, found.ident, found.stack) == (arn, "budgets:budget", "gpucloud-ci-42", "ci-42")
         assert Deleter(lambda service: budgets).delete(found) == "deleted"
         stub.assert_no_pending_responses()
+
+
+def test_the_budget_stop_function_is_deleted_by_name() -> None:
+    functions = boto3.client("lambda", region_name="us-east-1", aws_access_key_id="a", aws_secret_access_key="b")
+    arn = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:ci-42-budget-stop"
+    found = Found(arn, *kind_from_arn(arn), {STACK_TAG: "ci-42"})
+    with Stubber(functions) as stub:
+        stub.add_response("delete_function", {}, {"FunctionName": "ci-42-budget-stop"})
+        assert Deleter(lambda service: functions).delete(found) == "deleted"

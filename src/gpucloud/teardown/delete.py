@@ -182,6 +182,9 @@ class Deleter:
     def _sns_topic(self, f: Found) -> None:
         self.client("sns").delete_topic(TopicArn=f.arn)
 
+    def _lambda_function(self, f: Found) -> None:
+        self.client("lambda").delete_function(FunctionName=f.ident)
+
     def _cloudwatch_alarm(self, f: Found) -> None:
         self.client("cloudwatch").delete_alarms(AlarmNames=[f.ident])
 

@@ -72,7 +72,19 @@ def _iso_if_time(key: object, value: Any) -> Any:
 # lines rather than being cut with "…"; when even folded they do not fit, the rightmost are left out
 # (the caption names them; --output json has everything).
 KEY_COLUMNS = frozenset(
-    {"id", "job", "agent", "state", "ended", "#", "attempt", "slot", "exit code", "Status", "Type"}  # Type: an instance type
+    {
+        "id",
+        "job",
+        "agent",
+        "state",
+        "ended",
+        "#",
+        "attempt",
+        "slot",
+        "exit code",
+        "Status",
+        "Type",
+    }  # Type: an instance type
 )
 FOLD_FLOOR = 8  # narrowest a folding column is squeezed to before columns are left out
 

@@ -365,9 +365,7 @@ class ClusterBudget(pulumi.ComponentResource):
             f"{name}-stop",
             role=role.name,
             policy=pulumi.Output.all(args.partition, args.account, logs.arn, *arns).apply(
-                lambda v: json.dumps(
-                    stop_policy_document(budget_arn(v[0], v[1], budget_name(t.stack)), v[3:], v[2])
-                )
+                lambda v: json.dumps(stop_policy_document(budget_arn(v[0], v[1], budget_name(t.stack)), v[3:], v[2]))
             ),
             opts=child,
         )

@@ -219,7 +219,6 @@ class Deleter:
         empty_bucket(self.client("s3"), f.ident)
         self.client("s3").delete_bucket(Bucket=f.ident)
 
-
     def _kms_key(self, f: Found) -> str:
         # A key cannot be deleted at once: KMS deletes it after a waiting period of 7 to 30 days
         # (https://docs.aws.amazon.com/kms/latest/APIReference/API_ScheduleKeyDeletion.html); the

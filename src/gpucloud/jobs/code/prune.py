@@ -159,7 +159,7 @@ def _remove_unless_held(entry: Path) -> bool:
 def hold(entry: Path, holds: contextlib.ExitStack) -> bool:
     """Mark ``entry`` in use until ``holds`` closes (a shared lock the pruner cannot take), and
     record this use. False when the entry is gone (pruned just before): prepare it again."""
-    handle = holds.enter_context(open(entry.with_name(entry.name + IN_USE), "a"))
+    handle = holds.enter_context(open(entry.with_name(entry.name + IN_USE), "a"))  # noqa: SIM115 - closed by holds
     fcntl.flock(handle, fcntl.LOCK_SH)  # waits only while a pruner is deciding on this very entry
     if not entry.is_dir():
         return False

@@ -935,12 +935,12 @@ def cost_ceiling(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     groups = list(_groups(spec, catalog))
     if not all(_counts_in_range(g) for _, g, _ in groups):
         return  # node_counts / node_count_limit report the counts; the cost of 10**400 nodes is no figure
-    if not REGION_RE.fullmatch(spec.region):
-        return  # region_format reports it; no region's prices to check against
     sizings = [sizing_for(g, t) for _, g, t in groups]
     # The stack's own region's prices: on-demand rates differ by region (us-west-2 is not us-east-1's).
     regional = catalog.region_prices(spec.region)
-    priced = regional.instance_types if regional is not None else {}
+    if regional is None:
+        return  # no prices for the region (or not a region): plan warns that node costs are unknown
+    priced = regional.instance_types
     unknown = [
         s.instance_type.name
         for s in sizings

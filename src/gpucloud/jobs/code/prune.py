@@ -65,16 +65,15 @@ class Pruned:
 
     def describe(self, cache: Path, policy: PrunePolicy) -> str | None:
         """The supervisor's line about it; None when nothing was pruned and space is fine."""
+        floor = f"{policy.min_free_fraction:.0%}"
         parts = []
         if self.aged:
-            parts.append(f"{len(self.aged)} unused for over {policy.max_age_s / DAY:g} days")
+            parts.append(f"pruned {len(self.aged)} unused for over {policy.max_age_s / DAY:g} days")
         if self.for_space:
-            parts.append(
-                f"{len(self.for_space)} least recently used, to keep {policy.min_free_fraction:.0%} of the disk free"
-            )
+            parts.append(f"pruned {len(self.for_space)} least recently used, to keep {floor} of the disk free")
         if self.short_of_space:
-            parts.append(f"the disk is still under {policy.min_free_fraction:.0%} free: the rest is in use")
-        return f"node cache {cache}: pruned " + "; ".join(parts) if parts else None
+            parts.append(f"the disk is still under {floor} free, and what is left is in use")
+        return f"node cache {cache}: " + "; ".join(parts) if parts else None
 
 
 def entry_order(entries: Sequence[Entry], *, now: float, max_age_s: float) -> tuple[list[Entry], list[Entry]]:

@@ -63,8 +63,3 @@ def test_a_local_drill_without_a_stack_drills_the_shipped_drill_stack(capsys, mo
     code, _, err = run_cli(capsys, "drill", "--local")
     assert code == 2 and one_line_error(err) == "gpucloud: error: recorded"
     assert asked["options"].instance_type == "p4d.24xlarge"  # p4d-spot's spot group
-
-
-def test_a_cluster_drill_still_needs_its_stack_named(capsys) -> None:
-    code, _, err = run_cli(capsys, "drill")
-    assert code == 2 and "give exactly one of --stack NAME or --stack-file PATH" in one_line_error(err)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 import warnings
 from collections.abc import Callable
@@ -70,6 +71,7 @@ def train(args: argparse.Namespace, on_step: Callable[[int, list[int]], None] | 
         job_id=args.job_id,
     )
     step = session.restore()  # the loader now continues where the checkpoint's step left it
+    say(f"{'resumed at' if step else 'starting at'} step {step} of {args.steps}")
     while step < args.steps:
         for indices, x, y in loader:  # a new epoch starts whenever the previous one is used up
             loss = torch.nn.functional.mse_loss(model(x), y)
@@ -80,11 +82,20 @@ def train(args: argparse.Namespace, on_step: Callable[[int, list[int]], None] | 
             step += 1
             if on_step is not None:
                 on_step(step, indices.tolist())
+            if (args.log_every > 0 and step % args.log_every == 0) or step == args.steps:
+                say(f"step {step} loss {loss.item():.6f}")
             session.step_done(step)  # a spot notice: every rank saves this step (and the position), exits 75
             if step == args.steps:
                 break
     session.finish(save=True)
+    say(f"finished: {args.steps} steps, the last one saved with the loader's position")
     return model
+
+
+def say(line: str) -> None:
+    """One line of progress, from the first rank only (under torchrun every rank runs this)."""
+    if os.environ.get("RANK", "0") == "0":
+        print(line, flush=True)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -98,6 +109,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--every-steps", type=int, default=None, help="periodic checkpoint interval (steps)")
     p.add_argument("--checkpoint-uri", default=None, help="default: $GPUCLOUD_CHECKPOINT_URI (set by spot-train)")
     p.add_argument("--job-id", default=None, help="default: $GPUCLOUD_JOB_ID (set by spot-train)")
+    p.add_argument(
+        "--log-every", type=int, default=10, help="print the step and loss every this many steps (0: the last only)"
+    )
     p.add_argument("--record", default=None, help="append each step's sample indices here (JSON lines)")
     p.add_argument(
         "--forget-data-position",

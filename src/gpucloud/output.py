@@ -71,7 +71,8 @@ def _iso_if_time(key: object, value: Any) -> Any:
 # Columns whose values must read whole at any terminal width: ids and states. Others fold onto more
 # lines rather than being cut with "…"; when even folded they do not fit, the rightmost are left out
 # (the caption names them; --output json has everything).
-KEY_COLUMNS = frozenset({"id", "job", "agent", "state", "ended", "#", "attempt", "slot", "exit code", "Status"})
+# "Type": an instance type (catalog show), a name to read whole
+KEY_COLUMNS = frozenset({"id", "job", "agent", "state", "ended", "#", "attempt", "slot", "exit code", "Status", "Type"})
 FOLD_FLOOR = 8  # narrowest a folding column is squeezed to before columns are left out
 
 

@@ -154,11 +154,25 @@ def _published(unclaimed: dict[str, float], busy: dict[str, float]) -> dict:
     return {"Namespace": "gpucloud", "MetricData": data}
 
 
-def test_over_budget_the_publish_says_no_new_slots_and_the_running_node_is_untouched(node_clients) -> None:
+OTHER_GROUP = "gpucloud-p4d-h100"  # the cluster's other group, at 0 nodes: no agent of its own
+
+
+def _cluster_groups(asg: Stubber, *names: str) -> None:
+    """DescribeAutoScalingGroups by the cluster tag: the groups the switch acts on."""
+    groups = [_group() | {"AutoScalingGroupName": name} for name in names]
+    asg.add_response(
+        "describe_auto_scaling_groups",
+        {"AutoScalingGroups": groups},
+        {"Filters": [{"Name": "tag:gpucloud:cluster", "Values": ["p4d"]}]},
+    )
+
+
+def test_over_budget_the_publish_says_no_new_slots_and_every_group_stops_scaling_out(node_clients) -> None:
     """A busy node (running a job) publishes with the budget exceeded: 0 unclaimed slots for every
-    group, its busy count as it is, the group's alarm-driven scale-out suspended; no protection
-    change, no termination (the Stubber fails on any call not expected here). Back under budget,
-    the alarm's scaling resumes and the real backlog is published again."""
+    group, its busy count as it is, and the alarm-driven scale-out suspended on every group of the
+    cluster, the other group at 0 nodes too (the queue's wake term would launch a node into it); no
+    protection change, no termination (the Stubber fails on any call not expected here). Back under
+    budget, every group's alarm scaling resumes and the real backlog is published again."""
     budgets_client, budgets_stub, autoscaling, asg, cloudwatch, cw = node_clients
     settings = NodeSettings(
         cluster="p4d", node_group="a100", lifecycle_hook="gpucloud-drain", scale_in=True, idle_seconds=900
@@ -172,7 +186,9 @@ def test_over_budget_the_publish_says_no_new_slots_and_the_running_node_is_untou
 
     budgets_stub.add_response("describe_budget", budget_response("5200.0"), DESCRIBE)
     cw.add_response("put_metric_data", {}, _published({"a100": 0.0, "h100": 0.0}, {"a100": 1.0, "h100": 0.0}))
+    _cluster_groups(asg, OTHER_GROUP, GROUP)
     asg.add_response("suspend_processes", {}, suspend)
+    asg.add_response("suspend_processes", {}, suspend | {"AutoScalingGroupName": OTHER_GROUP})
     hooks.publish_backlog(unclaimed_slots=4, busy_nodes=1, other_groups={"h100": (2, 0)})
 
     # a minute later: still over (cached, no second read), no second suspend
@@ -183,7 +199,9 @@ def test_over_budget_the_publish_says_no_new_slots_and_the_running_node_is_untou
     clock.now += 600
     budgets_stub.add_response("describe_budget", budget_response("5200.0", limit="10000.0"), DESCRIBE)
     cw.add_response("put_metric_data", {}, _published({"a100": 4.0, "h100": 2.0}, {"a100": 1.0, "h100": 0.0}))
+    _cluster_groups(asg, GROUP, OTHER_GROUP)
     asg.add_response("resume_processes", {}, suspend)
+    asg.add_response("resume_processes", {}, suspend | {"AutoScalingGroupName": OTHER_GROUP})
     hooks.publish_backlog(unclaimed_slots=4, busy_nodes=1, other_groups={"h100": (2, 0)})
 
 
@@ -229,15 +247,18 @@ def test_a_busy_node_stops_scale_out_at_its_group_check_and_the_wind_down_check_
     caplog.set_level(logging.WARNING, logger="gpucloud.agent")
 
     budgets_stub.add_response("describe_budget", budget_response("5000.0"), DESCRIBE)
+    _cluster_groups(asg, GROUP)
     asg.add_client_error("suspend_processes", "AccessDenied", "not authorized", 403, expected_params=suspend)
     asg.add_response("describe_auto_scaling_groups", {"AutoScalingGroups": [_group()]}, describe)
     assert hooks.group_ending() is None  # not wound down; checked despite the refused suspend
 
+    _cluster_groups(asg, GROUP)
     asg.add_client_error("suspend_processes", "AccessDenied", "not authorized", 403, expected_params=suspend)
     asg.add_response("describe_auto_scaling_groups", {"AutoScalingGroups": [_group()]}, describe)
     assert hooks.group_ending() is None
     assert sum("cannot suspend" in r.getMessage() for r in caplog.records) == 1
 
+    _cluster_groups(asg, GROUP)
     asg.add_response("suspend_processes", {}, suspend)
     asg.add_response(
         "describe_auto_scaling_groups", {"AutoScalingGroups": [_group(desired=0) | {"MaxSize": 0}]}, describe

@@ -29,8 +29,17 @@ def test_show_table_lists_every_type_with_the_as_of_date(capsys):
     code, out, _ = run_cli(capsys, "catalog", "show")
     catalog = load_catalog()
     assert code == 0 and f"as of {catalog.as_of.isoformat()}" in out
-    # names may wrap in a narrow terminal: check the leading part of each row label
     assert out.count("│ p5") >= 3 and "note:" in out
+
+
+@pytest.mark.parametrize("region", [None, "us-east-1"])
+def test_show_keeps_every_instance_name_whole_at_80_columns(capsys, monkeypatch, region):
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run_cli(capsys, "catalog", "show", *(["--region", region] if region else []))
+    assert code == 0
+    assert all(len(line) <= 80 for line in out.splitlines() if line[:1] in "┏┃┡│└")
+    names = {line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│")}
+    assert set(load_catalog().instance_types) <= names, sorted(names)
 
 
 def test_show_rejects_a_corrupt_catalog_file(capsys, tmp_path):

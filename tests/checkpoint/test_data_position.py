@@ -153,3 +153,28 @@ def test_a_fresh_start_says_nothing_about_the_data_position(tmp_path):
     sess.finish()
     assert "data_position" not in control.read(ctl, control.RESUMED)
     assert json.dumps(control.read(ctl, control.RESUMED))
+
+
+def test_the_example_run_by_hand_says_what_it_does(tmp_path):
+    """Run as its docstring prints it (no spot-train): it says where it starts, how it goes, and that it ended."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, str(REPO / "examples" / "train_data.py"), "--checkpoint-uri", str(tmp_path / "ck")]
+    done = subprocess.run(
+        [*command, "--job-id", "by-hand", "--steps", "20"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "starting at step 0 of 20"
+    assert [line.split()[:2] for line in lines[1:-1]] == [["step", "10"], ["step", "20"]]
+    assert lines[-1].startswith("finished: 20 steps")
+    again = subprocess.run(
+        [*command, "--job-id", "by-hand", "--steps", "25", "--log-every", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    resumed = again.stdout.splitlines()
+    assert again.returncode == 0 and resumed[0] == "resumed at step 20 of 25"
+    assert [line.split()[:2] for line in resumed[1:-1]] == [["step", "25"]]

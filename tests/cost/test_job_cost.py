@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 
 import pytest
 
@@ -228,3 +229,32 @@ def test_the_catalog_prices_a_real_job_and_names_an_unpriced_region():
     attempts, events = interrupted_spot_job(node_a=far)
     unpriced = job_cost(job(), attempts, events, catalog_prices(), now=10_000)
     assert unpriced.cost_usd is None and "ap-south-2" in unpriced.unknown_reasons[0]
+
+
+def test_a_spot_price_that_changes_mid_attempt_is_followed_through_the_history():
+    """us-east-1a's spot history: $10/h from T0, $20/h from T0+1h, $5/h from T0+3h. A node that runs
+    T0+30min to T0+2h30min pays 0.5 h at $10 and 1.5 h at $20 (not 2 h at its start's $10)."""
+    from gpucloud.catalog import SpotPoint, load_catalog
+
+    t0 = datetime.datetime(2026, 11, 20, tzinfo=datetime.timezone.utc)
+    history = [
+        SpotPoint(at=t0 + datetime.timedelta(hours=h), usd_per_hour=usd) for h, usd in ((0, 10), (1, 20), (3, 5))
+    ]
+    catalog = load_catalog()
+    regional = catalog.prices["us-east-1"]
+    entry = regional.instance_types["p4d.24xlarge"].model_copy(update={"spot_history": {"us-east-1a": history}})
+    regional = regional.model_copy(update={"instance_types": {**regional.instance_types, "p4d.24xlarge": entry}})
+    catalog = catalog.model_copy(update={"prices": {**catalog.prices, "us-east-1": regional}})
+    start, end = t0.timestamp() + 1800, t0.timestamp() + 9000
+    attempts = [
+        Attempt(job_id="j1", number=1, state=AttemptState.FINISHED, created_at=start, started_at=start, ended_at=end)
+    ]
+    events = [ev(1, "started", start, node=SPOT_A), ev(1, "exit", end, exit_code=0, node=SPOT_A)]
+
+    cost = job_cost(job(attempt=1), attempts, events, catalog_prices(catalog), now=end)
+
+    (node,) = cost.attempts[0].nodes
+    assert node.cost_usd == pytest.approx(0.5 * 10 + 1.5 * 20)
+    assert node.usd_per_hour == pytest.approx(17.5) and node.price_source == "spot-history"
+    assert [(p.from_at - t0.timestamp(), p.usd_per_hour) for p in node.price_periods] == [(1800, 10), (3600, 20)]
+    assert cost.cost_usd == pytest.approx(35)

@@ -50,3 +50,16 @@ def test_the_drill_job_goes_to_the_spot_group_even_when_an_on_demand_group_comes
     assert code == 2 and one_line_error(err) == "gpucloud: error: recorded"
     assert asked["job"].group == "a100"
     assert asked["outputs"] == _Stack().outputs() and asked["stack"] == "mixed"
+
+
+def test_a_local_drill_without_a_stack_drills_the_shipped_drill_stack(capsys, monkeypatch) -> None:
+    asked = {}
+
+    def record(options, **kwargs):
+        asked["options"] = options
+        raise UserError("recorded")
+
+    monkeypatch.setattr("gpucloud.drill.local.local_drill", record)
+    code, _, err = run_cli(capsys, "drill", "--local")
+    assert code == 2 and one_line_error(err) == "gpucloud: error: recorded"
+    assert asked["options"].instance_type == "p4d.24xlarge"  # p4d-spot's spot group

@@ -69,7 +69,7 @@ def test_the_offline_drill_as_the_docs_print_it_passes_and_prints_its_verdict_as
             ["--stack", "p4d-spot"],
             "no AWS credentials found for the drill on the cluster; configure them, or add --local",
         ),
-        (["--local"], "give exactly one of --stack NAME or --stack-file PATH"),
+        ([], "give exactly one of --stack NAME or --stack-file PATH"),  # --local alone drills p4d-spot
     ],
     ids=[
         "unknown-stack",

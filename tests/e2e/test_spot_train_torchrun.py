@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpucloud import control
-from gpucloud.jobs.demo import training_command, weights_identical
+from gpucloud.jobs.demo import opening_lines, training_command, weights_identical
 from gpucloud.signals.imds_emulator import ImdsEmulator
 
 GPUCLOUD = [sys.executable, "-m", "gpucloud"]
@@ -118,3 +118,12 @@ def test_demo_reports_at_most_one_step_lost_and_bitwise_identical_weights(e2e_en
     assert report["steps_lost"] is not None and report["steps_lost"] <= 1
     assert report["attempts"] == 2 and report["resumed_from_tier"] == "durable"
     assert report["notice_to_commit_s"] is not None and report["commit_before_deadline_s"] > 0
+    # Without --keep nothing of the demo stays behind: not its work directory, not its attempts' logs.
+    home = Path(e2e_env["GPUCLOUD_HOME"])
+    assert not list(home.glob("logs/demo-*")), sorted(p.name for p in home.glob("logs/*"))
+
+
+def test_demo_opening_lines_fit_80_columns():
+    for device in ("cpu", "cuda"):
+        for line in opening_lines("demo-0123ab", "demo-ref-0123ab", 1_000_000, nproc=2, device=device):
+            assert len(line) <= 80, line

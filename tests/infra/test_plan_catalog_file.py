@@ -112,3 +112,26 @@ def test_a_bad_field_value_names_the_field(tmp_path: Path, capsys) -> None:
     code, _, err = run(["plan", "--stack", "dev", "--catalog-file", str(path)], capsys)
     assert code == 2
     assert "invalid catalog at instance_types.g6.xlarge.gpus" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_cost_ceiling_is_checked_at_the_stacks_own_regions_prices(tmp_path: Path, capsys) -> None:
+    # g6.xlarge at 0.5 USD/h in the home region (us-east-1), 4.0 in us-west-2: the dev stack moved to
+    # us-west-2 (at most 2 nodes) costs 8.00 USD/h there, above its 5 USD/h ceiling.
+    data = json.loads(catalog_with(tmp_path, on_demand_usd_per_hour=0.5).read_text())
+    data["prices"]["us-west-2"]["instance_types"]["g6.xlarge"]["on_demand_usd_per_hour"] = 4.0
+    catalog = tmp_path / "regions.json"
+    catalog.write_text(json.dumps(data))
+    stack = tmp_path / "Pulumi.west.yaml"
+    stack.write_text(
+        (Path(__file__).parents[2] / "stacks" / "Pulumi.dev.yaml")
+        .read_text()
+        .replace("us-east-1", "us-west-2")  # the region and its zones
+    )
+    code, out, err = run(["plan", "--stack-file", str(stack), "--catalog-file", str(catalog)], capsys)
+    assert (code, out) == (2, ""), err
+    (line,) = err.strip().splitlines()
+    assert "gpucloud:costCeilingUsdPerHour = 5" in line and "in us-west-2 cost 8.00 USD/hour, above the ceiling" in line
+    east = tmp_path / "Pulumi.east.yaml"
+    east.write_text((Path(__file__).parents[2] / "stacks" / "Pulumi.dev.yaml").read_text())
+    code, _, err = run(["plan", "--stack-file", str(east), "--catalog-file", str(catalog), "-o", "json"], capsys)
+    assert code == 0, err  # 2 x 0.5 USD/h at home

@@ -224,7 +224,7 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         "cost_ceiling",
         _set("gpucloud:costCeilingUsdPerHour", 10),
         "gpucloud:costCeilingUsdPerHour = 10",
-        "max nodes at on-demand price cost 45.52 USD/hour, above the ceiling",
+        "max nodes at on-demand price in us-east-1 cost 45.52 USD/hour, above the ceiling",
     ),
     "cost-ceiling-unknown-price": (
         "cost_ceiling",

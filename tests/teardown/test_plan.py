@@ -37,6 +37,8 @@ def found(arn: str, stack: str | None = "ci", created: dt.datetime | None = None
         ("arn:aws:logs:us-east-1:1:log-group:/gpucloud/dev:*", "logs:log-group", "/gpucloud/dev"),
         ("arn:aws:cloudwatch:us-east-1:1:alarm:dev-backlog", "cloudwatch:alarm", "dev-backlog"),
         ("arn:aws:fsx:us-east-1:1:file-system/fs-1", "fsx:file-system", "fs-1"),
+        ("arn:aws:lambda:us-east-1:1:function:dev-budget-stop", "lambda:function", "dev-budget-stop"),
+        ("arn:aws:kms:us-east-1:1:key/1234abcd-12ab", "kms:key", "1234abcd-12ab"),
     ],
 )
 def test_kind_and_id_from_arn(arn: str, kind: str, ident: str) -> None:

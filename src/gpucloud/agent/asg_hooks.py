@@ -151,7 +151,7 @@ class AsgHooks:
         self.sleep: Callable[[float], None] = time.sleep  # between completion attempts (tests skip it)
         self.clock: Callable[[], float] = time.monotonic
         self.budget: BudgetGate | None = None  # budget.onExceeded stop-scale-out (agent/budget_gate.py)
-        self.alarm_switch = AlarmSwitch(autoscaling, asg_name)
+        self.alarm_switch = AlarmSwitch(autoscaling, asg_name, settings.cluster)
 
     def busy(self, busy: bool) -> None:
         if self._protected == busy:

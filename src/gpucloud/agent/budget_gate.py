@@ -122,27 +122,43 @@ class BudgetGate:
 
 
 class AlarmSwitch:
-    """Suspends or resumes the group's ``AlarmNotification`` process when the budget state changes
-    (and once at the first reading, since another agent may have left it suspended)."""
+    """Suspends or resumes ``AlarmNotification`` when the budget state changes (and once at the first
+    reading, since another agent may have left it suspended), on this agent's group and, with the
+    cluster known, on every group of the cluster: a group at 0 nodes has no agent of its own, and on a
+    cluster whose nodes are all busy the queue's wake term would otherwise launch a node into it."""
 
-    def __init__(self, autoscaling: Any, asg_name: str) -> None:
-        self._client, self.asg_name = autoscaling, asg_name
-        self._applied: bool | None = None  # the exceeded state last applied to the group
+    def __init__(self, autoscaling: Any, asg_name: str, cluster: str | None = None) -> None:
+        self._client, self.asg_name, self.cluster = autoscaling, asg_name, cluster
+        self._applied: bool | None = None  # the exceeded state last applied to the groups
         self._failing = False
+
+    def groups(self) -> list[str]:
+        """This agent's group first, then the cluster's others (by the ``gpucloud:cluster`` tag the
+        stack puts on every group; DescribeAutoScalingGroups filters by tag:
+        https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_DescribeAutoScalingGroups.html)."""
+        if self.cluster is None:
+            return [self.asg_name]
+        from gpucloud.infra.tags import CLUSTER_TAG  # the tag key the stack writes (a pure module)
+
+        pages = self._client.get_paginator("describe_auto_scaling_groups").paginate(
+            Filters=[{"Name": f"tag:{CLUSTER_TAG}", "Values": [self.cluster]}]
+        )
+        others = {g["AutoScalingGroupName"] for page in pages for g in page["AutoScalingGroups"]} - {self.asg_name}
+        return [self.asg_name, *sorted(others)]
 
     def apply(self, exceeded: bool) -> None:
         """Never raises: it runs beside the wind-down check, which must not be lost to it. A failed
-        call is logged once and retried at the next reading."""
+        call is logged once and retried at the next reading (every group again: the calls are idempotent)."""
         if self._applied == exceeded:
             return
         call = self._client.suspend_processes if exceeded else self._client.resume_processes
+        group = self.asg_name
         try:
-            call(AutoScalingGroupName=self.asg_name, ScalingProcesses=[ALARM_PROCESS])
+            for group in self.groups():
+                call(AutoScalingGroupName=group, ScalingProcesses=[ALARM_PROCESS])
         except Exception as err:  # noqa: BLE001 - the published backlog still says 0; retried next time
             if not self._failing:
-                log.warning(
-                    "cannot %s %s of %s: %s", "suspend" if exceeded else "resume", ALARM_PROCESS, self.asg_name, err
-                )
+                log.warning("cannot %s %s of %s: %s", "suspend" if exceeded else "resume", ALARM_PROCESS, group, err)
             self._failing = True
             return
         self._applied, self._failing = exceeded, False

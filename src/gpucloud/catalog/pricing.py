@@ -153,3 +153,29 @@ def hourly_price(
     if prices.on_demand_usd_per_hour is None:
         raise NoPrice(f"no on-demand price for {instance_type} in {region}")
     return Price(prices.on_demand_usd_per_hour, "on-demand", regional.as_of, region, az, prices.on_demand_source)
+
+
+def spot_price_changes(
+    instance_type: str,
+    region: str,
+    az: str | None,
+    after: datetime.datetime,
+    before: datetime.datetime,
+    *,
+    catalog: Catalog | None = None,
+) -> list[datetime.datetime]:
+    """When the spot price ``hourly_price`` gives changes strictly between ``after`` and ``before``:
+    the times of the history points recorded there (that AZ's; with no AZ, every AZ's, since the
+    median over them moves with any). None known (no history, an AZ without it): ``[]``."""
+    catalog = catalog or load_catalog()
+    regional = catalog.region_prices(region)
+    prices = regional.instance_types.get(instance_type) if regional is not None else None
+    if prices is None or not prices.spot_history:
+        return []
+    if az is not None:
+        series = [prices.spot_history[az]] if az in prices.spot_history else []
+    else:
+        series = list(prices.spot_history.values())
+    lo, hi = _aware(after), _aware(before)
+    assert lo is not None and hi is not None
+    return sorted({p.at for points in series for p in points if lo < p.at < hi})

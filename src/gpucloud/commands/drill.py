@@ -14,10 +14,13 @@ from gpucloud.output import output_option, print_json, print_table
 
 LOCAL_TIMEOUT_S = 600.0
 CLUSTER_TIMEOUT_S = 1800.0  # a p4d node takes ~10 minutes to boot (stacks/Pulumi.p4d-spot.yaml)
+# --local without --stack: the shipped stack with the drill on; offline, only its spot group's
+# instance type is used (the emulated nodes say it). A cluster drill always names its stack.
+LOCAL_DEFAULT_STACK = "p4d-spot"
 
 EPILOG = """\b
 Examples:
-  gpucloud drill --stack p4d-spot --local                  # offline: the local fleet, ~1 minute
+  gpucloud drill --local                                   # offline: the local fleet (stack p4d-spot), ~1 minute
   gpucloud drill --stack p4d-spot --local -o json | jq .verdict
   gpucloud drill --stack p4d-spot                          # on the deployed cluster (AWS FIS)
 \b
@@ -93,6 +96,8 @@ def drill(stack, stack_file, local, steps, notice_at_step, step_seconds, timeout
     from gpucloud.spec import load_stack_file
     from gpucloud.spec.rules import drillable_groups
 
+    if local and stack is None and stack_file is None:
+        stack = LOCAL_DEFAULT_STACK
     name, path = chosen_stack(stack, stack_file)
     spec = load_stack_file(path)
     drillable = drillable_groups(spec)

@@ -108,6 +108,11 @@ def _run(region: str, selection, delete: bool):
     from gpucloud.teardown.sweep import sweep as run_sweep
 
     session = boto3.session.Session(region_name=region)
+    if session.get_credentials() is None:  # botocore's chain found nothing: no request would be signed
+        raise UserError(
+            "no AWS credentials found, so the sweep asked AWS nothing; configure them (aws configure, AWS_PROFILE, "
+            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or an instance role) and run it again"
+        )
     clients: dict[str, object] = {}
 
     def client(service: str):
@@ -124,5 +129,7 @@ def _run(region: str, selection, delete: bool):
             now=dt.datetime.now(dt.timezone.utc),
             progress=lambda line: click.echo(f"sweep: {line}", err=True),
         )
-    except (ClientError, BotoCoreError) as err:
+    except ClientError as err:
         raise UserError(f"AWS refused the sweep's listing: {' '.join(str(err).split())}") from None
+    except BotoCoreError as err:  # no answer from AWS (endpoint unreachable, credentials unusable)
+        raise UserError(f"the sweep could not ask AWS for its listing: {' '.join(str(err).split())}") from None

@@ -13,8 +13,11 @@ Definitions (docs/cost.md, "Dollars per job"):
 
 * *price in force*: the lookup's hourly price for the node's instance type, region, AZ and life
   cycle at the time the node started the attempt, with its source (spot price history where
-  known, else the estimate, else on-demand), as the catalog says.
-* ``cost_usd`` = Σ over the attempt's nodes of price × wall time.
+  known, else the estimate, else on-demand), as the catalog says. Where the spot price history
+  changes the price during the node's wall time (the lookup's ``changes``), each part of that time
+  is priced at the price then in force (``price_periods``); ``usd_per_hour`` is then their
+  time-weighted mean.
+* ``cost_usd`` = Σ over the attempt's nodes of price × wall time (of each part, price by price).
 * ``on_demand_equivalent_usd`` = Σ over the same nodes of the on-demand price × wall time;
   ``savings_usd`` = on-demand equivalent − cost, ``savings_pct`` = savings / on-demand equivalent.
 * ``cost_lost_usd`` of an interrupted attempt k (one that was requeued, crashed, lost its lease,
@@ -72,6 +75,13 @@ class PriceLike(Protocol):
 PriceLookup = Callable[..., PriceLike | None]
 
 
+class PricePeriod(BaseModel):
+    """A price in force from ``from_at`` until the next period (or the node's end)."""
+
+    from_at: float
+    usd_per_hour: float
+
+
 class NodeCost(BaseModel):
     """One node's share of one attempt."""
 
@@ -84,7 +94,8 @@ class NodeCost(BaseModel):
     started_at: float
     ended_at: float
     wall_s: float
-    usd_per_hour: float | None = None  # the price in force when it started
+    usd_per_hour: float | None = None  # the price in force (its time-weighted mean when it changed)
+    price_periods: list[PricePeriod] = []  # the spot prices in force, where the history changed it meanwhile
     price_source: str | None = None
     price_as_of: str | None = None
     cost_usd: float | None = None
@@ -216,17 +227,50 @@ def _node_cost(span: _Span, prices: PriceLookup) -> NodeCost:
     price, why = _lookup(prices, node, str(lifecycle or ON_DEMAND), span.start)
     if price is None:
         return facts.model_copy(update={"unknown_reason": why})
+    periods = [PricePeriod(from_at=span.start, usd_per_hour=float(price.usd_per_hour))]
+    for at in _changes(prices, node, str(lifecycle), span.start, span.end):
+        later, why = _lookup(prices, node, str(lifecycle), at)
+        if later is None:
+            return facts.model_copy(update={"unknown_reason": why})
+        periods.append(PricePeriod(from_at=at, usd_per_hour=float(later.usd_per_hour)))
+    cost = _integral(periods, span.start, span.end)
     od_price, _ = (price, "") if lifecycle == ON_DEMAND else _lookup(prices, node, ON_DEMAND, span.start)
     return facts.model_copy(
         update={
-            "usd_per_hour": float(price.usd_per_hour),
+            "usd_per_hour": float(price.usd_per_hour) if len(periods) == 1 else cost / hours,
+            "price_periods": periods if len(periods) > 1 else [],
             "price_source": str(price.source),
             "price_as_of": _as_of(price.as_of),
-            "cost_usd": float(price.usd_per_hour) * hours,
+            "cost_usd": cost,
             "on_demand_usd_per_hour": None if od_price is None else float(od_price.usd_per_hour),
             "on_demand_equivalent_usd": None if od_price is None else float(od_price.usd_per_hour) * hours,
         }
     )
+
+
+def _changes(prices: PriceLookup, node: dict[str, Any], lifecycle: str, lo: float, hi: float) -> list[float]:
+    """When the lookup's price changes inside (lo, hi): its ``changes`` where it has one (the
+    catalog's spot history), else never (one price per node, the one in force at its start)."""
+    changes = getattr(prices, "changes", None)
+    instance_type, az = node.get("instance_type"), node.get("availability_zone")
+    region = node.get("region") or (az[:-1] if isinstance(az, str) and len(az) > 1 else None)
+    if changes is None or lifecycle != "spot" or not instance_type or not region or hi <= lo:
+        return []
+    try:
+        return sorted(at for at in changes(str(instance_type), str(region), az, lo, hi) if lo < at < hi)
+    except Exception:  # noqa: BLE001 - no history to follow: the price at the start holds
+        return []
+
+
+def _integral(periods: list[PricePeriod], lo: float, hi: float) -> float:
+    """The dollars of ``periods`` (sorted, the first in force from before ``lo``) over [lo, hi]."""
+    total = 0.0
+    for period, following in zip(periods, [*periods[1:], None], strict=True):
+        start = max(lo, period.from_at)
+        end = min(hi, following.from_at if following is not None else hi)
+        if end > start:
+            total += period.usd_per_hour * (end - start) / SECONDS_PER_HOUR
+    return total
 
 
 # ------------------------------------------------------------------------------------------ cost
@@ -257,7 +301,8 @@ def _priced(spans: list[_Span], costs: list[NodeCost], lo: float, hi: float) -> 
             continue
         if cost.usd_per_hour is None:
             return None
-        total += cost.usd_per_hour * seconds / SECONDS_PER_HOUR
+        periods = cost.price_periods or [PricePeriod(from_at=span.start, usd_per_hour=cost.usd_per_hour)]
+        total += _integral(periods, max(lo, span.start), min(hi, span.end))
     return total
 
 
@@ -364,17 +409,34 @@ def _lost(
 # ------------------------------------------------------------------------------- the price lookup
 
 
-def catalog_prices(catalog: Catalog | None = None) -> PriceLookup:
+class CatalogPrices:
     """The price lookup ``job show`` and ``jobs`` use: the catalog's ``hourly_price`` (by region;
-    spot from the AZ's price history in force at the node's start where ``catalog refresh`` stored
-    one, else the estimate labelled ``spot-estimate``; on-demand; capacity-block), with the epoch
-    times this module works in turned into the UTC datetimes it takes."""
-    from gpucloud.catalog import hourly_price
+    spot from the AZ's price history in force at a time where ``catalog refresh`` stored one, else
+    the estimate labelled ``spot-estimate``; on-demand; capacity-block), and ``changes``: when that
+    history changes the spot price over a node's time (``spot_price_changes``). Epoch times, as
+    this module works in, turned into the UTC datetimes the catalog takes."""
 
-    def lookup(
-        instance_type: str, region: str, lifecycle: str, az: str | None = None, at: float | None = None
+    def __init__(self, catalog: Catalog | None = None) -> None:
+        self.catalog = catalog
+
+    def __call__(
+        self, instance_type: str, region: str, lifecycle: str, az: str | None = None, at: float | None = None
     ) -> PriceLike:
-        when = None if at is None else datetime.datetime.fromtimestamp(at, tz=datetime.timezone.utc)
-        return hourly_price(instance_type, region, lifecycle, az=az, at=when, catalog=catalog)
+        from gpucloud.catalog import hourly_price
 
-    return lookup
+        return hourly_price(instance_type, region, lifecycle, az=az, at=_utc(at), catalog=self.catalog)
+
+    def changes(self, instance_type: str, region: str, az: str | None, lo: float, hi: float) -> list[float]:
+        from gpucloud.catalog.pricing import spot_price_changes
+
+        found = spot_price_changes(instance_type, region, az, _utc(lo), _utc(hi), catalog=self.catalog)  # type: ignore[arg-type]
+        return [at.timestamp() for at in found]
+
+
+def _utc(at: float | None) -> datetime.datetime | None:
+    return None if at is None else datetime.datetime.fromtimestamp(at, tz=datetime.timezone.utc)
+
+
+def catalog_prices(catalog: Catalog | None = None) -> PriceLookup:
+    """``CatalogPrices`` over ``catalog`` (the bundled one by default)."""
+    return CatalogPrices(catalog)

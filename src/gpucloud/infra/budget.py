@@ -19,6 +19,11 @@ notifications, and (``onExceeded: stop-scale-out``) what lets the agents stop sc
   ``AlarmNotification`` process (this stack's groups only, by tag). An EventBridge Scheduler
   schedule per scaling group resumes it at 00:05 UTC on the 1st of each month, when the monthly
   budget starts again at 0, so an empty cluster left suspended scales out again.
+- stop-scale-out with no node running: no agent is there to read the budget, and the next submit
+  would launch a node. So the topic also invokes a Lambda function (``budget_stop_lambda.py``, its
+  whole code) that reads the budget and, over it, suspends ``AlarmNotification`` on every scaling
+  group; a notification at 100 % is always sent to the topic for it. Its role may read this budget,
+  suspend (not resume) these groups, and write its own log group.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import pulumi
 import pulumi_aws as aws
 
 from gpucloud.agent.budget_gate import ACCOUNT_ID_ENV, ALARM_PROCESS, BUDGET_NAME_ENV
+from gpucloud.infra import budget_stop_lambda as stop_lambda
 from gpucloud.infra.iam import GroupScope
 from gpucloud.infra.monitoring_iam import publisher_key_policy_document
 from gpucloud.infra.tags import STACK_TAG, Tagging
@@ -39,6 +45,8 @@ from gpucloud.spec.model import Budget
 
 BUDGETS_PRINCIPAL = "budgets.amazonaws.com"
 SCHEDULER_PRINCIPAL = "scheduler.amazonaws.com"
+LAMBDA_PRINCIPAL = "lambda.amazonaws.com"
+SNS_PRINCIPAL = "sns.amazonaws.com"
 # at 00:05 UTC on the 1st: the monthly budget's new period (Budgets' periods are UTC calendar months)
 MONTHLY_RESUME = "cron(5 0 1 * ? *)"
 SWITCH_ACTIONS = ["autoscaling:SuspendProcesses", "autoscaling:ResumeProcesses"]
@@ -69,6 +77,62 @@ def notifications(percents: Sequence[float], topic_arn: pulumi.Input[str]) -> li
         )
         for percent in percents
     ]
+
+
+def thresholds(budget: Budget) -> list[float]:
+    """The notifications' percentages: the alerts, and with stop-scale-out always 100 (the Lambda
+    function that stops an empty cluster's scale-out is invoked by one)."""
+    percents = list(budget.alert_at_percent)
+    if budget.on_exceeded == "stop-scale-out" and 100 not in percents:
+        percents.append(100.0)
+    return percents
+
+
+def stop_function_name(cluster: str) -> str:
+    return f"{cluster}-budget-stop"
+
+
+def lambda_trust_document(account: str) -> dict[str, Any]:
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": LAMBDA_PRINCIPAL},
+                "Action": "sts:AssumeRole",
+                "Condition": {"StringEquals": {"aws:SourceAccount": account}},
+            }
+        ],
+    }
+
+
+def stop_policy_document(the_budget_arn: str, group_arns: Sequence[str], log_group_arn: str) -> dict[str, Any]:
+    """What the stop function calls, and nothing else."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Sid": "ReadBudget", "Effect": "Allow", "Action": ["budgets:ViewBudget"], "Resource": [the_budget_arn]},
+            {
+                "Sid": "StopScaleOut",
+                "Effect": "Allow",
+                "Action": ["autoscaling:SuspendProcesses"],
+                "Resource": list(group_arns),
+            },
+            {
+                "Sid": "OwnLog",
+                "Effect": "Allow",
+                "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+                "Resource": [f"{log_group_arn}:*"],
+            },
+        ],
+    }
+
+
+def stop_function_code() -> str:
+    """``budget_stop_lambda.py`` as it ships in this package: the function's ``index.py``."""
+    from importlib import resources
+
+    return resources.files("gpucloud.infra").joinpath("budget_stop_lambda.py").read_text(encoding="utf-8")
 
 
 def budget_arn(partition: str, account: str, name: str) -> str:
@@ -221,6 +285,7 @@ class ClusterBudget(pulumi.ComponentResource):
     topic_policy: aws.sns.TopicPolicy
     key: aws.kms.Key
     schedules: dict[str, aws.scheduler.Schedule]
+    stop_function: aws.lambda_.Function | None
 
     def __init__(self, name: str, args: ClusterBudgetArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucloud:budget:ClusterBudget", name, None, opts)
@@ -263,13 +328,84 @@ class ClusterBudget(pulumi.ComponentResource):
             limit_amount=f"{settings.monthly_usd:.2f}",
             limit_unit="USD",
             cost_filters=[stack_cost_filter(t.stack)],
-            notifications=notifications(settings.alert_at_percent, self.topic.arn),
+            notifications=notifications(thresholds(settings), self.topic.arn),
             tags=t.tags("budget"),
             # a notification to a topic Budgets may not yet publish to is refused at creation
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.topic_policy]),
         )
-        self.schedules = self._monthly_resume(name, args) if settings.on_exceeded == "stop-scale-out" else {}
+        stop = settings.on_exceeded == "stop-scale-out" and bool(args.scaling_groups)
+        self.schedules = self._monthly_resume(name, args) if stop else {}
+        self.stop_function = self._stop_when_empty(name, args) if stop else None
         self.register_outputs({"budgetName": self.budget.name, "topicArn": self.topic.arn})
+
+    def _stop_when_empty(self, name: str, args: ClusterBudgetArgs) -> aws.lambda_.Function:
+        """The topic's Lambda subscriber that suspends every group's scale-out over budget (see the
+        module's docstring). Lambda invoked by SNS: the function's resource policy names the topic
+        (https://docs.aws.amazon.com/sns/latest/dg/sns-lambda-as-subscriber.html)."""
+        child = pulumi.ResourceOptions(parent=self)
+        t = args.tagging
+        function_name = stop_function_name(t.cluster)
+        logs = aws.cloudwatch.LogGroup(
+            f"{name}-stop-logs",
+            name=f"/aws/lambda/{function_name}",  # where Lambda writes the function's log
+            retention_in_days=30,
+            tags=t.tags("budget-stop"),
+            opts=child,
+        )
+        role = aws.iam.Role(
+            f"{name}-stop",
+            assume_role_policy=pulumi.Output.from_input(args.account).apply(
+                lambda acct: json.dumps(lambda_trust_document(acct))
+            ),
+            tags=t.tags("budget-stop"),
+            opts=child,
+        )
+        arns = [arn for _, arn in args.scaling_groups.values()]
+        policy = aws.iam.RolePolicy(
+            f"{name}-stop",
+            role=role.name,
+            policy=pulumi.Output.all(args.partition, args.account, logs.arn, *arns).apply(
+                lambda v: json.dumps(stop_policy_document(budget_arn(v[0], v[1], budget_name(t.stack)), v[3:], v[2]))
+            ),
+            opts=child,
+        )
+        names = pulumi.Output.all(*[n for n, _ in args.scaling_groups.values()]).apply(lambda v: ",".join(v))
+        function = aws.lambda_.Function(
+            f"{name}-stop",
+            name=function_name,
+            description=f"gpucloud {t.cluster}: over budget, suspend every group's scale-out (stop-scale-out)",
+            runtime="python3.12",
+            handler="index.handler",
+            code=pulumi.AssetArchive({"index.py": pulumi.StringAsset(stop_function_code())}),
+            role=role.arn,
+            timeout=60,
+            environment=aws.lambda_.FunctionEnvironmentArgs(
+                variables={
+                    stop_lambda.BUDGET_NAME: budget_name(t.stack),
+                    stop_lambda.ACCOUNT_ID: args.account,
+                    stop_lambda.GROUP_NAMES: names,
+                }
+            ),
+            tags=t.tags("budget-stop"),
+            # its log group and permissions first: the first invocation must be able to log and act
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[logs, policy]),
+        )
+        permission = aws.lambda_.Permission(
+            f"{name}-stop",
+            action="lambda:InvokeFunction",
+            function=function.name,
+            principal=SNS_PRINCIPAL,
+            source_arn=self.topic.arn,
+            opts=child,
+        )
+        aws.sns.TopicSubscription(
+            f"{name}-stop",
+            topic=self.topic.arn,
+            protocol="lambda",
+            endpoint=function.arn,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[permission]),
+        )
+        return function
 
     def _monthly_resume(self, name: str, args: ClusterBudgetArgs) -> dict[str, aws.scheduler.Schedule]:
         if not args.scaling_groups:

@@ -273,11 +273,19 @@ class _ParentRecordingMonitor(MockMonitor):
 
 
 def _plain(value: Any) -> Any:
-    """Recorded inputs as plain JSON-able data (the RPC layer hands back protobuf-friendly types)."""
+    """Recorded inputs as plain JSON-able data (the RPC layer hands back protobuf-friendly types).
+    An asset archive (a Lambda function's code) becomes its file names with each text's SHA-256: a
+    plan shows which code ships without printing it."""
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
+    if isinstance(value, pulumi.AssetArchive):
+        return {"archive": {name: _plain(asset) for name, asset in sorted(value.assets.items())}}
+    if isinstance(value, pulumi.StringAsset):
+        return {"text_sha256": hashlib.sha256(value.text.encode()).hexdigest()}
+    if isinstance(value, (pulumi.Asset, pulumi.Archive)):
+        return {"asset": type(value).__name__}
     return value
 
 

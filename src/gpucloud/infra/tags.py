@@ -56,6 +56,7 @@ UNTAGGABLE_TYPES: frozenset[str] = frozenset(
         "aws:ec2/volumeAttachment:VolumeAttachment",
         "aws:sns/topicSubscription:TopicSubscription",
         "aws:sns/topicPolicy:TopicPolicy",
+        "aws:lambda/permission:Permission",  # a statement of the function's resource policy
         "aws:amp/alertManagerDefinition:AlertManagerDefinition",
         "aws:amp/workspaceConfiguration:WorkspaceConfiguration",
     }

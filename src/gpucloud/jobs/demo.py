@@ -189,14 +189,8 @@ def run_demo(options: DemoOptions, *, progress: Progress | None = None) -> DemoR
         ref = queue.submit(
             _spec(options, durable, workdir / "reference.pt", name="demo-reference"), job_id=f"demo-ref-{suffix}"
         )
-        backend = "gloo" if options.device == "cpu" else f"NCCL on {options.device}"
-        say(
-            "phase",
-            {
-                "text": f"job {job.id}: {options.nproc} ranks under torchrun ({backend}), {options.steps} steps; "
-                f"reference {ref.id} runs alongside"
-            },
-        )
+        for line in opening_lines(job.id, ref.id, options.steps, nproc=options.nproc, device=options.device):
+            say("phase", {"text": line})
 
         reference_error: list[BaseException] = []
         reference = threading.Thread(
@@ -270,6 +264,15 @@ def run_demo(options: DemoOptions, *, progress: Progress | None = None) -> DemoR
     )
 
 
+def opening_lines(job_id: str, reference_id: str, steps: int, *, nproc: int = NPROC, device: str = "cpu") -> list[str]:
+    """What the demo says first, one short line each: a terminal of 80 columns must not wrap them."""
+    backend = "gloo" if device == "cpu" else "NCCL"
+    return [
+        f"job {job_id}: {nproc} ranks under torchrun ({backend}), {steps} steps",
+        f"reference {reference_id}: the same seed, never interrupted, runs alongside",
+    ]
+
+
 def _spec(options: DemoOptions, durable: Path, out: Path, *, name: str) -> JobSpec:
     command = training_command(
         steps=options.steps,
@@ -318,6 +321,7 @@ def _attempt(
             sink=StepTap(log, on_step),
             on_event=say,
             run_root=node / "run",
+            log_root=logs,  # the attempts' logs too: nothing of the demo outlives it without --keep
         )
 
 
@@ -338,6 +342,7 @@ def _run_reference(db: Path, job_id: str, workdir: Path, config: SupervisorConfi
                 local_checkpoint_dir=str(node / "nvme"),
                 sink=sink,
                 run_root=node / "run",
+                log_root=logs,
             )
         if result.exit_code != 0:
             raise UserError(f"the reference run failed with exit code {result.exit_code}; logs in {logs}")

@@ -13,6 +13,7 @@ output lines as the reason.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -137,11 +138,13 @@ def run_attempt(
     on_event: EventHook | None = None,
     run_root: Path | None = None,
     node: dict[str, Any] | None = None,
+    log_root: Path | None = None,
 ) -> AttemptResult:
     """Run the claimed attempt ``job.attempt`` to its end and record that end exactly once.
 
     ``run_root`` holds this node's per-attempt scratch (the control directory); default
-    ``$GPUCLOUD_HOME/run``. ``node``: where this member runs (``NodeIdentity.placement``: instance
+    ``$GPUCLOUD_HOME/run``. ``log_root``: where the attempt's log goes; default
+    ``$GPUCLOUD_HOME/logs`` (the demo keeps its own in its work directory). ``node``: where this member runs (``NodeIdentity.placement``: instance
     type, AZ, region, life cycle), recorded on its ``started`` and ``exit`` events, whose times are
     this node's wall time on the attempt (what ``cost/job_cost.py`` prices).
     """
@@ -155,11 +158,12 @@ def run_attempt(
         ) from err
     control.clear(control_dir)
     # The command's output and the supervisor's lines, kept per attempt (`gpucloud job logs`).
-    output = open_attempt_log(job, echo=sink)
+    output = open_attempt_log(job, echo=sink, root=log_root)
     try:
-        return _run_logged(
-            queue, job, worker, notices, config, local_checkpoint_dir, output, on_event, control_dir, node
-        )
+        with contextlib.ExitStack() as holds:
+            return _run_logged(
+                queue, job, worker, notices, config, local_checkpoint_dir, output, on_event, control_dir, holds, node
+            )
     finally:
         output.close()
 
@@ -180,6 +184,7 @@ def _run_logged(
     output: AttemptLog,
     on_event: EventHook | None,
     control_dir: Path,
+    holds: contextlib.ExitStack,
     node: dict[str, Any] | None = None,
 ) -> AttemptResult:
     number = job.attempt
@@ -191,7 +196,12 @@ def _run_logged(
         renew = lambda: queue.heartbeat(job.id, number, worker, lease_seconds=config.lease_seconds)  # noqa: E731
         with lease_kept(renew, every=config.lease_seconds / 4):
             code = prepare_code(
-                job, attempt_dir=control_dir.parent, cache=node_cache_dir(control_dir.parents[2]), env=env, log=output
+                job,
+                attempt_dir=control_dir.parent,
+                cache=node_cache_dir(control_dir.parents[2]),
+                env=env,
+                log=output,
+                holds=holds,  # the node cache's entries stay in use until the attempt ends
             )
         # Half the lease: a supervisor that dies leaves its ranks time to save, and they are gone
         # before the lease runs out and another worker may start the next attempt.
@@ -510,6 +520,7 @@ def supervise_job(
     claimed: Job | None = None,
     run_root: Path | None = None,
     node: dict[str, Any] | None = None,
+    log_root: Path | None = None,
 ) -> JobResult:
     """Claim ``job_id`` (or run the already ``claimed`` job) and run attempts until it is requeued
     by a notice (75), finished (0) or failed (the command's non-zero exit code)."""
@@ -528,6 +539,7 @@ def supervise_job(
             on_event=on_event,
             run_root=run_root,
             node=node,
+            log_root=log_root,
         )
         results.append(result)
         after = result.transition.job

@@ -936,20 +936,29 @@ def cost_ceiling(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     if not all(_counts_in_range(g) for _, g, _ in groups):
         return  # node_counts / node_count_limit report the counts; the cost of 10**400 nodes is no figure
     sizings = [sizing_for(g, t) for _, g, t in groups]
-    unknown = [s.instance_type.name for s in sizings if s.instance_type.on_demand_usd_per_hour is None]
+    # The stack's own region's prices: on-demand rates differ by region (us-west-2 is not us-east-1's).
+    regional = catalog.region_prices(spec.region)
+    if regional is None:
+        return  # no prices for the region (or not a region): plan warns that node costs are unknown
+    priced = regional.instance_types
+    unknown = [
+        s.instance_type.name
+        for s in sizings
+        if (entry := priced.get(s.instance_type.name)) is None or entry.on_demand_usd_per_hour is None
+    ]
     if unknown:
         yield Problem(
             key_path("costCeilingUsdPerHour"),
-            f"cannot check: no on-demand price in the catalog for {', '.join(sorted(set(unknown)))}; "
-            "run `gpucloud catalog refresh` or remove the ceiling",
+            f"cannot check: no on-demand price in the catalog for {', '.join(sorted(set(unknown)))} in {spec.region}; "
+            f"run `gpucloud catalog refresh --region {spec.region}` or remove the ceiling",
             ceiling,
         )
         return
-    worst = estimate_cost(sizings).on_demand.max
+    worst = estimate_cost(sizings, region=spec.region, catalog=catalog).on_demand.max
     if worst is not None and worst > ceiling:
         yield Problem(
             key_path("costCeilingUsdPerHour"),
-            f"max nodes at on-demand price cost {worst:.2f} USD/hour, above the ceiling; "
+            f"max nodes at on-demand price in {spec.region} cost {worst:.2f} USD/hour, above the ceiling; "
             "lower maxNodes or raise the ceiling",
             ceiling,
         )

@@ -33,6 +33,7 @@ RETRYABLE = frozenset(
         "BadRequest",  # FSx: a file system still being created or with an export in progress
     }
 )
+KEY_DELETION_DAYS = 7  # ScheduleKeyDeletion's PendingWindowInDays: 7 to 30
 NOT_FOUND_SUFFIXES = ("NotFound", "NotFoundException", "NoSuchEntity", "NoSuchBucket", "FileSystemNotFound")
 NOT_FOUND = frozenset({"AWS.SimpleQueueService.NonExistentQueue", "ResourceNotFoundException", "NotFound"})
 
@@ -69,8 +70,8 @@ class Deleter:
         wait = self.first_wait
         for attempt in range(1, self.attempts + 1):
             try:
-                getattr(self, "_" + found.kind.replace(":", "_").replace("-", "_"))(found)
-                return "deleted"
+                said = getattr(self, "_" + found.kind.replace(":", "_").replace("-", "_"))(found)
+                return said or "deleted"  # a kind whose deletion only starts says so
             except ClientError as err:
                 if is_not_found(err):
                     return "already gone"
@@ -174,8 +175,15 @@ class Deleter:
     def _fis_experiment_template(self, f: Found) -> None:
         self.client("fis").delete_experiment_template(id=f.ident)
 
+    def _budgets_budget(self, f: Found) -> None:
+        account = f.arn.split(":")[4]  # arn:aws:budgets::ACCOUNT:budget/NAME
+        self.client("budgets").delete_budget(AccountId=account, BudgetName=f.ident)
+
     def _sns_topic(self, f: Found) -> None:
         self.client("sns").delete_topic(TopicArn=f.arn)
+
+    def _lambda_function(self, f: Found) -> None:
+        self.client("lambda").delete_function(FunctionName=f.ident)
 
     def _cloudwatch_alarm(self, f: Found) -> None:
         self.client("cloudwatch").delete_alarms(AlarmNames=[f.ident])
@@ -210,6 +218,13 @@ class Deleter:
     def _s3_bucket(self, f: Found) -> None:
         empty_bucket(self.client("s3"), f.ident)
         self.client("s3").delete_bucket(Bucket=f.ident)
+
+    def _kms_key(self, f: Found) -> str:
+        # A key cannot be deleted at once: KMS deletes it after a waiting period of 7 to 30 days
+        # (https://docs.aws.amazon.com/kms/latest/APIReference/API_ScheduleKeyDeletion.html); the
+        # shortest, since nothing of the stack that it encrypted is left.
+        self.client("kms").schedule_key_deletion(KeyId=f.ident, PendingWindowInDays=KEY_DELETION_DAYS)
+        return f"deletion scheduled: KMS deletes it in {KEY_DELETION_DAYS} days (the shortest wait KMS allows)"
 
 
 def empty_bucket(s3: Any, bucket: str) -> None:

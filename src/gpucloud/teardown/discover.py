@@ -56,6 +56,8 @@ class Discovery:
             self.vpc_endpoints,
             self.event_rules,
             self.fis_experiment_templates,
+            self.kms_keys,
+            self.budgets,
             self.iam_roles,
             self.iam_instance_profiles,
         ):
@@ -186,6 +188,40 @@ class Discovery:
                     yield Found(
                         arn, "fis:experiment-template", template["id"], tags, template.get("creationTime"), self.region
                     )
+
+    def kms_keys(self, stack: str | None) -> Iterator[Found]:
+        """Customer managed keys (the budget and alert topics' keys): a key bills monthly until deleted.
+        AWS managed keys are AWS's; a key whose deletion is already scheduled is gone
+        (https://docs.aws.amazon.com/kms/latest/APIReference/API_KeyMetadata.html)."""
+        kms = self.client("kms")
+        for page in kms.get_paginator("list_keys").paginate():
+            for key in page.get("Keys", []):
+                meta = kms.describe_key(KeyId=key["KeyId"])["KeyMetadata"]
+                if meta.get("KeyManager") != "CUSTOMER":
+                    continue
+                tags = _tag_map(
+                    [
+                        {"Key": t["TagKey"], "Value": t["TagValue"]}
+                        for t in kms.list_resource_tags(KeyId=key["KeyId"]).get("Tags", [])
+                    ]
+                )
+                if not _has_stack(tags, stack):
+                    continue
+                if meta.get("KeyState") in ("PendingDeletion", "PendingReplicaDeletion"):
+                    self.gone.add(meta["Arn"])
+                yield Found(meta["Arn"], "kms:key", meta["KeyId"], tags, meta.get("CreationDate"), self.region)
+
+    def budgets(self, stack: str | None) -> Iterator[Found]:
+        """The stack's AWS Budgets budget (global, like IAM). DescribeBudgets gives no tags and no ARN;
+        the ARN is ``arn:aws:budgets::ACCOUNT:budget/NAME`` and ListTagsForResource takes it
+        (https://docs.aws.amazon.com/aws-cost-management/latest/APIReference/API_budgets_ListTagsForResource.html)."""
+        budgets = self.client("budgets")
+        for page in budgets.get_paginator("describe_budgets").paginate(AccountId=self.account):
+            for budget in page.get("Budgets", []):
+                arn = f"arn:aws:budgets::{self.account}:budget/{budget['BudgetName']}"
+                tags = _tag_map(budgets.list_tags_for_resource(ResourceARN=arn).get("ResourceTags"))
+                if _has_stack(tags, stack):
+                    yield Found(arn, "budgets:budget", budget["BudgetName"], tags)
 
     def iam_roles(self, stack: str | None) -> Iterator[Found]:
         iam = self.client("iam")

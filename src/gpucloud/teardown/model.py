@@ -30,12 +30,15 @@ DELETE_ORDER: tuple[str, ...] = (
     "dynamodb:table",
     "events:rule",
     "fis:experiment-template",  # gpucloud:drill's template: before the alarm and the role it names
+    "budgets:budget",  # before the topic it notifies (global, like IAM)
     "sns:topic",
+    "lambda:function",  # the budget's stop function: after the topic that invokes it
     "cloudwatch:alarm",
     "logs:log-group",
     "iam:instance-profile",
     "iam:role",
     "s3:bucket",
+    "kms:key",  # last: the topics and buckets encrypted with it are gone first (deletion is scheduled)
 )
 
 
@@ -88,7 +91,7 @@ def kind_from_arn(arn: str) -> tuple[str, str]:
         return ("s3:bucket", resource)
     if service == "sns":
         return ("sns:topic", resource)
-    if service in ("cloudwatch", "logs") and ":" in resource:
+    if service in ("cloudwatch", "logs", "lambda") and ":" in resource:
         rtype, _, name = resource.partition(":")
         return (f"{service}:{rtype}", name.removesuffix(":*"))
     rtype, sep, ident = resource.partition("/")

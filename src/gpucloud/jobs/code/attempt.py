@@ -14,14 +14,16 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
+from gpucloud.jobs.code.prune import PrunePolicy, hold, prune
 from gpucloud.jobs.code.setup_env import SetupFailed, ensure_env, with_interpreter_first
 from gpucloud.jobs.code.store import CodeUnavailable
 from gpucloud.jobs.code.unpack import cached_tree, copy_tree
 from gpucloud.jobs.model import Job
 
 WORKDIR = "workdir"
+CACHE_POLICY = PrunePolicy()  # a week unused, or a tenth of the disk free (prune.py)
 log = logging.getLogger("gpucloud.jobs")
 
 
@@ -74,15 +76,36 @@ def node_cache_dir(run_root: Path | None) -> Path:
     return (run_root.parent if run_root is not None else gpucloud_home()) / "cache"
 
 
-def prepare(job: Job, *, attempt_dir: Path, cache: Path, env: dict[str, str], log: _Log) -> Prepared:
-    """The command's working directory and environment for this attempt; ``CodeNotReady`` if not possible."""
+def prepare(
+    job: Job,
+    *,
+    attempt_dir: Path,
+    cache: Path,
+    env: dict[str, str],
+    log: _Log,
+    holds: contextlib.ExitStack | None = None,
+) -> Prepared:
+    """The command's working directory and environment for this attempt; ``CodeNotReady`` if not possible.
+
+    The cache is pruned first (``prune.py``); the entries this attempt prepares are held in use
+    until ``holds`` closes (the runner closes it when the attempt ends), so no pruner removes them."""
     spec = job.spec
+    try:
+        said = prune(cache, CACHE_POLICY).describe(cache, CACHE_POLICY)
+    except OSError as err:  # never the attempt's failure: its own preparation meets a bad disk itself
+        said = f"node cache {cache}: not pruned ({err.strerror or err})"
+    if said is not None:
+        log.supervisor(said)
     if spec.code is None and spec.setup is None:
         return Prepared(spec.workdir, env)
+    holds = holds if holds is not None else contextlib.ExitStack()  # without one: held while preparing only
     cwd = spec.workdir
     try:
         if spec.code is not None:
-            tree, cached = cached_tree(spec.code.uri, spec.code.sha256, spec.code.size_bytes, cache)
+            code = spec.code
+            tree, cached = _held(
+                lambda: cached_tree(code.uri, code.sha256, code.size_bytes, cache), lambda got: got[0].parent, holds
+            )
             workdir = attempt_dir / WORKDIR
             copy_tree(tree, workdir)
             cwd = str(workdir)
@@ -90,13 +113,18 @@ def prepare(job: Job, *, attempt_dir: Path, cache: Path, env: dict[str, str], lo
             log.supervisor(f"code {spec.code.sha256[:12]} ({spec.code.files} files, {how}) in {workdir}")
         if spec.setup is None:
             return Prepared(cwd, with_interpreter_first(env))
-        venv, cached = ensure_env(
-            spec.setup,
-            workdir=Path(cwd) if cwd is not None else Path.cwd(),
-            cache=cache,
-            code_sha256=spec.code.sha256 if spec.code is not None else None,
-            env=env,
-            sink=log,
+        setup = spec.setup
+        venv, cached = _held(
+            lambda: ensure_env(
+                setup,
+                workdir=Path(cwd) if cwd is not None else Path.cwd(),
+                cache=cache,
+                code_sha256=spec.code.sha256 if spec.code is not None else None,
+                env=env,
+                sink=log,
+            ),
+            lambda got: got[0],
+            holds,
         )
         log.supervisor(f"setup env {venv} ({'cached on this node, setup not run again' if cached else 'set up'})")
         return Prepared(cwd, with_interpreter_first(env, venv))
@@ -105,3 +133,15 @@ def prepare(job: Job, *, attempt_dir: Path, cache: Path, env: dict[str, str], lo
     except OSError as err:  # the node's disk: full, read-only, no permission
         where = f" ({err.filename})" if err.filename else ""
         raise CodeNotReady(f"cannot prepare the job's code on this node: {err.strerror}{where}") from None
+
+
+_T = TypeVar("_T")
+
+
+def _held(make: Callable[[], _T], entry_of: Callable[[_T], Path], holds: contextlib.ExitStack) -> _T:
+    """``make()``'s cache entry, held in use in ``holds``; made again if a pruner took it in between."""
+    for _ in range(3):
+        got = make()
+        if hold(entry_of(got), holds):
+            return got
+    raise CodeNotReady(f"the node cache entry {entry_of(got)} was pruned three times while this attempt prepared it")

@@ -30,10 +30,11 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import FileSystem
 from torch.distributed.checkpoint.metadata import Metadata
 
-from gpucloud.checkpoint.manifest import FileEntry, new_hasher
+from gpucloud.checkpoint.manifest import DCP_METADATA, FileEntry, ManifestError, file_digest, new_hasher, os_reason
 
 # DCP's default of one writer thread is 2-3x slower than the disk (checkpoint-performance.md
 # §1.3); 8 threads reached raw-write speed there.
@@ -210,14 +211,45 @@ def save(
     return sorted(writer.fs.written.values(), key=lambda e: e.name)
 
 
-def load(state: dict[str, Any], directory: Path, *, process_group=None) -> None:
-    """Load ``directory`` into ``state`` in place (resharding to this world size as needed)."""
-    dcp.load(
-        state,
-        storage_reader=FileSystemReader(directory),
-        process_group=process_group,
-        no_dist=not dist.is_initialized(),
-    )
+def load(state: dict[str, Any], directory: Path, *, process_group=None, verify: list[FileEntry] | None = None) -> None:
+    """Load ``directory`` into ``state`` in place (resharding to this world size as needed).
+
+    Each tensor's bytes are read straight into its tensor (``direct_read``). With ``verify`` (the
+    manifest's entries), every file is checked against its size and XXH3-64 in the same pass, the
+    files this process does not read included; a mismatch raises ``ManifestError`` after the
+    load wrote into ``state``: the caller then loads another step over it or gives up."""
+    from gpucloud.checkpoint.direct_read import DirectReader
+
+    reader = DirectReader(directory, verify=verify)
+    try:
+        dcp.load(state, storage_reader=reader, process_group=process_group, no_dist=not dist.is_initialized())
+    except CheckpointException as exc:  # DCP wraps every rank's failure; a bad file is ours to name
+        for failure, _trace in exc.failures.values():
+            if isinstance(failure, (ManifestError, OSError)):
+                raise ManifestError(_one_line(failure, directory)) from None
+        raise
+    if verify is not None:
+        unread = [e for e in verify if e.name not in reader.files_read and e.name != DCP_METADATA]
+        for entry in unread:  # another rank's RNG, say: verified all the same, so the step is whole
+            _check_file(directory, entry)
+
+
+def _one_line(failure: BaseException, directory: Path) -> str:
+    if isinstance(failure, ManifestError):
+        return str(failure)
+    assert isinstance(failure, OSError)
+    return f"{directory}: {Path(failure.filename or '?').name} cannot be read ({os_reason(failure)})"
+
+
+def _check_file(directory: Path, entry: FileEntry) -> None:
+    try:
+        size, digest = file_digest(directory / entry.name)
+    except OSError as exc:
+        raise ManifestError(f"{directory}: {entry.name} cannot be read ({os_reason(exc)})") from None
+    if size != entry.size:
+        raise ManifestError(f"{directory}: {entry.name} has {size} bytes, manifest says {entry.size}")
+    if digest != entry.xxh3:
+        raise ManifestError(f"{directory}: {entry.name} checksum {digest} does not match manifest {entry.xxh3}")
 
 
 def read_metadata(directory: Path) -> Metadata:

@@ -1,6 +1,6 @@
 """S3 checkpoint readers on one local S3 endpoint, in one run: how a restore should fetch a step.
 
-    .venv/bin/python benchmarks/bench_s3_readers.py [--size-mb 256] [--reps 3] [--concurrency 16]
+    .venv/bin/python benchmarks/bench_s3_readers.py [--size-mb 256] [--reps 3] [--concurrency 32] [--range-mb 64]
 
 One committed checkpoint (weights + AdamW moments, saved by ``TrainingSession`` to
 ``s3://bench-checkpoints/ckpt``) is read back with each reader, round-robin so that drift on a
@@ -10,7 +10,7 @@ shared machine hits all of them alike. MB/s are of the step's bytes (10**6 bytes
   64 MiB parts, 32 at a time) into a local directory, which restore then verifies and loads.
 * ``gpucloud_restore``: ``gpucloud.checkpoint.load`` end to end from S3 into the model: download,
   XXH3 of every file, load (what a resume on a fresh node does).
-* ``ranged_get_memory``: parallel ranged GETs (8 MiB) of every file straight into preallocated
+* ``ranged_get_memory``: parallel ranged GETs (``--range-mb``) of every file straight into preallocated
   memory, no disk: the transport's ceiling for a reader that fills the tensors in place.
 * ``s3torchconnector``: AWS's DCP reader ``S3StorageReader`` loading the step straight into the
   model's tensors (its own ranged GETs through the CRT).
@@ -52,13 +52,16 @@ BUCKET = "bench-checkpoints"
 PREFIX = "ckpt"
 JOB = "bench"
 REGION = FAKE_AWS["AWS_DEFAULT_REGION"]
-RANGE = 8 * 1024 * 1024
 
 
-def ranged_get_into_memory(client, keys: dict[str, int], concurrency: int) -> int:
+def ranged_get_into_memory(client, keys: dict[str, int], concurrency: int, range_bytes: int) -> int:
     """Every object fetched with parallel ranged GETs into one preallocated buffer per object."""
     buffers = {key: bytearray(size) for key, size in keys.items()}
-    jobs = [(key, start, min(start + RANGE, size)) for key, size in keys.items() for start in range(0, size, RANGE)]
+    jobs = [
+        (key, start, min(start + range_bytes, size))
+        for key, size in keys.items()
+        for start in range(0, size, range_bytes)
+    ]
 
     def fetch(job: tuple[str, int, int]) -> int:
         key, start, end = job
@@ -142,7 +145,10 @@ def run(args: argparse.Namespace) -> dict:
                 "gpucloud_restore", lambda d=local: gpucloud_load(uri, model, optimizer, job_id=JOB, local_dir=str(d))
             )
             shutil.rmtree(local, ignore_errors=True)
-            timed("ranged_get_memory", lambda: ranged_get_into_memory(client, keys, args.concurrency))
+            timed(
+                "ranged_get_memory",
+                lambda: ranged_get_into_memory(client, keys, args.concurrency, args.range_mb * 1024 * 1024),
+            )
             timed("s3torchconnector", lambda: s3torch_load(model, optimizer, f"{uri}/{JOB}/step-1"))
     mbps = {name: round(step_bytes / statistics.median(ts) / 1e6, 1) for name, ts in times.items()}
     best = {name: round(step_bytes / min(ts) / 1e6, 1) for name, ts in times.items()}
@@ -173,7 +179,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-mb", type=int, default=256, help="state size in MB (default 256)")
     parser.add_argument("--reps", type=int, default=3, help="repetitions per reader, round-robin (default 3)")
-    parser.add_argument("--concurrency", type=int, default=16, help="parallel ranged GETs (default 16)")
+    parser.add_argument("--concurrency", type=int, default=32, help="parallel ranged GETs (default 32, as boto3's)")
+    parser.add_argument("--range-mb", type=int, default=64, help="bytes per ranged GET, MiB (default 64, as boto3's)")
     parser.add_argument("--dir", type=Path, default=None, help="scratch directory (default: the system temp dir)")
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"report path (default {RESULTS})")
     args = parser.parse_args()

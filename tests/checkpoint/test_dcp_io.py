@@ -208,3 +208,32 @@ def test_a_single_process_restore_hashes_each_data_file_once_while_loading(tmp_p
     again.finish()
     assert [p.rsplit("/", 1)[1] for p in hashed_apart] == [".metadata"]  # data files: hashed by the load
     assert all(torch.equal(a, b) for a, b in zip(fresh.parameters(), model.parameters(), strict=True))
+
+
+def test_a_step_that_fails_its_hash_mid_load_leaves_the_previous_step_whole(tmp_path):
+    from gpucloud.checkpoint import TrainingSession, load
+
+    def build() -> torch.nn.Module:
+        torch.manual_seed(3)
+        return torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Linear(32, 4))
+
+    model = build()
+    sess = TrainingSession(model, None, checkpoint_uri=str(tmp_path), job_id="j", writer_threads=1)
+    sess.restore()
+    sess.save_now(2)
+    step2 = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    sess.save_now(4)
+    sess.finish()
+    # The last bytes of step 4's only data file: every tensor of it is read (into the model)
+    # before its hash can fail.
+    shard = next((tmp_path / "j" / "step-4").glob("*.distcp"))
+    _flip_byte(shard, shard.stat().st_size - 1)
+    fresh = build()
+    with torch.no_grad():
+        for p in fresh.parameters():
+            p.fill_(7.0)
+    assert load(str(tmp_path / "j"), fresh) == 2
+    assert all(torch.equal(v, step2[k]) for k, v in fresh.state_dict().items())

@@ -19,7 +19,7 @@ import torch
 
 from gpucloud.checkpoint import dcp_io, layout, state
 from gpucloud.checkpoint.session import check_fits, validate_extra_state
-from gpucloud.checkpoint.store import CheckpointStore
+from gpucloud.checkpoint.store import CheckpointStore, Resolved
 from gpucloud.errors import UserError
 
 
@@ -42,26 +42,40 @@ def load(
     root, job = split_job_uri(uri, job_id)
     extra = validate_extra_state(extra_state)
     store = CheckpointStore(root, job, local_dir=local_dir)
-    resolved = store.resolve()
+
+    def load_into_model(candidate: Resolved) -> None:
+        keys = dcp_io.saved_keys(candidate.directory)
+        present = {k.split(".", 3)[2] for k in keys if k.startswith("extra.rank0.")}
+        missing = sorted(extra.keys() - present)
+        if missing:
+            raise UserError(
+                f"checkpoint {candidate.directory} has no state for extra_state {missing}; it has {sorted(present)}"
+            )
+        target: dict[str, Any] = state.capture(model, optimizer, extra, rank=0, step=0)
+        target.pop("rng")
+        if not extra:
+            target.pop("extra")
+        sections = ("model.", "optim.") if optimizer is not None else ("model.",)
+        check_fits(target, candidate.directory, sections=sections)
+        # Hashed as read when only the metadata was checked (one pass); a file that does not
+        # verify raises ManifestError and the previous committed step is tried.
+        verify = None if candidate.data_verified else candidate.manifest.files
+        dcp_io.load(target, candidate.directory, verify=verify)
+        state.apply_weights(target, model, optimizer, extra, source_rank=0)
+
+    # With a process group, every rank loads: rank-local verification would let ranks disagree
+    # on the step, so the files are all verified first, then loaded.
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        resolved = store.resolve()
+        if resolved is not None:
+            load_into_model(resolved)
+    else:
+        resolved = store.resolve(load=load_into_model)
     if resolved is None:
         raise UserError(
             f"no committed checkpoint of job {job} under {store.durable_description()} (no LATEST there); "
             "give the job's directory <checkpoint-uri>/<job-id>, or the checkpoint root with job_id="
         )
-    keys = dcp_io.saved_keys(resolved.directory)
-    present = {k.split(".", 3)[2] for k in keys if k.startswith("extra.rank0.")}
-    missing = sorted(extra.keys() - present)
-    if missing:
-        raise UserError(
-            f"checkpoint {resolved.directory} has no state for extra_state {missing}; it has {sorted(present)}"
-        )
-    target: dict[str, Any] = state.capture(model, optimizer, extra, rank=0, step=0)
-    target.pop("rng")
-    if not extra:
-        target.pop("extra")
-    check_fits(target, resolved.directory, sections=("model.", "optim.") if optimizer is not None else ("model.",))
-    dcp_io.load(target, resolved.directory)
-    state.apply_weights(target, model, optimizer, extra, source_rank=0)
     return resolved.step
 
 

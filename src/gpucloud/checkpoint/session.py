@@ -33,10 +33,10 @@ from torch.distributed.checkpoint.api import CheckpointException
 from gpucloud import control, jobenv
 from gpucloud.checkpoint import commit as commit_protocol
 from gpucloud.checkpoint import dcp_io, fit, state
-from gpucloud.checkpoint.manifest import Manifest, ManifestError, verify_directory
+from gpucloud.checkpoint.manifest import FileEntry, Manifest, ManifestError, verify_directory
 from gpucloud.checkpoint.policy import SaveHistory, SavePolicy, should_save
 from gpucloud.checkpoint.ranks import Ranks
-from gpucloud.checkpoint.store import CheckpointStore, FencedError
+from gpucloud.checkpoint.store import CheckpointStore, FencedError, Resolved
 from gpucloud.checkpoint.tiers import S3Tier
 from gpucloud.errors import UserError
 from gpucloud.training_metrics import SessionMeter
@@ -149,11 +149,20 @@ class TrainingSession:
         failure: Exception | None = None
         resolved = None
         decision: dict[str, Any] = {}
+        loaded: list[tuple[int, list[str]]] = []
+        load_while_resolving = None
+        if not self.ranks.distributed:
+            # One process: each candidate is loaded as it is checked, its files hashed as they
+            # are read (one pass); a file that does not verify makes the previous step tried.
+            def load_while_resolving(candidate: Resolved) -> None:
+                verify = None if candidate.data_verified else candidate.manifest.files
+                loaded.append(self._load(candidate.directory, verify=verify))
+
         if self.ranks.rank == 0:
             try:
                 if self.attempt_token is not None:
                     self.store.claim(self.attempt_token)  # from now on, older attempts cannot commit
-                resolved = self.store.resolve()
+                resolved = self.store.resolve(load=load_while_resolving)
                 decision = (
                     {"step": None}
                     if resolved is None
@@ -184,7 +193,7 @@ class TrainingSession:
             )
             if isinstance(self.store.durable, S3Tier) and self.ranks.distributed:
                 self.ranks.barrier()  # downloads by each node's first rank are complete
-            step, missing_extra = self._load(directory)
+            step, missing_extra = loaded[-1] if loaded else self._load(directory)
             self.data_position = self._data_position(missing_extra, manifest.world_size)
             source_tier = decision["tier"]
             self.last_committed = step
@@ -240,8 +249,9 @@ class TrainingSession:
             return local
         return self.store.durable.step_path(self.store.job_id, step)
 
-    def _load(self, directory: Path) -> tuple[int, list[str]]:
-        """Load ``directory``; return its step and the extra_state names it had no state for."""
+    def _load(self, directory: Path, *, verify: list[FileEntry] | None = None) -> tuple[int, list[str]]:
+        """Load ``directory``; return its step and the extra_state names it had no state for.
+        ``verify``: the manifest's entries, checked as the files are read (ManifestError)."""
         keys = dcp_io.saved_keys(directory)
         rank = self.ranks.rank
         source_rank = rank if f"rng.rank{rank}.torch" in keys else 0
@@ -257,7 +267,7 @@ class TrainingSession:
         )
         check_fits(target, directory, sections=fit.CHECKED_SECTIONS)
         try:
-            dcp_io.load(target, directory, process_group=self.ranks.checkpoint_group)
+            dcp_io.load(target, directory, process_group=self.ranks.checkpoint_group, verify=verify)
         except CheckpointException as exc:  # a BaseException: `except Exception` misses it
             raise UserError(f"checkpoint {directory} does not fit this model/optimizer: {_root_cause(exc)}") from None
         step = state.apply(target, self.model, self.optimizer, restorable, source_rank=source_rank)

@@ -12,6 +12,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 from gpucloud.checkpoint import latest as latest_format
 from gpucloud.checkpoint import layout
@@ -93,6 +94,8 @@ class Resolved:
     directory: Path  # where DCP reads it (a local copy for S3)
     manifest: Manifest
     manifest_bytes: bytes  # exactly as committed (what LATEST's checksum covers)
+    # False: every file but DCP's metadata still has to be hashed, by the load that reads them.
+    data_verified: bool = True
 
 
 class CheckpointStore:
@@ -137,9 +140,16 @@ class CheckpointStore:
     def committed_durable(self) -> list[int]:
         return self.durable.committed_steps(self.job_id)
 
-    def resolve(self, *, verify_checksums: bool = True) -> Resolved | None:
+    def resolve(
+        self, *, verify_checksums: bool = True, load: Callable[[Resolved], object] | None = None
+    ) -> Resolved | None:
         """The newest committed checkpoint that verifies, from the local tier when it has a
-        valid copy, else from the durable tier; None when the job has no checkpoint."""
+        valid copy, else from the durable tier; None when the job has no checkpoint.
+
+        ``load`` is called with each candidate that passed every other check; it loads it, and
+        (with ``verify_checksums``) checks the data files' XXH3 as it reads them, which this
+        then leaves to it (``dcp_io.load(verify=...)``): every byte is read once. A ManifestError
+        from it rejects the candidate like any other failed check, and the next one is tried."""
         record = self.latest_record()
         latest = None if record is None else record.step
         committed = self.committed_durable()
@@ -152,7 +162,7 @@ class CheckpointStore:
             )
         for step in candidates:
             expected = None if record is None else record.manifest_digest(step)
-            resolved = self._resolve_step(step, expected, verify_checksums)
+            resolved = self._resolve_step(step, expected, verify_checksums, load)
             if resolved is not None:
                 return resolved
         if candidates:
@@ -162,24 +172,40 @@ class CheckpointStore:
             )
         return None
 
-    def _resolve_step(self, step: int, expected_digest: str | None, verify_checksums: bool) -> Resolved | None:
+    def _resolve_step(
+        self,
+        step: int,
+        expected_digest: str | None,
+        verify_checksums: bool,
+        load: Callable[[Resolved], object] | None,
+    ) -> Resolved | None:
+        # With a loader that hashes as it reads, only DCP's metadata is hashed here.
+        checks: bool | Literal["metadata"] = "metadata" if verify_checksums and load is not None else verify_checksums
         if self.local is not None:
             directory = self.local.step_path(self.job_id, step)
             if _is_dir(directory):
                 try:
-                    manifest, raw = self._verify_copy(directory, step, expected_digest, verify_checksums)
-                    return Resolved(step, "local", directory, manifest, raw)
+                    manifest, raw = self._verify_copy(directory, step, expected_digest, checks)
+                    resolved = Resolved(step, "local", directory, manifest, raw, data_verified=checks is True)
+                    if load is not None:
+                        load(resolved)
+                    return resolved
                 except ManifestError as exc:
                     log.warning("local copy not usable, reading the durable tier: %s", exc)
                 except OSError as exc:  # verified, but keeping it failed (e.g. the local disk is full)
                     log.warning("local copy not usable, reading the durable tier: %s: %s", directory, os_reason(exc))
         try:
-            if isinstance(self.durable, S3Tier):
+            if isinstance(self.durable, S3Tier):  # hashed as it is checked after the download
                 directory, manifest, raw = self._download_verified(step, expected_digest, verify_checksums)
+                verified = verify_checksums
             else:
                 directory = self.durable.step_path(self.job_id, step)
-                manifest, raw = self._verify_copy(directory, step, expected_digest, verify_checksums)
-            return Resolved(step, "durable", directory, manifest, raw)
+                manifest, raw = self._verify_copy(directory, step, expected_digest, checks)
+                verified = checks is True
+            resolved = Resolved(step, "durable", directory, manifest, raw, data_verified=verified)
+            if load is not None:
+                load(resolved)
+            return resolved
         except ManifestError as exc:
             log.warning("skipping %s: %s", layout.step_dir(step), exc)
             return None
@@ -188,7 +214,7 @@ class CheckpointStore:
             return None
 
     def _verify_copy(
-        self, directory: Path, step: int, expected_digest: str | None, verify_checksums: bool
+        self, directory: Path, step: int, expected_digest: str | None, verify_checksums: bool | Literal["metadata"]
     ) -> tuple[Manifest, bytes]:
         """A step directory is valid only if its manifest is the one LATEST recorded (when it
         recorded one), names this job and step, lists every file in the directory, every listed
@@ -196,7 +222,7 @@ class CheckpointStore:
         raw = read_manifest_bytes(directory)
         manifest = self._trusted_manifest(raw, str(directory), step, expected_digest)
         verify_directory(directory, manifest, checksums=verify_checksums)
-        if verify_checksums:
+        if verify_checksums:  # True or "metadata": the metadata verified, so it may be read
             check_dcp_references(directory, manifest)
         return manifest, raw
 

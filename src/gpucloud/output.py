@@ -95,7 +95,10 @@ def iso_times(data: Any) -> Any:
 def _iso_if_time(key: object, value: Any) -> Any:
     numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
     if is_time_key(key) and numeric and math.isfinite(value):
-        return iso_time(value)
+        try:
+            return iso_time(value)
+        except (OverflowError, ValueError, OSError):  # beyond year 9999 (a row edited to 1e308): the number
+            return value
     return iso_times(value)
 
 

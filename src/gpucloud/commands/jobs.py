@@ -15,7 +15,21 @@ _STATES = ("queued", "running", "finished", "failed", "cancelled")
 
 
 def _when(epoch: float | None) -> str:
-    return "" if epoch is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+    """Local time of ``epoch``; a time no calendar holds (a row edited to 1e308, NaN) shown as a number."""
+    if epoch is None:
+        return ""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+    except (OverflowError, ValueError, OSError):
+        return f"{epoch!r} (not a time)"
+
+
+def _clock(epoch: float) -> str:
+    """``HH:MM:SS.mmm`` local time, for the timeline; as ``_when`` for a time no calendar holds."""
+    try:
+        return time.strftime("%H:%M:%S", time.localtime(epoch)) + f".{int(epoch % 1 * 1000):03d}"
+    except (OverflowError, ValueError, OSError):
+        return _when(epoch)
 
 
 def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -629,7 +643,7 @@ def render_report(report) -> None:
         ["time", "attempt", "event", "detail"],
         [
             [
-                time.strftime("%H:%M:%S", time.localtime(e.at)) + f".{int(e.at % 1 * 1000):03d}",
+                _clock(e.at),
                 e.attempt,
                 e.kind,
                 e.detail,

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
+from gpucloud.jobs.code.setup_env import PRIVATE as PRIVATE_ENV
 from gpucloud.jobs.code.setup_env import SetupFailed, ensure_env, with_interpreter_first
 from gpucloud.jobs.code.store import CodeUnavailable
 from gpucloud.jobs.code.unpack import cached_tree, copy_tree
@@ -97,8 +98,10 @@ def prepare(job: Job, *, attempt_dir: Path, cache: Path, env: dict[str, str], lo
             code_sha256=spec.code.sha256 if spec.code is not None else None,
             env=env,
             sink=log,
+            into=attempt_dir / PRIVATE_ENV,
         )
-        log.supervisor(f"setup env {venv} ({'cached on this node, setup not run again' if cached else 'set up'})")
+        how = "cached on this node, setup not run again" if cached else "set up"
+        log.supervisor(f"setup env {venv} ({how}; a private copy of the node's sealed env)")
         return Prepared(cwd, with_interpreter_first(env, venv))
     except (CodeUnavailable, SetupFailed) as err:
         raise CodeNotReady(str(err)) from None

@@ -46,6 +46,9 @@ def open_regular(path: str | os.PathLike[str], *, follow_links: bool = True) -> 
     except OSError as err:
         if err.errno == errno.ELOOP and not follow_links:
             raise NotRegularFile(errno.ELOOP, "a symbolic link, not a regular file", str(path)) from None
+        if err.errno == errno.ENXIO:  # a socket (or a FIFO opened for writing): cannot be opened at all
+            mode = os.stat(path).st_mode
+            raise NotRegularFile(errno.ENXIO, f"{_kind(mode)}, not a regular file", str(path)) from None
         raise
     try:
         mode = os.fstat(fd).st_mode

@@ -11,11 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from test_restore_faults import _copy, _restore, committed_job, tiny_job_module  # noqa: F401 - fixtures
 
 from gpucloud.checkpoint import load
 from gpucloud.errors import UserError
-
-from test_restore_faults import _copy, _restore, committed_job, tiny_job_module  # noqa: F401 - fixtures
 
 DEADLINE_S = 30.0
 
@@ -69,7 +68,7 @@ def _within_deadline(work: Callable[[], object]) -> BaseException | None:
 
 
 @pytest.mark.parametrize("name", sorted(FAULTS))
-def test_latest_that_is_not_a_regular_file_is_one_line_at_once(committed_job, tmp_path, tiny_job_module, name):  # noqa: F811
+def test_latest_that_is_not_a_regular_file_is_one_line_at_once(committed_job, tmp_path, tiny_job_module, name):
     uri, job_dir = _copy(committed_job, tmp_path / "ck")
     (job_dir / "LATEST").unlink()
     FAULTS[name](job_dir / "LATEST")

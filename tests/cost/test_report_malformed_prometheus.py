@@ -57,7 +57,7 @@ def _report(capsys, tmp_path: Path, url: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("name", sorted(BAD_SAMPLES))
-def test_a_bad_sample_is_left_out_and_the_good_ones_count(prometheus, tmp_path, capsys, name):  # noqa: F811
+def test_a_bad_sample_is_left_out_and_the_good_ones_count(prometheus, tmp_path, capsys, name):
     url, state = prometheus
     state.answer = _answer(BAD_SAMPLES[name](time.time()), now=time.time())
     state.answer = json.dumps(state.answer).replace("1e+400", "1e400").encode()
@@ -84,7 +84,7 @@ RAW_ANSWERS = {
 
 
 @pytest.mark.parametrize("name", sorted(RAW_ANSWERS))
-def test_a_malformed_answer_is_a_report_or_one_line(prometheus, tmp_path, capsys, name):  # noqa: F811
+def test_a_malformed_answer_is_a_report_or_one_line(prometheus, tmp_path, capsys, name):
     url, state = prometheus
     state.answer = RAW_ANSWERS[name]
     code, out, err = _report(capsys, tmp_path, url)

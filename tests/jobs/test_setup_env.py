@@ -83,7 +83,9 @@ def test_setup_runs_once_per_requirements_hash_and_the_command_sees_the_venv_fir
     first, second = (json.loads((tmp_path / f"report-{n}.json").read_text()) for n in (1, 2))
     # each attempt runs in a private copy of the node's cached env, in its own attempt directory
     assert first["prefix"] != second["prefix"]
-    assert all(Path(r["prefix"]).name == "venv" and (Path(r["prefix"]) / "pyvenv.cfg").is_file() for r in (first, second))
+    assert all(
+        Path(r["prefix"]).name == "venv" and (Path(r["prefix"]) / "pyvenv.cfg").is_file() for r in (first, second)
+    )
     assert first["python"] == str(Path(first["prefix"]) / "bin" / "python")  # the venv's python comes first
     assert first["virtual_env"] == first["prefix"]
     assert first["tiny"] == "from the job's wheel"

@@ -144,9 +144,7 @@ def utilisation_from_matrix(
     neither crashes the report nor skews it."""
     if not isinstance(body, dict) or body.get("status") != "success":
         error = body.get("error") if isinstance(body, dict) else None
-        raise UserError(
-            f"Prometheus at {source} answered the utilisation query with an error: {_short(error or body)}"
-        )
+        raise UserError(f"Prometheus at {source} answered the utilisation query with an error: {_short(error or body)}")
     data = body.get("data")
     if not isinstance(data, dict) or data.get("resultType") != "matrix":
         kind = data.get("resultType") if isinstance(data, dict) else type(data).__name__

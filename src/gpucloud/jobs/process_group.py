@@ -161,7 +161,9 @@ class CommandNotFound(Exception):
 
 # The guard imports the very gpucloud this process runs (a checkout on PYTHONPATH included), not
 # whichever one ``-I`` would find installed.
-_GUARD_ENTRY = "import sys; sys.path.insert(0, sys.argv.pop(1)); from gpucloud.jobs.guard import main; main(sys.argv[1:])"
+_GUARD_ENTRY = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); from gpucloud.jobs.guard import main; main(sys.argv[1:])"
+)
 
 
 def _guarded(argv: list[str], save_grace: float) -> list[str]:

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
+from typing import Any, TypeVar
 
 from gpucloud import payload
 from gpucloud.aws_ids import check_hook_name, check_instance_id, check_name, check_token
@@ -230,9 +230,10 @@ def _eventbridge(event: dict[str, Any], now: float, rules: QueueRules) -> Notice
     return _unless_stale(_lifecycle(detail, emitted, now, rules, meta, what=detail_type), emitted, now, rules)
 
 
-def _unless_stale(
-    parsed: Notice | Skipped | ReservationExpiring, emitted: float, now: float, rules: QueueRules
-) -> Notice | Skipped | ReservationExpiring:
+_Parsed = TypeVar("_Parsed", Notice, Skipped, ReservationExpiring, Notice | Skipped)
+
+
+def _unless_stale(parsed: _Parsed, emitted: float, now: float, rules: QueueRules) -> _Parsed | Skipped:
     """``parsed``, or a skip when it is stale: its deadline, or (no deadline) its event time, is more
     than ``rules.stale_after`` in the past. Checked after the body is read whole, so a stale event
     is still refused when it is malformed."""

@@ -298,7 +298,9 @@ def _make_handler(emu: ImdsEmulator) -> type[BaseHTTPRequestHandler]:
                 length = int(declared) if len(declared) <= 18 else MAX_CONTROL_BODY + 1
                 if length > MAX_CONTROL_BODY:
                     self.close_connection = True
-                    raise ControlRequestError(f"body of {declared[:40]} bytes is over the {MAX_CONTROL_BODY}-byte limit")
+                    raise ControlRequestError(
+                        f"body of {declared[:40]} bytes is over the {MAX_CONTROL_BODY}-byte limit"
+                    )
                 raw = self.rfile.read(length) if length else b""
                 # parse_json: a 5000-digit number or deep nesting is this one line too
                 body = parse_json(raw, f"{name}: body", ControlRequestError) if raw.strip() else {}

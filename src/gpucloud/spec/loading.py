@@ -21,10 +21,10 @@ from pydantic import BaseModel, ValidationError
 from gpucloud.catalog import Catalog, load_catalog
 from gpucloud.errors import UserError
 from gpucloud.payload import parse_json
+from gpucloud.regular_files import read_regular
 from gpucloud.spec import rules
 from gpucloud.spec.model import ClusterSpec
 from gpucloud.spec.problems import MAX_PROBLEMS, Problem, key_path, short_repr
-from gpucloud.regular_files import read_regular
 from gpucloud.spec.safe_yaml import MAX_TEXT_CHARS, load_yaml
 
 PROJECT = "gpucloud"

@@ -60,7 +60,8 @@ class _BoundedLoader(yaml.SafeLoader):
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         if not isinstance(node, MappingNode):  # e.g. '!!set [1]', '!!map [1]': a tag that wants a mapping
-            raise _Refused(f"{_tag_name(node.tag)} needs a mapping, but found a {node.id}", node.start_mark)
+            found = getattr(node, "id", "node")
+            raise _Refused(f"{_tag_name(node.tag)} needs a mapping, but found a {found}", node.start_mark)
         seen: dict[Any, Node] = {}
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":  # '<<: *defaults' may be overridden: not a duplicate
@@ -89,7 +90,7 @@ class _BoundedLoader(yaml.SafeLoader):
                 f"cannot read the value {_quote(value)} ({_first_line(str(err).split(';')[0])})", node.start_mark
             ) from None
         except (KeyError, IndexError, AttributeError, TypeError):  # an explicit tag that does not fit
-            shown = node.value if isinstance(node, ScalarNode) else f"a {node.id}"
+            shown = node.value if isinstance(node, ScalarNode) else f"a {getattr(node, 'id', 'node')}"
             raise _Refused(
                 f"the value {_quote(shown)} cannot be read as {_tag_name(node.tag)}", node.start_mark
             ) from None

@@ -28,11 +28,18 @@ Only this module knows the file names; both sides call the functions below.
 from __future__ import annotations
 
 import json
+import logging
+import math
 import os
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from gpucloud.payload import parse_json
+from gpucloud.regular_files import read_regular
+
+log = logging.getLogger("gpucloud.control")
 
 PREEMPT = "preempt"
 SAVE = "save"
@@ -43,6 +50,20 @@ PROGRESS = "progress"
 FINISHED = "finished"
 
 ALL_FILES = (PREEMPT, SAVE, ACK, COMMITTED, RESUMED, PROGRESS, FINISHED)
+
+# What a reader accepts. The files are written by the job's own processes, so a reader (the
+# supervisor, the agent's /metrics, which hold locks while they read) must survive anything in them:
+# the largest file gpucloud writes is the progress file with its histograms, a few KiB.
+MAX_FILE_BYTES = 1 << 20
+MAX_DEPTH = 16  # gpucloud's files nest 4 deep
+INT_RANGE = (-(2**63), 2**63 - 1)  # what SQLite, DynamoDB and a float-based exporter can all hold
+
+
+class UnreadableControlFile(ValueError):
+    pass
+
+
+_warned: set[str] = set()
 
 
 def write(control_dir: str | os.PathLike[str], name: str, payload: dict[str, Any]) -> Path:
@@ -70,15 +91,47 @@ def write(control_dir: str | os.PathLike[str], name: str, payload: dict[str, Any
 
 
 def read(control_dir: str | os.PathLike[str] | None, name: str) -> dict[str, Any] | None:
-    """The JSON in ``control_dir/name``, or None when it is absent (or unreadable mid-replace)."""
+    """The JSON object in ``control_dir/name``, or None when it is absent or not one gpucloud could
+    have written: not a regular file (a FIFO would block the reader), over ``MAX_FILE_BYTES``, not
+    UTF-8 JSON, nested deeper than ``MAX_DEPTH``, or holding a number outside ``INT_RANGE`` or not
+    finite. Such a file is logged once and otherwise ignored: one job's file never stops a reader."""
     if not control_dir:
         return None
+    path = Path(control_dir) / name
     try:
-        with open(Path(control_dir) / name) as fh:
-            data = json.load(fh)
-    except (FileNotFoundError, json.JSONDecodeError, IsADirectoryError):
+        data = parse_json(read_regular(path, MAX_FILE_BYTES), f"control file {path}", UnreadableControlFile)
+        if not isinstance(data, dict):
+            raise UnreadableControlFile(f"control file {path} is JSON {type(data).__name__}, not an object")
+        check_plain(data, f"control file {path}")
+    except FileNotFoundError:
         return None
-    return data if isinstance(data, dict) else None
+    except (OSError, UnreadableControlFile) as err:
+        text = f"{path}: {err.strerror}" if isinstance(err, OSError) and err.strerror else str(err)
+        if text not in _warned and len(_warned) < 1000:
+            _warned.add(text)
+            log.warning("ignoring %s", text[:300])
+        return None
+    return data
+
+
+def check_plain(data: Any, what: str) -> None:
+    """UnreadableControlFile unless ``data`` nests at most ``MAX_DEPTH`` deep and its numbers are
+    integers in ``INT_RANGE`` or finite floats. Iterative: a deep document must not exhaust the stack."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth > MAX_DEPTH:
+                raise UnreadableControlFile(f"{what} nests deeper than {MAX_DEPTH}")
+            items = value.values() if isinstance(value, dict) else value
+            stack.extend((item, depth + 1) for item in items)
+        elif isinstance(value, bool) or value is None or isinstance(value, str):
+            continue
+        elif isinstance(value, int):
+            if not INT_RANGE[0] <= value <= INT_RANGE[1]:
+                raise UnreadableControlFile(f"{what} holds an integer outside the 64-bit range")
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise UnreadableControlFile(f"{what} holds {value}, not a finite number")
 
 
 def exists(control_dir: str | os.PathLike[str] | None, name: str) -> bool:

@@ -10,6 +10,9 @@ CHECKPOINT_URI = "GPUCLOUD_CHECKPOINT_URI"
 CONTROL_DIR = "GPUCLOUD_CONTROL_DIR"
 # Optional: a node-local fast tier (NVMe) for the checkpoint store; unset means durable only.
 LOCAL_CHECKPOINT_DIR = "GPUCLOUD_LOCAL_CHECKPOINT_DIR"
+# Set by the guard (jobs/guard.py) for the command it runs: the processes below it are part of an
+# attempt's tree, and a training session there asks to die with its launcher (lifeline.py).
+GUARD_PID = "GPUCLOUD_GUARD_PID"
 
 EXIT_OK = 0
 EXIT_REQUEUED = 75  # EX_TEMPFAIL: checkpointed and requeued

@@ -12,6 +12,37 @@ import click
 
 OUTPUT_OPTION_HELP = "Output format: a human-readable table, or JSON for scripts."
 
+# Characters a terminal acts on rather than shows: C0 controls (ESC starts the sequences that move
+# the cursor, retitle the window or, with OSC 52, write the reader's clipboard), DEL, C1 controls
+# (0x9b is a one-byte CSI on some terminals) and the Unicode bidirectional overrides that reorder
+# what is read. Text from a job (its name, command, output, failure reason, event kinds) can hold
+# any of them, and anyone reading a shared queue would run them.
+_BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+_UNSAFE = frozenset([chr(c) for c in range(0x20)] + [chr(c) for c in range(0x7F, 0xA0)] + list(_BIDI))
+
+
+def terminal_safe(text: str, keep: str = "") -> str:
+    """``text`` with every character a terminal would act on shown as an escape (``\\x1b``,
+    ``\\u202e``) instead; the characters in ``keep`` (e.g. newline) pass as they are. For what is
+    printed to a person; files and JSON keep the raw text."""
+    if not any(ch in _UNSAFE and ch not in keep for ch in text):
+        return text
+    out = []
+    for ch in text:
+        if ch in _UNSAFE and ch not in keep:
+            out.append(f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def plain_markup(text: object) -> str:
+    """Untrusted text made safe to put inside a rich markup string: terminal controls escaped, and
+    ``[`` escaped so that a name like ``[/x]`` is printed, not read as a (broken) style tag."""
+    from rich.markup import escape
+
+    return escape(terminal_safe(str(text), keep="\n"))
+
 
 def output_option(default: str = "table"):
     """The ``--output table|json`` option every listing command takes."""
@@ -64,7 +95,10 @@ def iso_times(data: Any) -> Any:
 def _iso_if_time(key: object, value: Any) -> Any:
     numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
     if is_time_key(key) and numeric and math.isfinite(value):
-        return iso_time(value)
+        try:
+            return iso_time(value)
+        except (OverflowError, ValueError, OSError):  # beyond year 9999 (a row edited to 1e308): the number
+            return value
     return iso_times(value)
 
 
@@ -77,14 +111,25 @@ FOLD_FLOOR = 8  # narrowest a folding column is squeezed to before columns are l
 
 
 def print_table(
-    title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]], *, console: Any = None
+    title: str | None,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    *,
+    console: Any = None,
+    markup: bool = True,
 ) -> None:
-    """A rich table that fits the terminal without cutting a value of ``KEY_COLUMNS``."""
+    """A rich table that fits the terminal without cutting a value of ``KEY_COLUMNS``. Terminal
+    controls in cells are always shown escaped (``terminal_safe``); ``markup=False`` for cells that
+    hold data rather than our own styling, so a ``[`` in them is printed as it is."""
     from rich.console import Console
     from rich.table import Table
 
     console = console or Console()
-    cells = [["" if v is None else str(v) for v in row] for row in rows]
+    cells = [["" if v is None else terminal_safe(str(v), keep="\n") for v in row] for row in rows]
+    if not markup:
+        from rich.markup import escape
+
+        cells = [[escape(c) for c in row] for row in cells]
     natural = [
         max([len(col)] + [_longest_line(row[i]) for row in cells if i < len(row)]) for i, col in enumerate(columns)
     ]

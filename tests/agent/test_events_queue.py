@@ -62,6 +62,7 @@ class Recorder:
 
 
 def consumer(sqs, url: str, handler, **kwargs) -> EventsQueueConsumer:
+    kwargs.setdefault("clock", s.read_soon_after)
     return EventsQueueConsumer(sqs, url, on_notice=handler, wait_seconds=1, visibility_timeout=1, **kwargs)
 
 
@@ -199,7 +200,9 @@ def test_a_poison_message_does_not_take_its_batch_with_it(sqs):
     sqs.send_message(QueueUrl=queue, MessageBody=s.body(s.spot_warning()))
     sqs.send_message(QueueUrl=queue, MessageBody=poison[2])
     handler = Recorder()
-    c = EventsQueueConsumer(sqs, queue, on_notice=handler, wait_seconds=1, visibility_timeout=30, max_messages=10)
+    c = EventsQueueConsumer(
+        sqs, queue, on_notice=handler, wait_seconds=1, visibility_timeout=30, max_messages=10, clock=s.read_soon_after
+    )
     results = poll_until(c, lambda rs: sum(r.received for r in rs) >= 4)
     assert [n.kind for n in handler.calls] == ["spot-interruption"]
     assert sum(len(r.handled) for r in results) == 1

@@ -46,13 +46,25 @@ def test_a_message_taken_by_a_consumer_that_died_comes_back_within_the_receive_v
     queue, _ = make_queues(sqs, max_receives=5)
     sqs.send_message(QueueUrl=queue, MessageBody=s.body(s.spot_warning()))
     dead = EventsQueueConsumer(
-        DiesAfterReceive(sqs), queue, on_notice=Recorder(), wait_seconds=1, visibility_timeout=150, receive_visibility=1
+        DiesAfterReceive(sqs),
+        queue,
+        on_notice=Recorder(),
+        wait_seconds=1,
+        visibility_timeout=150,
+        receive_visibility=1,
+        clock=s.read_soon_after,
     )
     with pytest.raises(EndpointConnectionError):
         dead.poll_once()
     handler = Recorder()
     alive = EventsQueueConsumer(
-        sqs, queue, on_notice=handler, wait_seconds=1, visibility_timeout=150, receive_visibility=1
+        sqs,
+        queue,
+        on_notice=handler,
+        wait_seconds=1,
+        visibility_timeout=150,
+        receive_visibility=1,
+        clock=s.read_soon_after,
     )
     # Back after about the 1 s receive visibility, not after the 150 s the handler gets.
     poll_until(alive, lambda results: bool(handler.calls), timeout=15)
@@ -70,6 +82,7 @@ def test_the_message_is_hidden_for_the_whole_visibility_timeout_before_its_handl
         wait_seconds=1,
         visibility_timeout=150,
         receive_visibility=7,
+        clock=s.read_soon_after,
     )
     result = consumer.poll_once()
     assert len(result.handled) == 1

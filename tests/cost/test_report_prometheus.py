@@ -40,7 +40,7 @@ def matrix(*series: tuple[dict[str, str], list[float]], start: float = 1000.0) -
 
 
 class FakePrometheus:
-    def __init__(self, answer: dict, status: int = 200) -> None:
+    def __init__(self, answer: dict | bytes, status: int = 200) -> None:
         self.answer, self.status, self.queries = answer, status, []
 
 
@@ -55,7 +55,7 @@ def prometheus() -> Iterator[tuple[str, FakePrometheus]]:
                 self.send_error(404)
                 return
             state.queries.append(dict(urllib.parse.parse_qsl(url.query)))
-            body = json.dumps(state.answer).encode()
+            body = state.answer if isinstance(state.answer, bytes) else json.dumps(state.answer).encode()
             self.send_response(state.status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))

@@ -43,6 +43,20 @@ def test_entries_unused_for_a_week_go_and_held_or_recent_ones_stay(tmp_path: Pat
     assert recent.is_dir() and sorted(p.name for p in (cache / "code").iterdir() if p.is_dir()) == []
 
 
+def test_a_pruned_env_takes_its_manifest_with_it_and_leaves_its_lock_files(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    env = entry(cache, "envs", "k9", age_days=10)
+    beside = {suffix: env.with_name(env.name + suffix) for suffix in (".manifest.json", ".used", ".lock", ".inuse")}
+    for path in beside.values():
+        path.write_text("{}")
+        os.utime(path, (NOW - 10 * DAY, NOW - 10 * DAY))
+    other = entry(cache, "envs", "k9x", age_days=1).with_name("k9x.manifest.json")  # a longer name, kept
+    other.write_text("{}")
+    assert prune(cache, now=NOW).aged == [env]
+    assert not beside[".manifest.json"].exists() and not beside[".used"].exists()
+    assert beside[".lock"].exists() and beside[".inuse"].exists() and other.exists()
+
+
 def test_an_entry_being_made_is_not_pruned(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     making = entry(cache, "code", "d" * 64, age_days=10)

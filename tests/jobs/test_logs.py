@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from gpucloud.jobs.logs import END_MARKER, AttemptLog, LogReader, show_logs, sources
+from gpucloud.jobs.logs import END_MARKER, AttemptLog, LogReader, attempt_log_path, show_logs, sources
 from gpucloud.jobs.model import Attempt, AttemptState, Event, JobSpec, JobState
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.queue.sqlite import SqliteQueue
@@ -153,7 +153,7 @@ def test_help_teaches(capsys):
 
 
 def test_the_reader_holds_a_line_until_it_ends_and_never_splits_a_character(tmp_path):
-    path = tmp_path / "attempt-1.log"
+    path = attempt_log_path("j", 1, tmp_path / "logs")
     log = AttemptLog(path, echo=io.StringIO())
 
     attempt = Attempt(job_id="j", number=1, state=AttemptState.RUNNING, created_at=0.0, started_at=0.0)

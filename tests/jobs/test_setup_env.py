@@ -81,14 +81,18 @@ def test_setup_runs_once_per_requirements_hash_and_the_command_sees_the_venv_fir
 
     assert marker.read_text() == "ran\n"  # the second job reused the env: no second install
     first, second = (json.loads((tmp_path / f"report-{n}.json").read_text()) for n in (1, 2))
-    assert first["prefix"] == second["prefix"] and Path(first["prefix"]).parent == gpucloud_home / "cache" / "envs"
+    # each attempt runs in a private copy of the node's cached env, in its own attempt directory
+    assert first["prefix"] != second["prefix"]
+    assert all(
+        Path(r["prefix"]).name == "venv" and (Path(r["prefix"]) / "pyvenv.cfg").is_file() for r in (first, second)
+    )
     assert first["python"] == str(Path(first["prefix"]) / "bin" / "python")  # the venv's python comes first
     assert first["virtual_env"] == first["prefix"]
     assert first["tiny"] == "from the job's wheel"
     # The interpreter's own packages (on a node: the image's torch) are there too, from where they are.
     assert Path(first["xxhash_from"]).is_relative_to(Path(sys.prefix))
     code, out, _ = run(capsys, "job", "logs", jobs[1])
-    assert "(cached on this node, setup not run again)" in out and "Successfully installed" not in out
+    assert "(cached on this node, setup not run again;" in out and "Successfully installed" not in out
     code, out, _ = run(capsys, "job", "logs", jobs[0])
     assert "Successfully installed gpucloud-tiny-1.0" in out  # the setup's output is in the attempt's log
 

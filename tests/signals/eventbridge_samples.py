@@ -16,6 +16,11 @@ EVENT_TIME = "2026-11-21T08:22:00Z"
 EVENT_EPOCH = 1795249320.0  # EVENT_TIME as epoch seconds
 
 
+def read_soon_after() -> float:
+    """A consumer's clock 7 s after the samples were emitted: not stale (interpret.is_stale)."""
+    return EVENT_EPOCH + 7.0
+
+
 def spot_warning(instance: str = INSTANCE, action: str = "terminate", time: str = EVENT_TIME) -> dict[str, Any]:
     return {
         "version": "0",

@@ -64,7 +64,7 @@ def test_dependency_order_and_skips() -> None:
     assert deleted == ["g", "i-1", "nat-1", "eipalloc-1", "subnet-1", "vpc-1", "ckpt"]
     skipped = {d.found.ident: d.reason for d in decisions if not d.delete}
     assert skipped == {
-        "precious": "gpucloud:keep=true",
+        "precious": "gpucloud:keep=TRUE",  # the tag as written
         "x/y": "sweep does not delete kafka:cluster resources; delete it by hand",
     }
     every = plan_sweep(items, Selection(stack=None), NOW)

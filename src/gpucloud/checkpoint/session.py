@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
 
-from gpucloud import control, jobenv
+from gpucloud import control, jobenv, lifeline
 from gpucloud.checkpoint import commit as commit_protocol
 from gpucloud.checkpoint import dcp_io, fit, state
 from gpucloud.checkpoint.manifest import FileEntry, Manifest, ManifestError, verify_directory
@@ -114,6 +114,8 @@ class TrainingSession:
         self.keep_last = keep_last
         self.writer_threads = writer_threads
         self.control_dir = control_dir or os.environ.get(jobenv.CONTROL_DIR) or None
+        if os.environ.get(jobenv.GUARD_PID):  # in an attempt's tree: never outlive the launcher (lifeline.py)
+            lifeline.die_with_parent()
         # The attempt token (GPUCLOUD_ATTEMPT, set by spot-train) fences commits; without it the
         # session is not fenced and records attempt 0 in manifests.
         self.attempt_token = jobenv.attempt()

@@ -34,6 +34,7 @@ from gpucloud.checkpoint.manifest import (
     write_bytes_atomic,
 )
 from gpucloud.errors import UserError
+from gpucloud.regular_files import NotRegularFile, open_regular
 
 log = logging.getLogger(__name__)
 
@@ -81,13 +82,13 @@ class LocalTier:
         """LATEST's bytes (bounded), None when there is none; UserError when it cannot be read:
         without LATEST nobody can tell which step is committed, and that is for a person to fix."""
         path = self.job_dir(job_id) / layout.LATEST
-        try:
-            with open(path, "rb") as fh:
+        try:  # a regular file only: a FIFO in its place would block every restore forever
+            with open_regular(path) as fh:
                 return fh.read(latest.MAX_BYTES + 1)
         except FileNotFoundError:
             return None
-        except IsADirectoryError:
-            raise UserError(f"{path} is a directory; it must be a file naming the committed step") from None
+        except NotRegularFile as exc:
+            raise UserError(f"{path} is {exc.strerror}; it must be a file naming the committed step") from None
         except NotADirectoryError:
             raise self._job_dir_not_a_directory(job_id) from None
         except OSError as exc:

@@ -9,13 +9,27 @@ import click
 
 from gpucloud.commands.options import queue_option
 from gpucloud.errors import UserError
-from gpucloud.output import output_option, print_json, print_table
+from gpucloud.output import output_option, plain_markup, print_json, print_table, terminal_safe
 
 _STATES = ("queued", "running", "finished", "failed", "cancelled")
 
 
 def _when(epoch: float | None) -> str:
-    return "" if epoch is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+    """Local time of ``epoch``; a time no calendar holds (a row edited to 1e308, NaN) shown as a number."""
+    if epoch is None:
+        return ""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+    except (OverflowError, ValueError, OSError):
+        return f"{epoch!r} (not a time)"
+
+
+def _clock(epoch: float) -> str:
+    """``HH:MM:SS.mmm`` local time, for the timeline; as ``_when`` for a time no calendar holds."""
+    try:
+        return time.strftime("%H:%M:%S", time.localtime(epoch)) + f".{int(epoch % 1 * 1000):03d}"
+    except (OverflowError, ValueError, OSError):
+        return _when(epoch)
 
 
 def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -318,6 +332,7 @@ def jobs(queue_uri, states, output) -> None:
             ]
             for j in found
         ],
+        markup=False,
     )
 
 
@@ -381,7 +396,7 @@ def cancel(job_id, queue_uri, grace, output) -> None:
     if output == "json":
         print_json(_job_row(after))
     elif after.state is JobState.CANCELLED:
-        click.echo(f"cancelled {after.id}: {after.reason}")
+        click.echo(f"cancelled {after.id}: {terminal_safe(after.reason or '')}")
     else:
         seconds = CANCEL_GRACE_S if grace is None else grace
         click.echo(
@@ -426,10 +441,11 @@ def show(job_id, queue_uri, output) -> None:
     render_report(report)
     if spec.code is not None:  # what `submit --workdir/--setup` shipped (docs/code-shipping.md)
         click.echo(
-            f"code: {spec.code.sha256[:12]} ({spec.code.files} files, {_size(spec.code.size_bytes)}) at {spec.code.uri}"
+            f"code: {spec.code.sha256[:12]} ({spec.code.files} files, {_size(spec.code.size_bytes)}) at "
+            + terminal_safe(spec.code.uri)
         )
     if spec.setup is not None:
-        click.echo(f"setup: {spec.setup}")
+        click.echo(f"setup: {terminal_safe(spec.setup)}")
 
 
 @job.command(
@@ -475,8 +491,12 @@ def logs(job_id, queue_uri, attempt, follow) -> None:
     queue = open_queue(queue_uri)
     current = resolve_job(queue, job_id)
 
+    # The log file keeps the bytes as written; a terminal gets its control sequences shown, not run
+    # (newlines, tabs and the carriage returns of progress bars pass).
+    to_terminal = sys.stdout.isatty()
+
     def out(text: str) -> None:
-        sys.stdout.write(text)
+        sys.stdout.write(terminal_safe(text, keep="\n\t\r") if to_terminal else text)
         sys.stdout.flush()
 
     try:
@@ -484,7 +504,7 @@ def logs(job_id, queue_uri, attempt, follow) -> None:
     except KeyboardInterrupt:  # Ctrl-C ends --follow; the job goes on
         return
     for note in notes:
-        click.echo(f"gpucloud: {note}", err=True)
+        click.echo(f"gpucloud: {terminal_safe(note)}", err=True)
 
 
 def _checkpoints_line(report) -> str:
@@ -558,11 +578,11 @@ def render_report(report) -> None:
 
     console = Console()
     console.print(
-        f"[bold]job {report.job_id}[/bold]: {report.state}"
+        f"[bold]job {plain_markup(report.job_id)}[/bold]: {plain_markup(report.state)}"
         + (" — cancel requested: saving a step, then cancelled" if _cancelling(report) else "")
-        + (f" — {report.reason}" if report.reason else "")
-        + f"\ncommand: {' '.join(report.command)}"
-        + _checkpoints_line(report)
+        + (f" — {plain_markup(report.reason)}" if report.reason else "")
+        + f"\ncommand: {plain_markup(' '.join(report.command))}"
+        + plain_markup(_checkpoints_line(report))
         + _progress_line(report)
     )
     print_table(
@@ -582,6 +602,7 @@ def render_report(report) -> None:
             ]
             for a in report.attempts
         ],
+        markup=False,
     )
     if report.interruptions:
         print_table(
@@ -615,19 +636,21 @@ def render_report(report) -> None:
                 ]
                 for i in report.interruptions
             ],
+            markup=False,
         )
     print_table(
         "timeline",
         ["time", "attempt", "event", "detail"],
         [
             [
-                time.strftime("%H:%M:%S", time.localtime(e.at)) + f".{int(e.at % 1 * 1000):03d}",
+                _clock(e.at),
                 e.attempt,
                 e.kind,
                 e.detail,
             ]
             for e in report.timeline
         ],
+        markup=False,
     )
     console.print(
         f"steps lost: {report.steps_lost}   GPU-hours used: {report.gpu_hours_used}   lost: {report.gpu_hours_lost}"
@@ -636,7 +659,7 @@ def render_report(report) -> None:
     if getattr(report, "cost", None) is not None:
         render_cost(report.cost, console)
     for warning in getattr(report, "warnings", []):  # e.g. an emergency save that could not fit
-        console.print(f"warning: {warning}", markup=False, soft_wrap=True)
+        console.print(f"warning: {terminal_safe(warning)}", markup=False, soft_wrap=True)
 
 
 def render_cost(cost, console) -> None:
@@ -659,6 +682,7 @@ def render_cost(cost, console) -> None:
             for a in cost.attempts
         ],
         console=console,
+        markup=False,
     )
     saved = (
         f", saved {_money(cost.savings_usd)} ({cost.savings_pct:.1f}%)"
@@ -672,7 +696,7 @@ def render_cost(cost, console) -> None:
         markup=False,
     )
     for reason in cost.unknown_reasons:
-        console.print(f"cost unknown: {reason}", markup=False, soft_wrap=True)
+        console.print(f"cost unknown: {terminal_safe(reason)}", markup=False, soft_wrap=True)
 
 
 def _price_text(node) -> str:

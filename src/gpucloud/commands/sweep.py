@@ -47,7 +47,7 @@ def sweep(
     """Find every resource tagged gpucloud:stack in a region, across services, and delete it with --delete.
 
     \b
-    Never touches a resource without the gpucloud:stack tag, nor one tagged gpucloud:keep=true.
+    Never touches a resource without the gpucloud:stack tag, nor one tagged gpucloud:keep (any case; any value but false/no/0/off).
     Deletes groups and instances first, buckets last (emptied of every version, delete marker and
     unfinished upload), and retries, with backoff, what AWS says is still in use.
 

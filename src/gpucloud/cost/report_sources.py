@@ -6,7 +6,7 @@ The I/O half of the report (``cost/report.py`` is the pure half).
 from __future__ import annotations
 
 import datetime
-import json
+import math
 import re
 import urllib.error
 import urllib.parse
@@ -17,6 +17,7 @@ from typing import Any
 from gpucloud.cost.report import IDLE_BELOW_PCT, SECONDS_PER_HOUR, CostFunction, JobCost, JobHistory, Utilisation
 from gpucloud.errors import UserError
 from gpucloud.jobs.model import JobState, NodeRecord
+from gpucloud.payload import parse_json, preview
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -98,6 +99,7 @@ UTIL_QUERY = (
 # Prometheus refuses a range query of more than 11,000 points per series
 # (https://prometheus.io/docs/prometheus/latest/querying/api/#range-queries); stay well under.
 MAX_POINTS = 5000
+MAX_ANSWER_BYTES = 256 << 20  # a query_range answer: 5000 points per GPU series
 MIN_STEP_S = 60
 
 
@@ -118,42 +120,81 @@ def read_utilisation(url: str, *, since: float, until: float, timeout_s: float =
     request = urllib.request.Request(f"{base}/api/v1/query_range?{params}", headers={"Accept": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:  # the scheme is checked above
-            body = json.loads(response.read())
+            raw = response.read(MAX_ANSWER_BYTES + 1)
     except urllib.error.HTTPError as err:
         raise UserError(f"Prometheus at {base} refused the utilisation query: HTTP {err.code}") from None
     except (urllib.error.URLError, OSError, ValueError) as err:
         raise UserError(f"cannot read GPU utilisation from Prometheus at {base}: {err}") from None
-    return utilisation_from_matrix(body, source=base, step_s=step)
+    if len(raw) > MAX_ANSWER_BYTES:
+        raise UserError(f"Prometheus at {base} answered with more than {MAX_ANSWER_BYTES} bytes; narrow --since")
+    body = parse_json(raw, f"the answer of Prometheus at {base}", UserError)  # deep nesting, huge numbers: one line
+    return utilisation_from_matrix(body, source=base, step_s=step, since=since, until=until)
 
 
-def utilisation_from_matrix(body: Any, *, source: str, step_s: float) -> Utilisation:
+def utilisation_from_matrix(
+    body: Any, *, source: str, step_s: float, since: float | None = None, until: float | None = None
+) -> Utilisation:
     """Per-job mean utilisation and idle GPU-hours (samples below ``IDLE_BELOW_PCT`` × step), and the
-    mean over every GPU at each step, from a query_range answer (one series per GPU and job)."""
+    mean over every GPU at each step, from a query_range answer (one series per GPU and job).
+
+    The answer is checked as it is read: a document that is not a matrix is one ``UserError``; a
+    series or sample that is not the documented shape (``[<unix time>, "<value>"]``), a value that
+    is not a finite number (a string, ``+Inf``, JSON's ``Infinity``), or a time that is not finite
+    or lies outside the window asked for (by more than a step) is left out, so one bad sample
+    neither crashes the report nor skews it."""
     if not isinstance(body, dict) or body.get("status") != "success":
         error = body.get("error") if isinstance(body, dict) else None
-        raise UserError(
-            f"Prometheus at {source} answered the utilisation query with an error: {str(error or body)[:200]}"
-        )
-    data = body.get("data") or {}
-    if data.get("resultType") != "matrix":
-        raise UserError(f"Prometheus at {source} answered with a {data.get('resultType')!r}, not a matrix")
+        raise UserError(f"Prometheus at {source} answered the utilisation query with an error: {_short(error or body)}")
+    data = body.get("data")
+    if not isinstance(data, dict) or data.get("resultType") != "matrix":
+        kind = data.get("resultType") if isinstance(data, dict) else type(data).__name__
+        raise UserError(f"Prometheus at {source} answered with a {_short(kind)}, not a matrix")
+    result = data.get("result")
+    if not isinstance(result, list):
+        raise UserError(f"Prometheus at {source} answered a matrix whose result is not a list")
+    low = -math.inf if since is None else since - step_s
+    high = math.inf if until is None else until + step_s
     sums: dict[str, list[float]] = {}  # job -> [sum of samples, samples, idle samples]
     at_time: dict[float, list[float]] = {}
-    for series in data.get("result") or []:
-        job_id = (series.get("metric") or {}).get("job_id")
-        if not isinstance(job_id, str):
+    for series in result:
+        metric = series.get("metric") if isinstance(series, dict) else None
+        job_id = metric.get("job_id") if isinstance(metric, dict) else None
+        values = series.get("values") if isinstance(series, dict) else None
+        if not isinstance(job_id, str) or not isinstance(values, list):
             continue
         acc = sums.setdefault(job_id, [0.0, 0.0, 0.0])
-        for at, text in series.get("values") or []:
-            value = float(text)
-            if value != value:  # NaN: no sample
+        for sample in values:
+            point_at, value = _sample(sample)
+            if point_at is None or value is None or not low <= point_at <= high:
                 continue
             acc[0] += value
             acc[1] += 1
             acc[2] += 1 if value < IDLE_BELOW_PCT else 0
-            point = at_time.setdefault(float(at), [0.0, 0.0])
+            point = at_time.setdefault(point_at, [0.0, 0.0])
             point[0] += value
             point[1] += 1
     per_job = {job: (s / n, idle * step_s / SECONDS_PER_HOUR) for job, (s, n, idle) in sums.items() if n}
     series_out = [(at, s / n) for at, (s, n) in sorted(at_time.items())]
     return Utilisation(source=source, per_job=per_job, series=series_out)
+
+
+def _sample(sample: Any) -> tuple[float | None, float | None]:
+    """(time, value) of one ``[<unix time>, "<value>"]`` pair; None for a part that is not one."""
+    if not isinstance(sample, (list, tuple)) or len(sample) != 2:
+        return None, None
+    return _finite(sample[0]), _finite(sample[1])
+
+
+def _finite(raw: Any) -> float | None:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+        return None
+    try:
+        value = float(raw)
+    except (ValueError, OverflowError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _short(value: Any) -> str:
+    """One line of at most 200 characters: text as it is, anything else as JSON."""
+    return " ".join((value if isinstance(value, str) else preview(value)).split())[:200]

@@ -14,6 +14,9 @@ torchrun. The guard therefore
 * runs the command as its child, in its own process group (the supervisor's ``killpg`` reaches
   both), and exits with the command's status (a signal death is mirrored by dying of the signal)
   once nothing the command started is left (stragglers get SIGTERM, then SIGKILL);
+* sets ``PR_SET_PDEATHSIG`` (SIGTERM) on the command, so that if the guard itself is killed with
+  -9 the kernel stops the command (torchrun stops its ranks on SIGTERM; each rank's training
+  session also asks for SIGKILL when its launcher dies: ``lifeline.py``),
 * when the supervisor dies: first asks the command to save (the ``preempt`` flag in the attempt's
   control directory, exactly as for a spot notice) and gives it ``--save-grace`` seconds to commit
   and exit, then SIGKILLs every descendant, repeatedly until none is left, and exits.
@@ -37,7 +40,7 @@ import sys
 import time
 from types import FrameType
 
-from gpucloud import control, jobenv
+from gpucloud import control, jobenv, lifeline
 from gpucloud.jobs.proc import descendants, state
 
 PR_SET_PDEATHSIG = 1
@@ -179,6 +182,10 @@ def main(argv: list[str]) -> None:
     if child == 0:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, PARENT_DIED):
             signal.signal(sig, signal.SIG_DFL)
+        # If the guard is killed too (kill -9 of supervisor and guard at once), nobody is left to
+        # end the command: the kernel does (lifeline.py says why this and not a cgroup).
+        lifeline.die_with_parent(signal.SIGTERM)
+        os.environ[jobenv.GUARD_PID] = str(os.getppid())
         try:
             os.execvp(command[0], command)
         except OSError as err:

@@ -29,12 +29,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gpucloud.errors import UserError
 from gpucloud.jobs.model import Attempt, AttemptState, Event, Job
 from gpucloud.jobs.process_group import OutputSink
+from gpucloud.regular_files import open_regular
 
 log = logging.getLogger("gpucloud.jobs")
 
@@ -258,6 +259,26 @@ class AttemptSource:
 
     attempt: Attempt
     paths: tuple[str, ...]  # empty: the attempt never started (or predates kept logs)
+    refused: tuple[str, ...] = ()  # recorded paths that are not this attempt's log (``log_location_ok``)
+
+
+def log_location_ok(path: str, job_id: str, attempt: int) -> bool:
+    """Whether an event's ``log`` (or ``log_uri``) names where gpucloud writes this attempt's log:
+    an absolute ``.../logs/<job-id>/attempt-<n>.log``, or ``s3://BUCKET/logs/<job-id>/attempt-<n>/...``.
+    The timeline is read from a shared queue; without this check, `job logs` would print whatever
+    file or object a row named (``/etc/hostname``, another job's bucket) to whoever asked."""
+    if path.startswith("s3://"):
+        _, _, key = path[len("s3://") :].partition("/")
+        parts = key.split("/")
+        return key.startswith(f"{LOGS_PREFIX}/{job_id}/attempt-{attempt}/") and ".." not in parts
+    local = PurePosixPath(path)
+    return (
+        local.is_absolute()
+        and ".." not in local.parts
+        and local.name == f"attempt-{attempt}.log"
+        and local.parent.name == job_id
+        and local.parent.parent.name == "logs"
+    )
 
 
 def sources(attempts: Iterable[Attempt], events: Iterable[Event], *, remote: bool = False) -> list[AttemptSource]:
@@ -265,14 +286,22 @@ def sources(attempts: Iterable[Attempt], events: Iterable[Event], *, remote: boo
     shipped to the bucket where there are (every member's), else the files, which may be here."""
     local: dict[int, list[str]] = {}
     shipped: dict[int, list[str]] = {}
+    refused: dict[int, list[str]] = {}
     for event in events:
         if event.kind not in ("started", "exit"):
             continue
         for field, found in (("log", local), ("log_uri", shipped)):
             path = event.data.get(field)
-            if isinstance(path, str) and path not in found.setdefault(event.attempt, []):
+            if not isinstance(path, str):
+                continue
+            if not log_location_ok(path, event.job_id, event.attempt):
+                found = refused
+            if path not in found.setdefault(event.attempt, []):
                 found[event.attempt].append(path)
-    return [AttemptSource(a, tuple(_chosen(local, shipped, a.number, remote))) for a in attempts]
+    return [
+        AttemptSource(a, tuple(_chosen(local, shipped, a.number, remote)), tuple(refused.get(a.number, [])))
+        for a in attempts
+    ]
 
 
 def _chosen(local: dict[int, list[str]], shipped: dict[int, list[str]], number: int, remote: bool) -> list[str]:
@@ -345,8 +374,8 @@ class LogReader:
         if path.startswith("s3://"):
             return self._read_new_parts(path)
         offset = self._offsets.get(path, 0)
-        try:
-            with open(path, "rb") as fh:
+        try:  # a regular file, never through a link: the job could have replaced its log with one
+            with open_regular(path, follow_links=False) as fh:
                 fh.seek(offset)
                 data = fh.read()
         except FileNotFoundError:
@@ -389,6 +418,11 @@ class LogReader:
 def missing_note(source: AttemptSource) -> str | None:
     """Why an attempt shows no output, or None when its files exist here."""
     attempt = source.attempt
+    if not source.paths and source.refused:
+        return (
+            f"attempt {attempt.number}'s log is recorded as {source.refused[0][:200]!r}, which is not where gpucloud "
+            f"keeps it (.../logs/{attempt.job_id}/attempt-{attempt.number}.log); not read"
+        )
     if not source.paths:
         if attempt.state is AttemptState.QUEUED:
             return f"attempt {attempt.number} has not started yet"

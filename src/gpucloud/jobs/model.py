@@ -172,11 +172,19 @@ def spec_from_flags(**fields: Any) -> JobSpec:
         raise UserError(f"cannot queue this job: {where}: {first['msg'].removeprefix('Value error, ')}") from None
 
 
+# A job id as ``checkpoint.layout.validate_job_id`` allows it where it is written. Checked again on
+# every read: the id names directories (run/, logs/, the checkpoint prefix), and a row written by
+# something other than gpucloud (``../../x``) must not lead a worker outside $GPUCLOUD_HOME.
+# (pydantic's regex engine reads ``$`` as the end of the text: a trailing newline does not pass.)
+JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+MAX_ATTEMPT = 2**53  # attempts are counters; a larger one was not written by gpucloud (nor fits a float)
+
+
 class Job(BaseModel):
-    id: str
+    id: str = Field(pattern=JOB_ID_PATTERN)
     spec: JobSpec
     state: JobState
-    attempt: int  # the current attempt number (the one queued or running)
+    attempt: int = Field(ge=1, le=MAX_ATTEMPT)  # the current attempt number (the one queued or running)
     crashes: int = 0  # attempts that crashed; compared with spec.max_attempts
     created_at: float
     updated_at: float
@@ -203,8 +211,8 @@ class Job(BaseModel):
 
 
 class Attempt(BaseModel):
-    job_id: str
-    number: int
+    job_id: str = Field(pattern=JOB_ID_PATTERN)
+    number: int = Field(ge=1, le=MAX_ATTEMPT)
     state: AttemptState
     worker: str | None = None
     node: str | None = None
@@ -228,8 +236,8 @@ class Progress:
 
 
 class Event(BaseModel):
-    job_id: str
-    attempt: int
+    job_id: str = Field(pattern=JOB_ID_PATTERN)
+    attempt: int = Field(ge=0, le=MAX_ATTEMPT)
     kind: str
     at: float
     data: dict[str, Any] = Field(default_factory=dict)
@@ -432,6 +440,8 @@ def resume_refusal(job: Job) -> str | None:
     training loop ended, so a new attempt would restore the final step and have nothing to do;
     training further is a new job (with a new id, so its history stays apart from this one's)."""
     if job.state in RESUMABLE:
+        if job.attempt >= MAX_ATTEMPT:
+            return f"job {job.id} has had {job.attempt} attempts, the most a job can have; submit a new job"
         return None
     if job.state is JobState.FINISHED:
         return (

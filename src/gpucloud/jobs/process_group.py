@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import Protocol
 
 from gpucloud.jobs import guard
@@ -158,13 +159,21 @@ class CommandNotFound(Exception):
     """The command could not be started at all."""
 
 
+# The guard imports the very gpucloud this process runs (a checkout on PYTHONPATH included), not
+# whichever one ``-I`` would find installed.
+_GUARD_ENTRY = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); from gpucloud.jobs.guard import main; main(sys.argv[1:])"
+)
+
+
 def _guarded(argv: list[str], save_grace: float) -> list[str]:
     """``argv`` run under the guard (``guard.py``), so the whole tree dies with this process.
     ``-I``: the job's PYTHON* variables must not change which gpucloud the guard imports."""
     if not guard.available():
         return argv
     grace = ["--save-grace", f"{save_grace:g}"] if save_grace > 0 else []
-    return [sys.executable, "-I", "-m", "gpucloud.jobs.guard", str(os.getpid()), *grace, "--", *argv]
+    package_root = str(Path(guard.__file__).resolve().parents[2])
+    return [sys.executable, "-I", "-c", _GUARD_ENTRY, package_root, str(os.getpid()), *grace, "--", *argv]
 
 
 def _check_startable(program: str, cwd: str | os.PathLike[str] | None, env: dict[str, str]) -> None:

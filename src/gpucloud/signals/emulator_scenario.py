@@ -19,7 +19,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -418,35 +418,44 @@ def _check_count(count: int) -> None:
 
 
 # -- control API request bodies (also validate the CLI's flags) ---------------------------------
+# Every number has a finite range, so no request can make a time the RFC 3339 and IMDS formats
+# cannot write (an ``at`` of 1e308, a lead of 10**400, NaN): each is a 400 naming the field.
+MAX_EPOCH = 253402300799.0  # 9999-12-31T23:59:59Z, the last second both time formats can write
+MAX_SECONDS = 10 * 365 * 86400.0  # a lead, a delay or an age: ten years is more than any scenario
+MAX_COUNT = 1_000_000_000
+Epoch = Annotated[float, Field(ge=0, le=MAX_EPOCH)]
+Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS)]
+
+
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class SpotInterruptionRequest(_Request):
     action: Literal["terminate", "stop", "hibernate"] = "terminate"
-    lead_seconds: float = Field(120.0, ge=0)
-    at: float | None = None  # epoch seconds; or
-    after: float | None = Field(None, ge=0)  # seconds from now
+    lead_seconds: Seconds = 120.0
+    at: Epoch | None = None  # epoch seconds; or
+    after: Seconds | None = None  # seconds from now
     with_rebalance: bool = False
 
 
 class RebalanceRequest(_Request):
-    at: float | None = None
-    after: float | None = Field(None, ge=0)
+    at: Epoch | None = None
+    after: Seconds | None = None
 
 
 class LifecycleRequest(_Request):
     state: Literal[interpret.LIFECYCLE_STATES] = "Terminated"  # type: ignore[valid-type]
-    at: float | None = None
-    after: float | None = Field(None, ge=0)
+    at: Epoch | None = None
+    after: Seconds | None = None
 
 
 class ScheduledEventRequest(_Request):
     code: Literal[interpret.EVENT_CODES] = "system-reboot"  # type: ignore[valid-type]
-    not_before: float | None = None  # epoch seconds; or
-    not_before_in: float | None = None  # seconds from now
+    not_before: Epoch | None = None  # epoch seconds; or
+    not_before_in: float | None = Field(None, ge=-MAX_SECONDS, le=MAX_SECONDS)  # seconds from now
     state: Literal[interpret.EVENT_STATES] = "active"  # type: ignore[valid-type]
-    not_after: float | None = None
+    not_after: Epoch | None = None
     event_id: str | None = None
 
 
@@ -456,15 +465,15 @@ class ScheduledEventStateRequest(_Request):
 
 
 class StaleTerminationRequest(_Request):
-    seconds_ago: float = Field(600.0, gt=0)
+    seconds_ago: float = Field(600.0, gt=0, le=MAX_SECONDS)
     with_instance_action: bool = False
 
 
 class FaultRequest(_Request):
     kind: Literal["token", "status", "hang", "malformed", "refuse"]
-    count: int = Field(1, ge=0)
+    count: int = Field(1, ge=0, le=MAX_COUNT)
     status: int = Field(500, ge=400, le=599)
-    seconds: float = Field(0.0, ge=0)  # hang: stall per request; refuse: how long to refuse
+    seconds: Seconds = 0.0  # hang: stall per request; refuse: how long to refuse
     target: str = Field("any", description="any, token, metadata, or a /latest/... path")
 
     @field_validator("target")

@@ -29,6 +29,11 @@ What arrives on the events queue (reference: spot-signals-and-emulation.md §2):
   holds (JSON nested 100 000 deep, a 5000-digit number, a time in the year 10000): ``parse_message``
   raises nothing else. The consumer keeps such a message so it ends in the dead-letter queue for a
   person to read.
+- Stale events are skipped, by the one age rule of every source (``interpret.is_stale``): a notice
+  whose deadline (event time + the lead above) is more than ``QueueRules.stale_after`` (300 s) in
+  the past, or a rebalance recommendation whose event time is, is ``Skipped`` (and deleted): a
+  message that waited in a queue for an hour, or a replayed archive of last year's events, must not
+  stop a job or ask for a replacement node.
 - Times are RFC 3339 date-times only (what EventBridge sends, e.g. ``2026-11-24T08:22:00Z``), never
   in the year 10000 after the offset, and at most ``QueueRules.max_lead`` (an hour) ahead of now:
   the event ``time`` is when AWS sent it, so a time far ahead is not a real event.
@@ -42,7 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
+from typing import Any, TypeVar
 
 from gpucloud import payload
 from gpucloud.aws_ids import check_hook_name, check_instance_id, check_name, check_token
@@ -51,11 +56,13 @@ from gpucloud.signals import lifecycle_action as lc
 from gpucloud.signals.events import Notice, event_id_for
 from gpucloud.signals.interpret import (
     DEFAULT_MAX_LEAD,
+    DEFAULT_STALE_AFTER,
     SPOT_ACTIONS,
     InterpretRules,
     MalformedPayload,
     check_not_far_ahead,
     format_rfc3339,
+    is_stale,
     parse_rfc3339,
 )
 
@@ -100,8 +107,11 @@ class UnreadableEvent(ValueError):
 class QueueRules:
     lifecycle_timeout: float = 600.0  # the termination hook's HeartbeatTimeout (the stack's drainTimeoutSeconds)
     max_lead: float = DEFAULT_MAX_LEAD  # an event time further ahead than this is not a real event
+    stale_after: float = DEFAULT_STALE_AFTER  # the one age rule (interpret.is_stale)
 
     def __post_init__(self) -> None:
+        if not self.stale_after > 0:
+            raise UserError(f"stale_after {self.stale_after} must be positive seconds")
         if not 30 <= self.lifecycle_timeout <= 7200:
             raise UserError(
                 f"lifecycle_timeout {self.lifecycle_timeout} is outside 30 to 7200 seconds (the hook heartbeat range)"
@@ -212,12 +222,32 @@ def _eventbridge(event: dict[str, Any], now: float, rules: QueueRules) -> Notice
         "region": event.get("region"),
     }
     if detail_type in CAPACITY_BLOCK_WARNINGS:
-        return _capacity_block(detail, emitted, now, meta)
+        return _unless_stale(_capacity_block(detail, emitted, now, meta), emitted, now, rules)
     if detail_type == SPOT_WARNING:
-        return _spot_warning(detail, emitted, now, meta)
+        return _unless_stale(_spot_warning(detail, emitted, now, meta), emitted, now, rules)
     if detail_type == REBALANCE:
-        return _rebalance(detail, emitted, now, meta)
-    return _lifecycle(detail, emitted, now, rules, meta, what=detail_type)
+        return _unless_stale(_rebalance(detail, emitted, now, meta), emitted, now, rules)
+    return _unless_stale(_lifecycle(detail, emitted, now, rules, meta, what=detail_type), emitted, now, rules)
+
+
+_Parsed = TypeVar("_Parsed", Notice, Skipped, ReservationExpiring, Notice | Skipped)
+
+
+def _unless_stale(parsed: _Parsed, emitted: float, now: float, rules: QueueRules) -> _Parsed | Skipped:
+    """``parsed``, or a skip when it is stale: its deadline, or (no deadline) its event time, is more
+    than ``rules.stale_after`` in the past. Checked after the body is read whole, so a stale event
+    is still refused when it is malformed."""
+    if isinstance(parsed, Skipped):
+        return parsed
+    moment = parsed.deadline if parsed.deadline is not None else emitted
+    if not is_stale(moment, now, rules.stale_after):
+        return parsed
+    kind = parsed.kind if isinstance(parsed, Notice) else "capacity-block-expiring"
+    return Skipped(
+        f"stale {kind} event of {format_rfc3339(emitted)}: its "
+        f"{'deadline' if parsed.deadline is not None else 'time'} passed {now - moment:.0f}s ago "
+        f"(more than {rules.stale_after:g}s)"
+    )
 
 
 def _direct_lifecycle(data: dict[str, Any], now: float, rules: QueueRules) -> Notice | Skipped:
@@ -228,7 +258,7 @@ def _direct_lifecycle(data: dict[str, Any], now: float, rules: QueueRules) -> No
         "event-id": data.get("RequestId"),
         "event-time": format_rfc3339(emitted),
     }
-    return _lifecycle(data, emitted, now, rules, meta, what=what)
+    return _unless_stale(_lifecycle(data, emitted, now, rules, meta, what=what), emitted, now, rules)
 
 
 # -- event kinds -----------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from gpucloud.payload import parse_json
 from gpucloud.signals.emulator_scenario import (
     EmulatorScenario,
     FaultRequest,
@@ -172,7 +173,7 @@ class ImdsEmulator(EmulatorScenario):
             raise ControlRequestError(f"{name}: {_first_error(err)}") from None
         try:
             apply(self, request)
-        except (ValueError, KeyError) as err:
+        except (ValueError, KeyError, OverflowError) as err:
             raise ControlRequestError(f"{name}: {err.args[0] if err.args else err}") from None
         return self.snapshot()
 
@@ -290,14 +291,19 @@ def _make_handler(emu: ImdsEmulator) -> type[BaseHTTPRequestHandler]:
         def _control_post(self) -> None:
             name = self.path[len(CONTROL_PREFIX) :].strip("/")
             try:
-                length = int(self.headers.get("Content-Length") or 0)
+                declared = (self.headers.get("Content-Length") or "0").strip()
+                if not declared.isascii() or not declared.isdigit():
+                    self.close_connection = True  # the body's end is unknown: nothing more is read
+                    raise ControlRequestError(f"Content-Length {declared[:40]!r} is not a number of bytes")
+                length = int(declared) if len(declared) <= 18 else MAX_CONTROL_BODY + 1
                 if length > MAX_CONTROL_BODY:
-                    raise ControlRequestError(f"body of {length} bytes is over the {MAX_CONTROL_BODY}-byte limit")
+                    self.close_connection = True
+                    raise ControlRequestError(
+                        f"body of {declared[:40]} bytes is over the {MAX_CONTROL_BODY}-byte limit"
+                    )
                 raw = self.rfile.read(length) if length else b""
-                try:
-                    body = json.loads(raw) if raw.strip() else {}
-                except (json.JSONDecodeError, UnicodeDecodeError) as err:
-                    raise ControlRequestError(f"{name}: body is not JSON ({err})") from None
+                # parse_json: a 5000-digit number or deep nesting is this one line too
+                body = parse_json(raw, f"{name}: body", ControlRequestError) if raw.strip() else {}
                 if not isinstance(body, dict):
                     raise ControlRequestError(f"{name}: body must be a JSON object, got {type(body).__name__}")
                 state = emu.control(name, body)

@@ -4,10 +4,16 @@ No I/O here, so every rule is a plain unit test. The rules (NTH's, plus the AWS 
 
 - ``spot/instance-action`` ``{"action","time"}``: ``terminate``/``stop`` -> deadline = ``time``;
   ``hibernate`` -> deadline = now (hibernation starts at once, there is no lead).
-- A notice whose ``time`` is more than ``stale_after`` seconds (default 300) in the past is stale and
-  ignored: EC2 acts within seconds of that time, so a node still running minutes later is looking at
-  the left-over of a failed termination (the docs say ``termination-time`` keeps its old value) or
-  at a node resumed from hibernation. A notice a little in the past is not stale: it is urgent.
+- **One age rule for every source** (``is_stale``, also used by ``eventbridge.py`` for queue
+  messages): a notice whose *moment* is more than ``stale_after`` seconds (default 300) in the past
+  is stale and ignored. The moment is its deadline where it has one (the spot ``time``; an
+  EventBridge warning's time + 120 s; a lifecycle event's time + the hook timeout; a capacity
+  block warning's time + 600 s), else the time it was issued (a rebalance recommendation's
+  ``noticeTime`` or event time). EC2 acts within seconds of a deadline, so a node still running
+  minutes later is looking at the left-over of a failed termination (the docs say
+  ``termination-time`` keeps its old value), a node resumed from hibernation, or a message that
+  waited in a queue; a recommendation minutes old was acted on, or not, when it was new. A notice
+  a little in the past is not stale: it is urgent.
 - ``spot/termination-time`` (legacy, plain text) counts as ``terminate`` at that time, with the same
   dedup key as the matching ``instance-action``, so both paths together make one notice.
 - ``events/recommendations/rebalance`` ``{"noticeTime"}`` -> ``rebalance``, no deadline.
@@ -163,11 +169,17 @@ def _string_field(data: dict[str, Any], key: str, what: str) -> str:
 
 
 # -- spot ------------------------------------------------------------------------------------
+def is_stale(moment: float, now: float, stale_after: float = DEFAULT_STALE_AFTER) -> bool:
+    """The one age rule (module docstring): ``moment`` (a deadline, or the issue time of a notice
+    without one) is more than ``stale_after`` seconds before ``now``."""
+    return moment < now - stale_after
+
+
 def spot_notice(
     action: str, when: float, now: float, rules: InterpretRules, *, payload: dict[str, Any]
 ) -> Notice | None:
     """A spot interruption for ``action`` at ``when``; None when stale."""
-    if when < now - rules.stale_after:
+    if is_stale(when, now, rules.stale_after):
         return None
     key = {"action": action, "time": format_rfc3339(when)}
     deadline = now if action == "hibernate" else when
@@ -199,10 +211,13 @@ def termination_time_notice(text: str, now: float, rules: InterpretRules = Inter
 
 
 # -- rebalance -------------------------------------------------------------------------------
-def rebalance_notice(text: str, now: float, rules: InterpretRules = InterpretRules()) -> Notice:
+def rebalance_notice(text: str, now: float, rules: InterpretRules = InterpretRules()) -> Notice | None:
+    """A rebalance recommendation; None when stale (its ``noticeTime`` is the moment: no deadline)."""
     data = _json_object(text, "events/recommendations/rebalance")
     notice_time = parse_rfc3339(_string_field(data, "noticeTime", "events/recommendations/rebalance"))
     check_not_far_ahead(notice_time, now, rules, "events/recommendations/rebalance noticeTime")
+    if is_stale(notice_time, now, rules.stale_after):
+        return None
     return Notice(
         kind="rebalance",
         source="imds",

@@ -43,7 +43,7 @@ class PollerHealth:
     requests: int = 0
     failed_requests: int = 0  # no answer, or an answer other than 200/404
     malformed: int = 0  # 200 with a body that is not the documented format
-    stale_ignored: int = 0  # spot notices whose time is past the stale limit
+    stale_ignored: int = 0  # spot and rebalance notices whose time is past the stale limit (interpret.is_stale)
     notices: int = 0
     last_error: str | None = None
     last_ok_at: float | None = None  # clock time of the last round in which every item answered
@@ -187,12 +187,12 @@ class ImdsPoller:
         if isinstance(result, list):
             return result
         if result is None:
-            if path in (interpret.INSTANCE_ACTION, interpret.TERMINATION_TIME):
+            if path in (interpret.INSTANCE_ACTION, interpret.TERMINATION_TIME, interpret.REBALANCE):
                 self.health.stale_ignored += 1
                 if path not in self._stale_logged:
                     self._stale_logged.add(path)
                     log.info(
-                        "ignoring a stale spot notice at %s: its time is more than %gs past",
+                        "ignoring a stale notice at %s: its time is more than %gs past",
                         path,
                         self.rules.stale_after,
                     )

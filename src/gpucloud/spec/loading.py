@@ -21,10 +21,11 @@ from pydantic import BaseModel, ValidationError
 from gpucloud.catalog import Catalog, load_catalog
 from gpucloud.errors import UserError
 from gpucloud.payload import parse_json
+from gpucloud.regular_files import read_regular
 from gpucloud.spec import rules
 from gpucloud.spec.model import ClusterSpec
 from gpucloud.spec.problems import MAX_PROBLEMS, Problem, key_path, short_repr
-from gpucloud.spec.safe_yaml import load_yaml
+from gpucloud.spec.safe_yaml import MAX_TEXT_CHARS, load_yaml
 
 PROJECT = "gpucloud"
 STACKS_DIR = Path(__file__).resolve().parents[3] / "stacks"  # the repository's shipped stacks
@@ -58,12 +59,13 @@ def load_stack_file(path: Path | str, catalog: Catalog | None = None) -> Cluster
     """Parse and validate a stack file; a UserError with one line per problem otherwise."""
     path = Path(path)
     source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # a regular file of bounded size: never a FIFO, a device or 20 MB that takes seconds to parse
+        text = read_regular(path, 4 * MAX_TEXT_CHARS).decode("utf-8")
     except FileNotFoundError:
         raise UserError(f"{source}: stack file not found") from None
     except (OSError, UnicodeDecodeError) as err:
-        raise UserError(f"{source}: cannot read the stack file ({err.__class__.__name__}: {err})") from None
+        why = err.strerror if isinstance(err, OSError) and err.strerror else f"{err.__class__.__name__}: {err}"
+        raise UserError(f"{source}: cannot read the stack file ({why})") from None
     document = load_yaml(text, source)  # aliases, depth, duplicate keys and odd bytes: one line
     if document is None:
         raise UserError(f"{source}: the stack file is empty; expected a mapping with a 'config:' section")
@@ -157,10 +159,26 @@ def _decode(key: str, value: Any, problems: list[Problem]) -> Any:
         return value
     try:
         parse_json(value, "the JSON text", _UnreadableJson)  # deep nesting and huge integers fail here
-        return json.loads(value, object_pairs_hook=_no_duplicate_keys)  # read before: cannot fail otherwise
+        decoded = json.loads(value, object_pairs_hook=_no_duplicate_keys)  # read before: cannot fail otherwise
+        _no_lone_surrogates(decoded)
+        return decoded
     except _UnreadableJson as err:
         problems.append(Problem(key, str(err)))
         return None
+
+
+def _no_lone_surrogates(value: Any) -> None:
+    """A ``\\ud800`` escape in JSON text decodes to a lone surrogate, which no encoder writes."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str) and any("\ud800" <= ch <= "\udfff" for ch in item):
+            raise _UnreadableJson(f"the JSON text holds a lone surrogate (not a character) in {short_repr(item)}")
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -9,7 +9,13 @@ documents): every failure is one ``UserError`` line with a position, never anoth
 - a 5000-digit integer or an impossible timestamp raises ValueError in the constructor: refused
   with the value's position;
 - a NUL or other unprintable byte fails in the reader, whose error has no ``problem_mark``: the
-  position is computed from the character offset.
+  position is computed from the character offset;
+- an explicit tag on a value it does not fit (``!!bool maybe``, ``!!timestamp garbage``, ``!!int ''``,
+  ``!!set [1]``) raises KeyError, IndexError, AttributeError or TypeError inside PyYAML's
+  constructors: refused with the tag, the value and its position;
+- a ``"\\ud800"`` escape makes a lone surrogate, a str no encoder writes (Pulumi's fails later):
+  refused where it is;
+- a text over ``MAX_TEXT_CHARS`` is refused before parsing (20 MB took 8 s to parse).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from gpucloud.errors import UserError
 MAX_DEPTH = 64  # stack files nest 4-5 levels; far below the interpreter's recursion limit
 MAX_EXPANDED_NODES = 100_000  # nodes after expanding aliases; a large stack file has a few hundred
 MAX_QUOTED_CHARS = 80  # characters of a bad value quoted in an error
+MAX_TEXT_CHARS = 1 << 20  # the shipped stack files are a few KB; 1 MiB parses in well under a second
 
 
 class _Refused(yaml.YAMLError):
@@ -52,6 +59,9 @@ class _BoundedLoader(yaml.SafeLoader):
             self._depth -= 1
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if not isinstance(node, MappingNode):  # e.g. '!!set [1]', '!!map [1]': a tag that wants a mapping
+            found = getattr(node, "id", "node")
+            raise _Refused(f"{_tag_name(node.tag)} needs a mapping, but found a {found}", node.start_mark)
         seen: dict[Any, Node] = {}
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":  # '<<: *defaults' may be overridden: not a duplicate
@@ -71,7 +81,7 @@ class _BoundedLoader(yaml.SafeLoader):
 
     def construct_object(self, node: Node, deep: bool = False) -> Any:
         try:
-            return super().construct_object(node, deep=deep)
+            value = super().construct_object(node, deep=deep)
         except (ValueError, OverflowError) as err:  # e.g. a 5000-digit int, a timestamp in year 10000
             if isinstance(err, yaml.YAMLError):
                 raise
@@ -79,10 +89,30 @@ class _BoundedLoader(yaml.SafeLoader):
             raise _Refused(
                 f"cannot read the value {_quote(value)} ({_first_line(str(err).split(';')[0])})", node.start_mark
             ) from None
+        except (KeyError, IndexError, AttributeError, TypeError):  # an explicit tag that does not fit
+            shown = node.value if isinstance(node, ScalarNode) else f"a {getattr(node, 'id', 'node')}"
+            raise _Refused(
+                f"the value {_quote(shown)} cannot be read as {_tag_name(node.tag)}", node.start_mark
+            ) from None
+        if isinstance(value, str) and _has_surrogate(value):
+            raise _Refused(f"the text {_quote(value)} holds a lone surrogate (not a character)", node.start_mark)
+        return value
+
+
+def _tag_name(tag: str) -> str:
+    return "!!" + tag.removeprefix("tag:yaml.org,2002:") if tag.startswith("tag:yaml.org,2002:") else tag
+
+
+def _has_surrogate(text: str) -> bool:
+    return any("\ud800" <= ch <= "\udfff" for ch in text)
 
 
 def load_yaml(text: str, source: str, what: str = "YAML") -> Any:
     """``text`` parsed as one YAML document; a one-line UserError naming ``source`` and the position otherwise."""
+    if len(text) > MAX_TEXT_CHARS:
+        raise UserError(
+            f"{source}: {len(text)} characters is too large for a {what} file; at most {MAX_TEXT_CHARS} are read"
+        )
     loader: _BoundedLoader | None = None
     try:
         loader = _BoundedLoader(text)  # the reader checks every character here

@@ -11,7 +11,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from gpucloud.teardown.model import Found
+from gpucloud.teardown.discover import group_instance_tags, role_profile_tags
+from gpucloud.teardown.model import Found, sweepable
 
 # Error codes that mean "a dependency still holds it; try again shortly": subnets and security groups
 # while instances terminate and ENIs detach, an address while its NAT gateway deletes, a role still in
@@ -85,9 +86,25 @@ class Deleter:
     # ---- one method per kind in model.DELETE_ORDER -------------------------------------------
 
     def _autoscaling_autoScalingGroup(self, f: Found) -> None:
-        # ForceDelete: terminate the instances too, without waiting for scale-in protection or hooks
-        # (https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_DeleteAutoScalingGroup.html)
-        self.client("autoscaling").delete_auto_scaling_group(AutoScalingGroupName=f.ident, ForceDelete=True)
+        # ForceDelete terminates every instance in the group, without waiting for scale-in protection
+        # or hooks (https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_DeleteAutoScalingGroup.html).
+        # So first detach what sweep keeps: an instance tagged keep, or one of another stack that was
+        # attached to the group. Read now, not at listing time, so the dry run's word still holds.
+        # DetachInstances takes up to 20 ids and, decrementing the desired capacity, launches no
+        # replacement (https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_DetachInstances.html).
+        # A detach that fails fails the group's delete: nothing kept is terminated.
+        autoscaling = self.client("autoscaling")
+        groups = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[f.ident])["AutoScalingGroups"]
+        spared = sorted(
+            i for g in groups for i, tags in group_instance_tags(self.client, g).items() if not sweepable(tags, f.stack)
+        )
+        for start in range(0, len(spared), 20):
+            autoscaling.detach_instances(
+                AutoScalingGroupName=f.ident,
+                InstanceIds=spared[start : start + 20],
+                ShouldDecrementDesiredCapacity=True,
+            )
+        autoscaling.delete_auto_scaling_group(AutoScalingGroupName=f.ident, ForceDelete=True)
 
     def _ec2_instance(self, f: Found) -> None:
         self.client("ec2").terminate_instances(InstanceIds=[f.ident])
@@ -202,17 +219,26 @@ class Deleter:
         # DeleteRole wants no attached or inline policies and no instance profile holding it:
         # https://docs.aws.amazon.com/IAM/latest/UserGuide/id_roles_manage_delete.html
         iam = self.client("iam")
+        profiles = role_profile_tags(iam, f.ident)
+        spared = sorted(name for name, tags in profiles.items() if not sweepable(tags, f.stack))
+        if spared:  # deleting the role would empty a profile sweep keeps: leave both
+            raise ClientError(
+                {
+                    "Error": {
+                        "Code": "KeptProfile",
+                        "Message": f"held by instance profile {', '.join(spared)}, which sweep keeps",
+                    }
+                },
+                "DeleteRole",
+            )
         for page in iam.get_paginator("list_attached_role_policies").paginate(RoleName=f.ident):
             for policy in page["AttachedPolicies"]:
                 iam.detach_role_policy(RoleName=f.ident, PolicyArn=policy["PolicyArn"])
         for page in iam.get_paginator("list_role_policies").paginate(RoleName=f.ident):
             for name in page["PolicyNames"]:
                 iam.delete_role_policy(RoleName=f.ident, PolicyName=name)
-        for page in iam.get_paginator("list_instance_profiles_for_role").paginate(RoleName=f.ident):
-            for profile in page["InstanceProfiles"]:
-                iam.remove_role_from_instance_profile(
-                    InstanceProfileName=profile["InstanceProfileName"], RoleName=f.ident
-                )
+        for name in profiles:
+            iam.remove_role_from_instance_profile(InstanceProfileName=name, RoleName=f.ident)
         iam.delete_role(RoleName=f.ident)
 
     def _s3_bucket(self, f: Found) -> None:

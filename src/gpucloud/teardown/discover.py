@@ -93,6 +93,7 @@ class Discovery:
                     tags,
                     group.get("CreatedTime"),
                     self.region,
+                    members=group_instance_tags(self.client, group),
                 )
 
     def instances(self, stack: str | None) -> Iterator[Found]:
@@ -231,7 +232,10 @@ class Discovery:
                     continue  # service-linked roles belong to AWS
                 tags = _tag_map(iam.list_role_tags(RoleName=role["RoleName"]).get("Tags"))
                 if _has_stack(tags, stack):
-                    yield Found(role["Arn"], "iam:role", role["RoleName"], tags, role.get("CreateDate"))
+                    profiles = role_profile_tags(iam, role["RoleName"])
+                    yield Found(
+                        role["Arn"], "iam:role", role["RoleName"], tags, role.get("CreateDate"), members=profiles
+                    )
 
     def iam_instance_profiles(self, stack: str | None) -> Iterator[Found]:
         iam = self.client("iam")
@@ -244,6 +248,37 @@ class Discovery:
                     yield Found(profile["Arn"], "iam:instance-profile", name, tags, profile.get("CreateDate"))
 
 
+def instance_tags(ec2: Any, instance_ids: list[str]) -> dict[str, dict[str, str]]:
+    """Each listed instance's tags (an instance already gone is left out). A filter rather than
+    ``InstanceIds``, which fails the whole call when one id is no longer known."""
+    out: dict[str, dict[str, str]] = {}
+    if not instance_ids:
+        return out
+    pages = ec2.get_paginator("describe_instances")
+    for page in pages.paginate(Filters=[{"Name": "instance-id", "Values": instance_ids}]):
+        for reservation in page["Reservations"]:
+            for inst in reservation["Instances"]:
+                if inst["State"]["Name"] not in _GONE_STATES:
+                    out[inst["InstanceId"]] = _tag_map(inst.get("Tags"))
+    return out
+
+
+def group_instance_tags(client: Callable[[str], Any], group: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """The tags of every instance in an Auto Scaling group (DescribeAutoScalingGroups lists their
+    ids, not their tags)."""
+    return instance_tags(client("ec2"), [i["InstanceId"] for i in group.get("Instances") or []])
+
+
+def role_profile_tags(iam: Any, role: str) -> dict[str, dict[str, str]]:
+    """The instance profiles that hold ``role``, with their tags (GetInstanceProfile has them)."""
+    out: dict[str, dict[str, str]] = {}
+    for page in iam.get_paginator("list_instance_profiles_for_role").paginate(RoleName=role):
+        for profile in page["InstanceProfiles"]:
+            name = profile["InstanceProfileName"]
+            out[name] = _tag_map(iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"].get("Tags"))
+    return out
+
+
 def _merge(known: Found, listed: Found) -> Found:
     return Found(
         known.arn,
@@ -254,6 +289,7 @@ def _merge(known: Found, listed: Found) -> Found:
         listed.region or known.region,
         listed.instance_type,
         listed.lifecycle,
+        listed.members,
     )
 
 

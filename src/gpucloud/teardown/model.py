@@ -42,6 +42,34 @@ DELETE_ORDER: tuple[str, ...] = (
 )
 
 
+# Values of the keep tag that do NOT keep a resource. Anything else does ("true", "yes", "1", "",
+# a typo): a keep tag is someone's wish to keep the thing, and a sweep that misreads it loses data,
+# while one that keeps too much only leaves a resource for a second look.
+NOT_KEPT_VALUES = frozenset({"false", "no", "0", "off"})
+
+
+def keep_tag(tags: dict[str, str]) -> str | None:
+    """``key=value`` of the tag that asks sweep to keep the resource, or None: a ``gpucloud:keep``
+    key in any letter case (AWS tag keys are case-sensitive, so ``GPUCloud:Keep`` is another key,
+    but it says the same thing to a person), with any value except false / no / 0 / off (case and
+    spaces ignored)."""
+    for key, value in sorted(tags.items()):
+        if key.strip().lower() == KEEP_TAG and value.strip().lower() not in NOT_KEPT_VALUES:
+            return f"{key}={value}"
+    return None
+
+
+def is_kept(tags: dict[str, str]) -> bool:
+    return keep_tag(tags) is not None
+
+
+def sweepable(tags: dict[str, str], stack: str | None) -> bool:
+    """Whether a resource with ``tags`` may go with stack ``stack``'s resources: it carries that
+    stack's tag and is not kept. Used for what another resource's delete would take with it (an
+    Auto Scaling group's instances, an instance profile emptied by deleting its role)."""
+    return stack is not None and tags.get(STACK_TAG) == stack and not is_kept(tags)
+
+
 @dataclasses.dataclass(frozen=True)
 class Found:
     """One resource carrying ``gpucloud:stack``. ``ident`` is what the service's delete call takes."""
@@ -54,6 +82,13 @@ class Found:
     region: str | None = None
     instance_type: str | None = None  # instances: what the hourly cost is looked up by
     lifecycle: str | None = None  # instances: "spot" or "on-demand"
+    # what deleting this takes with it, by id, with their tags: an Auto Scaling group's instances
+    # (ForceDelete terminates them all), the instance profiles a role is in (its delete empties them)
+    members: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+
+    def spared_members(self) -> list[str]:
+        """The members that must outlive this resource: kept ones and those of another stack."""
+        return sorted(m for m, tags in self.members.items() if not sweepable(tags, self.stack))
 
     @property
     def stack(self) -> str | None:
@@ -61,7 +96,7 @@ class Found:
 
     @property
     def keep(self) -> bool:
-        return self.tags.get(KEEP_TAG, "").strip().lower() == "true"
+        return is_kept(self.tags)
 
     @property
     def expires_at(self) -> dt.datetime | None:

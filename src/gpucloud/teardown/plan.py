@@ -1,7 +1,8 @@
 """Which found resources sweep deletes, in which order, and why it skips the others. Pure.
 
 A resource is deleted only when it carries ``gpucloud:stack`` (with the stack asked for, or any with
-``--all``), not ``gpucloud:keep=true``, and passes the age and expiry filters. Age: a resource's own
+``--all``), is not kept (``model.keep_tag``: ``gpucloud:keep`` in any case, any value but false / no / 0
+/ off), and passes the age and expiry filters. Age: a resource's own
 creation time where AWS gives one, else its stack's oldest known one (a VPC or a queue has none, but
 it is as old as the stack it belongs to).
 """
@@ -14,8 +15,8 @@ import re
 from collections.abc import Iterable
 
 from gpucloud.errors import UserError
-from gpucloud.infra.tags import EXPIRES_AT_TAG, KEEP_TAG, STACK_TAG
-from gpucloud.teardown.model import DELETE_ORDER, Found
+from gpucloud.infra.tags import EXPIRES_AT_TAG, STACK_TAG
+from gpucloud.teardown.model import DELETE_ORDER, Found, keep_tag
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -65,8 +66,11 @@ def _skip_reason(f: Found, selection: Selection, now: dt.datetime, created: dt.d
         return f"no {STACK_TAG} tag"
     if selection.stack is not None and f.stack != selection.stack:
         return f"another stack ({f.stack})"
-    if f.keep:
-        return f"{KEEP_TAG}=true"
+    kept = keep_tag(f.tags)
+    if kept is not None:
+        return kept
+    if f.kind == "iam:role" and f.spared_members():
+        return f"held by instance profile {', '.join(f.spared_members())}, which sweep keeps"
     if f.kind not in DELETE_ORDER:
         return f"sweep does not delete {f.kind} resources; delete it by hand"
     if selection.older_than is not None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from gpucloud.jobs.code.prune import PrunePolicy, hold, prune
+from gpucloud.jobs.code.setup_env import PRIVATE as PRIVATE_ENV
 from gpucloud.jobs.code.setup_env import SetupFailed, ensure_env, with_interpreter_first
 from gpucloud.jobs.code.store import CodeUnavailable
 from gpucloud.jobs.code.unpack import cached_tree, copy_tree
@@ -113,20 +114,19 @@ def prepare(
             log.supervisor(f"code {spec.code.sha256[:12]} ({spec.code.files} files, {how}) in {workdir}")
         if spec.setup is None:
             return Prepared(cwd, with_interpreter_first(env))
-        setup = spec.setup
-        venv, cached = _held(
-            lambda: ensure_env(
-                setup,
-                workdir=Path(cwd) if cwd is not None else Path.cwd(),
-                cache=cache,
-                code_sha256=spec.code.sha256 if spec.code is not None else None,
-                env=env,
-                sink=log,
-            ),
-            lambda got: got[0],
-            holds,
+        # The attempt runs in its own copy of the cached env (no hold needed while it runs); the copy is
+        # checked byte for byte against the cached env's manifest, so a prune racing it fails the copy.
+        venv, cached = ensure_env(
+            spec.setup,
+            workdir=Path(cwd) if cwd is not None else Path.cwd(),
+            cache=cache,
+            code_sha256=spec.code.sha256 if spec.code is not None else None,
+            env=env,
+            sink=log,
+            into=attempt_dir / PRIVATE_ENV,
         )
-        log.supervisor(f"setup env {venv} ({'cached on this node, setup not run again' if cached else 'set up'})")
+        how = "cached on this node, setup not run again" if cached else "set up"
+        log.supervisor(f"setup env {venv} ({how}; a private copy of the node's sealed env)")
         return Prepared(cwd, with_interpreter_first(env, venv))
     except (CodeUnavailable, SetupFailed) as err:
         raise CodeNotReady(str(err)) from None

@@ -18,7 +18,8 @@ newest modification time of the entry and of its ``.used`` file (``hold`` touche
 entry is first renamed to ``.pruned-<name>`` in its directory, so a reader that holds it after the
 rename finds it gone and prepares it again, never half of it; read-only directories inside it are
 made writable to be removed. The empty ``.lock`` and ``.inuse`` files stay (a lock file removed
-while another process opens it would let two makers in at once); the ``.used`` stamp goes with it.
+while another process opens it would let two makers in at once); the files that describe the entry
+(its ``.used`` stamp, a sealed env's ``.manifest.json``) go with it.
 """
 
 from __future__ import annotations
@@ -146,13 +147,22 @@ def _remove_unless_held(entry: Path) -> bool:
             if not free or not entry.is_dir():
                 return False
             os.replace(entry, doomed)
-            with contextlib.suppress(FileNotFoundError):
-                entry.with_name(entry.name + USED).unlink()
+            for sidecar in _sidecars(entry):
+                with contextlib.suppress(FileNotFoundError):
+                    sidecar.unlink()
     except OSError as err:  # a disk that is read-only or gone: the attempt's own preparation reports it
         log.warning("cannot prune %s from the node cache: %s", entry, err)
         return False
     _remove_tree(doomed)
     return True
+
+
+def _sidecars(entry: Path) -> list[Path]:
+    """The files beside ``entry`` that describe it (``<entry>.used``, a sealed env's
+    ``<entry>.manifest.json``), which go with it; never its ``.lock`` and ``.inuse`` files."""
+    keep = {entry.name + MADE_UNDER, entry.name + IN_USE}
+    prefix = entry.name + "."
+    return [p for p in entry.parent.iterdir() if p.name.startswith(prefix) and p.name not in keep and p.is_file()]
 
 
 def hold(entry: Path, holds: contextlib.ExitStack) -> bool:

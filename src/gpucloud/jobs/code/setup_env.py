@@ -20,16 +20,26 @@ A job with ``--setup`` gets a virtualenv of its own on top of that one:
   workdir's top-level ``requirements*.txt``; with none of those, the snapshot's hash. The next
   attempt on the node, and the next job with the same requirements, skip the install.
 * a failed setup fails the attempt with one line (its exit code and last output lines) and leaves
-  no env behind, so a resumed job runs it again.
+  no env behind, so a resumed job runs it again;
+* **never run in place.** Once set up, the cached env is sealed: a manifest of every file (its
+  SHA-256 and mode), link and directory is written beside it (``<key>.manifest.json``) and its files
+  are made read-only. Each attempt runs in a private copy (``<attempt dir>/venv``), made in one pass
+  that checks every byte and name against the manifest; the copy's scripts name the copy. So what a
+  job writes into its env while it runs (a ``pip install``, a planted ``.pth``) stays in its own
+  copy and goes with its attempt, and a cache that changed anyway (a file edited, one added) is
+  not used: it is set up again. (Jobs that run as the same Unix user can still write each other's
+  files; isolation from a deliberately hostile job needs separate users or containers.)
 """
 
 from __future__ import annotations
 
 import collections
 import hashlib
+import json
 import os
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -37,8 +47,11 @@ from pathlib import Path
 
 from gpucloud.jobs.code.unpack import node_lock
 from gpucloud.jobs.process_group import OutputSink
+from gpucloud.regular_files import open_regular
 
 READY = ".gpucloud-ready"
+PRIVATE = "venv"  # the attempt's copy, in its attempt directory
+_CHUNK = 1 << 20
 BASE_PTH = "_gpucloud_image_site.pth"
 _REQUIREMENT_FLAGS = ("-r", "--requirement", "-c", "--constraint")
 _TAIL = 3
@@ -46,6 +59,10 @@ _TAIL = 3
 
 class SetupFailed(Exception):
     """The setup command failed or its env could not be made; ``str`` is one line."""
+
+
+class EnvChanged(Exception):
+    """The cached env no longer matches its manifest; ``str`` names the first difference."""
 
 
 def interpreter_bin() -> str:
@@ -118,25 +135,143 @@ def env_key(setup: str, workdir: Path, *, code_sha256: str | None) -> str:
 
 
 def ensure_env(
-    setup: str, *, workdir: Path, cache: Path, code_sha256: str | None, env: dict[str, str], sink: OutputSink
+    setup: str,
+    *,
+    workdir: Path,
+    cache: Path,
+    code_sha256: str | None,
+    env: dict[str, str],
+    sink: OutputSink,
+    into: Path,
 ) -> tuple[Path, bool]:
-    """The job's venv with ``setup`` run in it; (its path, whether it was cached)."""
+    """A private copy, at ``into``, of the job's cached venv with ``setup`` run in it; (the copy's
+    path, whether the env was cached). A cached env that changed since it was sealed is set up again."""
     key = env_key(setup, workdir, code_sha256=code_sha256)
     venv = cache / "envs" / key
-    if (venv / READY).exists():
-        return venv, True
+    manifest = cache / "envs" / f"{key}.manifest.json"
+    if _sealed(venv, manifest):
+        try:
+            return private_copy(venv, manifest, into), True
+        except EnvChanged as err:
+            sink.write(f"the cached setup env {venv} changed since it was set up ({err}); setting it up again\n")
     with node_lock(cache / "envs" / f"{key}.lock"):
-        if (venv / READY).exists():
-            return venv, True
-        shutil.rmtree(venv, ignore_errors=True)  # a leftover of a setup that died: never half an env
+        if _sealed(venv, manifest):
+            try:
+                return private_copy(venv, manifest, into), True
+            except EnvChanged as err:
+                sink.write(f"the cached setup env {venv} changed since it was set up ({err}); setting it up again\n")
+        _remove(venv, manifest)  # a leftover of a setup that died, or a changed env: never half an env
         try:
             _create(venv)
             _run_setup(setup, workdir, with_interpreter_first(env, venv), sink)
             (venv / READY).write_text(f"{setup}\n")
+            seal(venv, manifest)
         except BaseException:
-            shutil.rmtree(venv, ignore_errors=True)
+            _remove(venv, manifest)
             raise
-    return venv, False
+        return private_copy(venv, manifest, into), False
+
+
+def _sealed(venv: Path, manifest: Path) -> bool:
+    return (venv / READY).exists() and manifest.is_file()
+
+
+def _remove(venv: Path, manifest: Path) -> None:
+    manifest.unlink(missing_ok=True)
+    shutil.rmtree(venv, ignore_errors=True)  # read-only files go: removing needs the directory's write bit
+
+
+def _walk(root: Path) -> dict[str, dict[str, object]]:
+    """Every entry under ``root`` by relative path: files (mode, sha256), links (target), directories."""
+    found: dict[str, dict[str, object]] = {}
+    for folder, dirs, names in os.walk(root):
+        for name in sorted(dirs + names):
+            path = Path(folder) / name
+            rel = str(path.relative_to(root))
+            st = path.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                found[rel] = {"link": os.readlink(path)}
+            elif stat.S_ISDIR(st.st_mode):
+                found[rel] = {"dir": True}
+            elif stat.S_ISREG(st.st_mode):
+                found[rel] = {"mode": stat.S_IMODE(st.st_mode) | stat.S_IWUSR, "sha256": _sha256(path)}
+            else:
+                raise EnvChanged(f"{rel} is not a file, a directory or a link")
+    return found
+
+
+def _sha256(path: Path) -> str:
+    sha = hashlib.sha256()
+    with open_regular(path, follow_links=False) as fh:
+        while chunk := fh.read(_CHUNK):
+            sha.update(chunk)
+    return sha.hexdigest()
+
+
+def seal(venv: Path, manifest: Path) -> None:
+    """Record the set-up env (``manifest``, beside it) and make its files read-only."""
+    entries = _walk(venv)
+    tmp = manifest.with_name(manifest.name + ".tmp")
+    tmp.write_text(json.dumps({"root": str(venv), "entries": entries}))
+    os.replace(tmp, manifest)
+    for rel, entry in entries.items():
+        if "sha256" in entry:
+            os.chmod(venv / rel, int(str(entry["mode"])) & ~0o222)
+
+
+def private_copy(venv: Path, manifest: Path, into: Path) -> Path:
+    """Copy the sealed ``venv`` to ``into``, checking each name and byte against ``manifest`` in the
+    same pass (EnvChanged at the first difference); the copy's scripts (``bin/``) name the copy."""
+    try:
+        recorded = json.loads(manifest.read_text())["entries"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise EnvChanged(f"its manifest is unreadable: {err}") from None
+    if not isinstance(recorded, dict):
+        raise EnvChanged("its manifest is unreadable")
+    shutil.rmtree(into, ignore_errors=True)
+    into.mkdir(parents=True)
+    old, new = str(venv).encode(), str(into).encode()
+    seen: set[str] = set()
+    for folder, dirs, names in os.walk(venv):
+        for name in sorted(dirs + names):
+            src = Path(folder) / name
+            rel = str(src.relative_to(venv))
+            entry = recorded.get(rel)
+            seen.add(rel)
+            if not isinstance(entry, dict):
+                raise EnvChanged(f"{rel} was added")
+            _copy_entry(src, into / rel, rel, entry, old, new)
+    missing = sorted(set(recorded) - seen)
+    if missing:
+        raise EnvChanged(f"{missing[0]} was removed")
+    return into
+
+
+def _copy_entry(src: Path, dst: Path, rel: str, entry: dict[str, object], old: bytes, new: bytes) -> None:
+    st = src.lstat()
+    if "link" in entry:
+        if not stat.S_ISLNK(st.st_mode) or os.readlink(src) != entry["link"]:
+            raise EnvChanged(f"{rel} changed")
+        os.symlink(os.readlink(src), dst)
+    elif "dir" in entry:
+        if not stat.S_ISDIR(st.st_mode):
+            raise EnvChanged(f"{rel} changed")
+        dst.mkdir()
+    else:
+        if not stat.S_ISREG(st.st_mode):
+            raise EnvChanged(f"{rel} changed")
+        sha = hashlib.sha256()
+        with open_regular(src, follow_links=False) as fh, open(dst, "xb") as out:
+            while chunk := fh.read(_CHUNK):
+                sha.update(chunk)
+                out.write(chunk)
+        if sha.hexdigest() != entry.get("sha256"):
+            raise EnvChanged(f"{rel} changed")
+        if rel.startswith("bin" + os.sep) and st.st_size < _CHUNK:  # shebangs and activate scripts
+            data = dst.read_bytes()
+            if old in data:
+                dst.write_bytes(data.replace(old, new))
+        os.chmod(dst, int(str(entry.get("mode", 0o644))))
 
 
 def _create(venv: Path) -> None:

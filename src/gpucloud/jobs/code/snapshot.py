@@ -179,6 +179,7 @@ def _walk(root: Path, rel_dir: str, ignores: _Ignores, out: list[Entry]) -> None
         is_dir = stat.S_ISDIR(st.st_mode)
         if ignores.ignored(rel, is_dir):
             continue
+        _check_utf8(rel, "name")
         if is_dir:
             _walk(root, rel, ignores.entering(rel), out)
         elif stat.S_ISLNK(st.st_mode):
@@ -188,10 +189,28 @@ def _walk(root: Path, rel_dir: str, ignores: _Ignores, out: list[Entry]) -> None
         # sockets, FIFOs and devices are no code: left out
 
 
+def _check_utf8(rel: str, what: str, text: str | None = None) -> None:
+    """A name the archive, the tree hash and every node can hold: UTF-8 (os.scandir hands back the
+    bytes of any other name as lone surrogates, which no encoder writes)."""
+    try:
+        (rel if text is None else text).encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(rel)
+        raise UserError(
+            f"--workdir: {shown!r} has a {what} that is not UTF-8; rename it, or add it to .gitignore"
+        ) from None
+
+
 def _inside_target(root: Path, rel: str, link: Path) -> str:
     target = os.readlink(link)
+    _check_utf8(rel, "link target", target)
     lexical = posixpath.normpath(posixpath.join(posixpath.dirname(rel), target))
-    resolved = link.resolve()
+    try:
+        resolved = link.resolve()
+    except (RuntimeError, OSError):  # "Symlink loop" (RuntimeError before Python 3.13), ELOOP
+        raise UserError(
+            f"--workdir: {rel} is a link to {target}, in a loop of links; remove it, or add {rel} to .gitignore"
+        ) from None
     if posixpath.isabs(target) or lexical.startswith("../") or lexical == ".." or not resolved.is_relative_to(root):
         raise UserError(
             f"--workdir: {rel} is a link to {target}, outside {root}; a snapshot keeps only links inside it "

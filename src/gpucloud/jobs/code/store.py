@@ -24,6 +24,7 @@ from typing import Any
 
 from gpucloud.errors import UserError, error_line
 from gpucloud.jobs.code.snapshot import Snapshot, archive_name
+from gpucloud.regular_files import open_regular
 
 CODE_PREFIX = "code"
 
@@ -104,21 +105,49 @@ def _put_s3(snapshot: Snapshot, bucket: str) -> Stored:
     return Stored(uri, uploaded=True)
 
 
-def fetch(uri: str, dest: Path) -> None:
-    """Copy the archive at ``uri`` (``s3://...`` or a path) to ``dest``, or raise ``CodeUnavailable``."""
+def archive_limit(size_bytes: int) -> int:
+    """The most bytes a snapshot whose files total ``size_bytes`` (the job's record) can take as a
+    .tar.gz: gzip adds a few bytes per 32 KiB block of data it cannot compress, tar 512 to 1535 per
+    member (whose headers compress well); the fixed part covers a tree of many small files."""
+    return size_bytes + size_bytes // 64 + (64 << 20)
+
+
+_COPY_CHUNK = 1 << 20
+
+
+def fetch(uri: str, dest: Path, *, max_bytes: int) -> None:
+    """Copy the archive at ``uri`` (``s3://...`` or a path) to ``dest``, or raise ``CodeUnavailable``.
+    Never more than ``max_bytes``: a record can name anything (``/dev/zero``, a huge object), and
+    the job's recorded size tells how large its archive can be (``archive_limit``)."""
+    too_large = f"the job's code {uri} is larger than the {max_bytes} bytes its recorded size allows (refused)"
     if uri.startswith("s3://"):
         from botocore.exceptions import BotoCoreError, ClientError
 
         bucket, _, key = uri[len("s3://") :].partition("/")
         try:
-            s3_client().download_file(bucket, key, str(dest))
+            answer = s3_client().get_object(Bucket=bucket, Key=key)
+            if int(answer.get("ContentLength") or 0) > max_bytes:
+                answer["Body"].close()
+                raise CodeUnavailable(too_large)
+            _copy_bounded(answer["Body"], dest, max_bytes, too_large)
         except (BotoCoreError, ClientError) as err:
             raise CodeUnavailable(f"cannot download the job's code {uri}: {error_line(err)}") from None
         return
-    try:
-        shutil.copyfile(uri, dest)
+    try:  # a regular file only: a device or a FIFO would never end
+        with open_regular(uri) as source:
+            _copy_bounded(source, dest, max_bytes, too_large)
     except OSError as err:
         raise CodeUnavailable(f"cannot read the job's code {uri}: {err.strerror}") from None
+
+
+def _copy_bounded(source: Any, dest: Path, max_bytes: int, too_large: str) -> None:
+    copied = 0
+    with open(dest, "wb") as out:
+        while chunk := source.read(_COPY_CHUNK):
+            copied += len(chunk)
+            if copied > max_bytes:
+                raise CodeUnavailable(too_large)
+            out.write(chunk)
 
 
 def expected_name(sha256: str) -> str:

@@ -27,10 +27,35 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from gpucloud.jobs.code.snapshot import TreeHash, file_mode, human_size
-from gpucloud.jobs.code.store import CodeUnavailable, fetch
+from gpucloud.jobs.code.store import CodeUnavailable, archive_limit, fetch
 
 READY = "ready"  # written last: a cached tree without it is a leftover, unpacked again
 _MAX_MEMBERS = 200_000
+# A GNU long name or a PAX header is read whole into memory, at whatever size its header declares:
+# a 1.5 MB archive could declare 1.5 GiB. snapshot.build writes PAX headers of a path or two.
+MAX_HEADER_BYTES = 64 << 10
+_HEADER_TYPES = (
+    tarfile.GNUTYPE_LONGNAME,
+    tarfile.GNUTYPE_LONGLINK,
+    tarfile.XHDTYPE,
+    tarfile.XGLTYPE,
+    tarfile.SOLARIS_XHDTYPE,
+)
+_FILE_TYPES = (tarfile.REGTYPE, tarfile.AREGTYPE)  # not sparse, not contiguous: build() writes neither
+
+
+class _HeaderTooLarge(Exception):
+    pass
+
+
+class _BoundedInfo(tarfile.TarInfo):
+    """A member header whose long-name or PAX data is refused above ``MAX_HEADER_BYTES`` before
+    tarfile reads it (``TarFile(tarinfo=...)`` is the documented way to give tarfile its own class)."""
+
+    def _proc_member(self, tarfile: tarfile.TarFile) -> tarfile.TarInfo:
+        if self.type in _HEADER_TYPES and self.size > MAX_HEADER_BYTES:
+            raise _HeaderTooLarge(f"a header of {human_size(self.size)} (at most {human_size(MAX_HEADER_BYTES)})")
+        return super()._proc_member(tarfile)  # type: ignore[misc]
 
 
 @contextlib.contextmanager
@@ -55,7 +80,7 @@ def cached_tree(uri: str, sha256: str, size_bytes: int, cache: Path) -> tuple[Pa
         base.mkdir(parents=True)
         try:
             archive = base / "archive.tar.gz"
-            fetch(uri, archive)
+            fetch(uri, archive, max_bytes=archive_limit(size_bytes))
             unpack(archive, tree, sha256=sha256, size_bytes=size_bytes, name=uri)
             archive.unlink()
             (base / READY).write_text(sha256 + "\n")
@@ -77,6 +102,8 @@ def unpack(archive: Path, dest: Path, *, sha256: str, size_bytes: int, name: str
     dest.mkdir(parents=True)
     try:
         digest = _extract(archive, dest, size_bytes, name)
+    except _HeaderTooLarge as err:
+        raise CodeUnavailable(f"the job's code {name} declares {err} (refused)") from None
     except (tarfile.TarError, EOFError, zlib.error, OSError) as err:
         detail = getattr(err, "strerror", None) or " ".join(str(err).split()) or type(err).__name__
         raise CodeUnavailable(f"the job's code {name} is not a readable archive: {detail}") from None
@@ -92,7 +119,7 @@ def _extract(archive: Path, dest: Path, size_bytes: int, name: str) -> str:
     seen: set[str] = set()
     links: list[tuple[str, str]] = []
     total = 0
-    with tarfile.open(archive, mode="r:gz") as tar:
+    with tarfile.open(archive, mode="r:gz", tarinfo=_BoundedInfo) as tar:
         for count, member in enumerate(tar, start=1):
             path = member.name
             if count > _MAX_MEMBERS:
@@ -104,7 +131,7 @@ def _extract(archive: Path, dest: Path, size_bytes: int, name: str) -> str:
                 links.append((path, member.linkname))
                 _hash_in_order(tree.add_link, name, path, member.linkname)
                 continue
-            if not member.isreg():
+            if member.type not in _FILE_TYPES:
                 raise CodeUnavailable(
                     f"the job's code {name} holds {path!r}, which is neither a file nor a link (refused)"
                 )
@@ -129,7 +156,11 @@ def _extract(archive: Path, dest: Path, size_bytes: int, name: str) -> str:
         os.symlink(target, link)
     root = dest.resolve()
     for path, target in links:  # on the disk, so a chain of links cannot lead out either
-        if not (dest / path).resolve().is_relative_to(root):
+        try:
+            resolved = (dest / path).resolve(strict=False)
+        except (RuntimeError, OSError):  # "Symlink loop" (RuntimeError before Python 3.13), ELOOP
+            raise CodeUnavailable(f"the job's code {name} holds a link {path!r} -> {target!r} in a loop") from None
+        if not resolved.is_relative_to(root):
             raise CodeUnavailable(f"the job's code {name} holds a link {path!r} -> {target!r} that leads out of it")
     return tree.hexdigest()
 

@@ -37,7 +37,7 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpucloud.jobs.model import Job, JobState
+from gpucloud.jobs.model import JOB_ID_PATTERN, Job, JobState
 from gpucloud.payload import PREVIEW_CHARS, parse_json, preview
 
 BODY_VERSION = 1
@@ -48,10 +48,8 @@ MAX_DELAY_S = 900  # SQS DelaySeconds maximum
 MAX_VISIBILITY_S = 43_200  # SQS: 12 hours from the receive, in total
 
 
-# A job id as ``checkpoint.layout.validate_job_id`` allows it. Checked here too: the id becomes a
-# DynamoDB key, and one DynamoDB refuses (over 2048 bytes) would fail every receive of the message.
-# (pydantic's regex engine reads ``$`` as the end of the text: a trailing newline does not pass.)
-JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+# A job id (``jobs.model.JOB_ID_PATTERN``). Checked here too: the id becomes a DynamoDB key, and
+# one DynamoDB refuses (over 2048 bytes) would fail every receive of the message.
 MAX_NUMBER = 2**53  # attempts and slots are counters; anything larger was not written by gpucloud
 
 

@@ -37,7 +37,12 @@ class PublishingHooks(OfflineHooks):
         self.others: list[dict[str, tuple[int, int]]] = []
 
     def publish_backlog(
-        self, *, unclaimed_slots: int, busy_nodes: int, other_groups: dict[str, tuple[int, int]] | None = None
+        self,
+        *,
+        unclaimed_slots: int,
+        busy_nodes: int,
+        other_groups: dict[str, tuple[int, int]] | None = None,
+        fallback_due: dict[tuple[str, float], int] | None = None,
     ) -> None:
         self.published.append((unclaimed_slots, busy_nodes))
         self.others.append(dict(other_groups or {}))

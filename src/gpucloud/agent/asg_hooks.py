@@ -30,7 +30,13 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from gpucloud.agent.asg import AutoScaling, ScaleIn
-from gpucloud.agent.backlog_metric import IDLE_MINUTES_ENV, SCALE_IN_ENV, GroupBacklog, put_metric_data_request
+from gpucloud.agent.backlog_metric import (
+    IDLE_MINUTES_ENV,
+    SCALE_IN_ENV,
+    FallbackDue,
+    GroupBacklog,
+    put_metric_data_request,
+)
 from gpucloud.agent.budget_gate import AlarmSwitch, BudgetGate, gate_from_env, held
 from gpucloud.agent.scaling import idle_scale_in
 from gpucloud.errors import UserError
@@ -60,7 +66,12 @@ class FleetHooks(Protocol):
     def noticed(self, instance_id: str | None = None) -> str: ...
     def committed(self, instance_id: str | None = None, action: LifecycleAction | None = None) -> bool: ...
     def publish_backlog(
-        self, *, unclaimed_slots: int, busy_nodes: int, other_groups: dict[str, tuple[int, int]] | None = None
+        self,
+        *,
+        unclaimed_slots: int,
+        busy_nodes: int,
+        other_groups: dict[str, tuple[int, int]] | None = None,
+        fallback_due: dict[tuple[str, float], int] | None = None,
     ) -> None: ...
     def scale_in(self, *, idle_for: float, unclaimed_slots: int) -> bool: ...
     def group_ending(self) -> Notice | None: ...
@@ -80,7 +91,12 @@ class OfflineHooks:
         return False
 
     def publish_backlog(
-        self, *, unclaimed_slots: int, busy_nodes: int, other_groups: dict[str, tuple[int, int]] | None = None
+        self,
+        *,
+        unclaimed_slots: int,
+        busy_nodes: int,
+        other_groups: dict[str, tuple[int, int]] | None = None,
+        fallback_due: dict[tuple[str, float], int] | None = None,
     ) -> None:
         return None
 
@@ -183,18 +199,30 @@ class AsgHooks:
         return instance_id, group_of(self._client, instance_id)
 
     def publish_backlog(
-        self, *, unclaimed_slots: int, busy_nodes: int, other_groups: dict[str, tuple[int, int]] | None = None
+        self,
+        *,
+        unclaimed_slots: int,
+        busy_nodes: int,
+        other_groups: dict[str, tuple[int, int]] | None = None,
+        fallback_due: dict[tuple[str, float], int] | None = None,
     ) -> None:
         """This group's counts, and ``other_groups``' ({group: (unclaimed, busy)}): every agent publishes
-        every group's, so a group with no node of its own still has its backlog published."""
+        every group's, so a group with no node of its own still has its backlog published.
+        ``fallback_due`` ({(group, minute start): slots}) is the fallback forecast (``backlog_metric``);
+        over budget it is not sent, like the unclaimed slots."""
         cluster = self.settings.cluster
         if not (cluster and self.settings.node_group):
             return
         backlogs = [GroupBacklog(cluster, self.settings.node_group, unclaimed_slots, busy_nodes)]
         backlogs += [GroupBacklog(cluster, g, u, b) for g, (u, b) in (other_groups or {}).items()]
         exceeded = self.budget is not None and self.budget.exceeded()
+        forecasts = [
+            FallbackDue(cluster, group, dt.datetime.fromtimestamp(minute, dt.timezone.utc), slots)
+            for (group, minute), slots in (fallback_due or {}).items()
+            if not exceeded
+        ]
         self._cloudwatch.put_metric_data(
-            **put_metric_data_request(held(backlogs, exceeded), dt.datetime.now(dt.timezone.utc))
+            **put_metric_data_request(held(backlogs, exceeded), dt.datetime.now(dt.timezone.utc), forecasts)
         )
         if self.budget is not None:
             self.alarm_switch.apply(exceeded)
@@ -224,7 +252,7 @@ class AsgHooks:
 
     def group_ending(self) -> Notice | None:
         """A stop notice for this node when its group has been wound down (see ``wind_down_notice``).
-        Also where a busy node, which publishes no backlog, applies the budget gate to its group."""
+        Also where the budget gate reaches the group every minute, whatever the agent publishes."""
         if self.budget is not None:
             self.alarm_switch.apply(self.budget.exceeded())  # never raises; the gate fails open
         groups = self._client.describe_auto_scaling_groups(AutoScalingGroupNames=[self.asg_name])["AutoScalingGroups"]

@@ -216,3 +216,22 @@ def test_the_agent_publishes_every_groups_counts_and_that_it_is_alive_in_one_cal
         ("UnclaimedSlots", ("dev", "a")): 2.0,
         ("BusyNodes", ("dev", "a")): 4.0,
     }
+
+
+def test_a_job_past_its_fallback_wait_is_the_fallback_groups_backlog_only(tmp_path) -> None:
+    """Counted for both groups, a due gang of 3 would make both alarms add 3 nodes: 6 bought for 3.
+    Before the wait it is a's backlog, with a forecast for b from the minute it falls due."""
+    from gpucloud.agent.backlog_metric import PERIOD_SECONDS
+    from gpucloud.agent.fleet_view import group_backlog
+
+    queue = SqliteQueue(tmp_path / "queue.db")
+    job = queue.submit(JobSpec(command=["train"], nodes=3, group="a", fallback_group="b", fallback_after_minutes=10))
+    queued_at = queue.get(job.id).updated_at
+    early = group_backlog(queue, node_lease=LEASE, groups=groups("a"), now=queued_at + 60)
+    assert early.counts == {"a": (3, 0), "b": (0, 0)}
+    due_minute = -(-(queued_at + 600) // PERIOD_SECONDS) * PERIOD_SECONDS
+    assert early.fallback_due[("b", due_minute)] == 3
+    assert {g for g, _ in early.fallback_due} == {"b"}
+    late = group_backlog(queue, node_lease=LEASE, groups=groups("a"), now=queued_at + 601)
+    assert late.counts == {"a": (0, 0), "b": (3, 0)}
+    assert late.fallback_due == {}

@@ -223,7 +223,7 @@ def test_spot_group_gone_the_fallback_group_scales_out_when_the_wait_is_over(tmp
     summary = node.run()
     assert summary.stopped_by == "spot-interruption"
 
-    due = (queued_at + 600) // PERIOD_SECONDS * PERIOD_SECONDS + PERIOD_SECONDS
+    due = -(-(queued_at + 600) // PERIOD_SECONDS) * PERIOD_SECONDS
     od, spot = alarm_of(spot_and_od, "od"), alarm_of(spot_and_od, "spot")
     assert plan.LIVE_AGENTS_ID not in sent.at_minute(od, due)  # no agent is up then
     assert evaluate(od, {**sent.at_minute(od, due), plan.DESIRED_ID: 0}) == 2

@@ -155,3 +155,11 @@ def test_every_node_knows_its_group_and_the_clusters_groups(two_groups) -> None:
             for line in text.split("<<'GPUCLOUD_ENV'\n", 1)[1].split("\nGPUCLOUD_ENV\n")[0].splitlines()
         )
         assert (env["GPUCLOUD_NODE_GROUP"], env["GPUCLOUD_NODE_GROUPS"]) == (name, "a,b")
+
+
+def test_every_alarm_stays_within_cloudwatchs_query_limits(two_groups) -> None:
+    """PutMetricAlarm takes at most 10 metric queries and 10 expressions per alarm."""
+    for name in ("a", "b"):
+        queries = alarm_of(two_groups, name)["metricQueries"]
+        assert sum(1 for q in queries if "metric" in q) <= plan.MAX_ALARM_METRICS
+        assert sum(1 for q in queries if "expression" in q) <= plan.MAX_ALARM_EXPRESSIONS

@@ -384,7 +384,7 @@ def monitor_env(resources) -> dict[str, str]:
 
 
 def test_shipped_self_hosted_stacks_run_the_daily_report_on_the_job_plane(self_hosted):
-    _, spec, resources = self_hosted
+    stack, spec, resources = self_hosted
     assert spec.monitoring.daily_report is None  # the shipped stacks do not name it: on by default
     env = monitor_env(resources)
     node_env = {name: shlex.split(value)[0] for name, value in env_of(user_data(of(resources, LT)[0])).items()}
@@ -410,7 +410,10 @@ def test_shipped_self_hosted_stacks_run_the_daily_report_on_the_job_plane(self_h
         "Action": ["s3:GetObject"],
         "Resource": [f"arn:aws:s3:::{wheel}"],  # that one object, as the nodes' AgentPackage
     }
-    assert set(statements) == {"ReadJobTable", "WriteReports", "ReportPackage"}
+    queue_arn = f"arn:aws:sqs:{spec.region}:123456789012:{spec.name_for(stack)}-jobplane-jobs"
+    assert statements["OpenJobQueue"]["Resource"] == [queue_arn]  # the job queue, then its dead-letter queue
+    assert statements["FindDeadLetterQueue"]["Resource"] == [f"{queue_arn}-dlq"]
+    assert set(statements) == {"OpenJobQueue", "FindDeadLetterQueue", "ReadJobTable", "WriteReports", "ReportPackage"}
 
 
 def test_daily_report_false_turns_it_off():

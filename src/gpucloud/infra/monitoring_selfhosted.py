@@ -60,17 +60,35 @@ class DailyReport:
     queue_uri: pulumi.Input[str]  # aws://REGION?table=...&queue=... (the report reads the job table)
     table_arn: pulumi.Input[str]
     package: str  # the gpucloud to install: the stack's agent wheelhouse (s3://...) or a pip requirement
+    queue_arn: pulumi.Input[str]  # the job queue: opening it reads its redrive policy
+    dead_letter_queue_arn: pulumi.Input[str]  # the job queue's dead-letter queue: opening it looks up its URL
 
 
 def report_policy_document(
-    bucket_arn: str, table_arn: str, package: str | None = None, partition: str = "aws"
+    bucket_arn: str,
+    table_arn: str,
+    queue_arn: str,
+    dead_letter_queue_arn: str,
+    package: str | None = None,
+    partition: str = "aws",
 ) -> dict[str, object]:
     """What the daily report needs beyond the monitor's own policy (sns:Publish on the topic is
-    there): read the job table (the report's queries, ``queue/aws/backend.py``: GetItem and Query,
-    on the table and its state index), put the page under ``reports/``, and read the package it
-    installs when that is in S3 (the same grant the nodes get, ``iam.py``: the one wheel, or the
-    wheelhouse folder's listing and objects)."""
+    there): open the job queue (``AwsQueue`` reads the queue's redrive policy with
+    GetQueueAttributes and the dead-letter queue's URL with GetQueueUrl, whose resource is the queue
+    it names: https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonsqs.html),
+    read the job table (the report's queries, ``queue/aws/backend.py``: GetItem and Query, on the
+    table and its state index), put the page under ``reports/``, and read the package it installs
+    when that is in S3 (the same grant the nodes get, ``iam.py``: the one wheel, or the wheelhouse
+    folder's listing and objects). ``tests/cost/test_report_iam.py`` runs the report under these
+    documents alone."""
     statements: list[dict[str, object]] = [
+        {"Sid": "OpenJobQueue", "Effect": "Allow", "Action": ["sqs:GetQueueAttributes"], "Resource": [queue_arn]},
+        {
+            "Sid": "FindDeadLetterQueue",
+            "Effect": "Allow",
+            "Action": ["sqs:GetQueueUrl"],
+            "Resource": [dead_letter_queue_arn],
+        },
         {
             "Sid": "ReadJobTable",
             "Effect": "Allow",
@@ -245,9 +263,9 @@ class SelfHostedMonitor(pulumi.ComponentResource):
                 aws.iam.RolePolicy(
                     f"{name}-report",
                     role=self.role.name,
-                    policy=pulumi.Output.all(args.bucket_arn, report.table_arn, partition).apply(
-                        lambda v: json.dumps(report_policy_document(v[0], v[1], report.package, v[2]))
-                    ),
+                    policy=pulumi.Output.all(
+                        args.bucket_arn, report.table_arn, report.queue_arn, report.dead_letter_queue_arn, partition
+                    ).apply(lambda v: json.dumps(report_policy_document(v[0], v[1], v[2], v[3], report.package, v[4]))),
                     opts=child,
                 ),
             ]

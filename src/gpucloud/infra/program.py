@@ -212,6 +212,8 @@ def build_cluster(
             job_table_name=jobs.table.name,
             job_table_arn=jobs.table.arn,
             job_queue_url=jobs.job_queue.url,
+            job_queue_arn=jobs.job_queue.arn,
+            job_dead_letter_queue_arn=jobs.job_dlq.arn,
         ),
     )
 

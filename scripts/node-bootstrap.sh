@@ -15,12 +15,81 @@
 #    dcgm-exporter (gpucloud's counters file, from the installed wheel); managed: Prometheus in
 #    agent mode writing them to Amazon Managed Prometheus with SigV4. The gpucloud image has them;
 #    on another AMI they are fetched at the image's pinned versions (node.env), checksums verified.
+#
+# A failed step (the FSx mount, the agent's install after its retries, ...) ends the bootstrap, and
+# then the node leaves its group (leave_group): it would otherwise pass EC2's health check and hold
+# the group's capacity, billing, with no agent to run anything. The reason goes where an operator
+# looks first: the serial console (EC2 console "Get system log", `aws ec2 get-console-output`), the
+# instance's gpucloud:bootstrap-failed tag and /var/lib/gpucloud/bootstrap-failed.
 set -euo pipefail
 
 ENV_FILE=/etc/gpucloud/node.env
 LOG_TAG=gpucloud-bootstrap
 
-log() { logger -t "$LOG_TAG" -- "$*"; echo "$LOG_TAG: $*" >&2; }
+LAST_LOG=""  # the last thing said: the likely reason when a step fails
+STEP=settings  # the step running (main): named in the reason when it fails
+
+log() { LAST_LOG="$*"; logger -t "$LOG_TAG" -- "$*"; echo "$LOG_TAG: $*" >&2; }
+
+BOOTSTRAP_FAILED_TAG=gpucloud:bootstrap-failed
+CONSOLE=/dev/console
+STATE_DIR=/var/lib/gpucloud
+
+on_exit() {
+  local rc=$?
+  if (( rc == 0 )); then return 0; fi
+  leave_group "step $STEP failed (exit $rc): ${LAST_LOG:-see journalctl -t $LOG_TAG}"
+}
+
+imds_instance_id() {
+  local token
+  token="$(curl -fsS -m 5 -X PUT http://169.254.169.254/latest/api/token -H 'X-aws-ec2-metadata-token-ttl-seconds: 60')" &&
+    curl -fsS -m 5 -H "X-aws-ec2-metadata-token: $token" http://169.254.169.254/latest/meta-data/instance-id
+}
+
+# Leave the group after a failed bootstrap: terminate this instance with a decrement. Why not mark it
+# unhealthy: the group would replace it at once and keep replacing it for as long as the cause
+# lasts (a wrong agent.package fails every node the same way), each replacement a GPU node billed
+# through its boot; with the decrement the group shrinks, and the backlog alarm asks for a new
+# node only while a gang still waits, so a passing cause (a package index, a mount) is retried and
+# a lasting one stops costing once nothing waits. At the group's minimum size AWS refuses the
+# decrement; then the node marks itself unhealthy, since the minimum must be kept. Without the AWS
+# CLI it powers off: a stopped instance fails the group's health check and is replaced. The
+# termination's drain hook is completed at once: there is nothing to save.
+# https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_TerminateInstanceInAutoScalingGroup.html
+# https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-health-checks.html
+leave_group() {
+  local reason="${1:0:255}" instance_id group
+  log "FAILED, leaving the group: $reason"
+  echo "$LOG_TAG: FAILED, leaving the group: $reason" > "$CONSOLE" 2>/dev/null || true
+  { mkdir -p "$STATE_DIR" && printf '%s\n' "$reason" > "$STATE_DIR/bootstrap-failed"; } 2>/dev/null || true
+  if ! command -v aws >/dev/null 2>&1 || ! instance_id="$(imds_instance_id)"; then
+    log "no AWS CLI or no instance id: powering off, the group replaces a stopped node"
+    poweroff
+    return 0
+  fi
+  : "${GPUCLOUD_RETRY_ATTEMPTS:=8}"
+  local -a region=()
+  if [[ -n "${GPUCLOUD_REGION:-}" ]]; then region=(--region "$GPUCLOUD_REGION"); fi
+  aws ec2 create-tags "${region[@]}" --resources "$instance_id" --tags "Key=$BOOTSTRAP_FAILED_TAG,Value=$reason" ||
+    log "could not tag $instance_id with the reason"
+  if aws autoscaling terminate-instance-in-auto-scaling-group "${region[@]}" --instance-id "$instance_id" \
+    --should-decrement-desired-capacity; then
+    if [[ -n "${GPUCLOUD_LIFECYCLE_HOOK:-}" ]] && group="$(aws autoscaling describe-auto-scaling-instances "${region[@]}" \
+      --instance-ids "$instance_id" --query 'AutoScalingInstances[0].AutoScalingGroupName' --output text)"; then
+      retry aws autoscaling complete-lifecycle-action "${region[@]}" --lifecycle-hook-name "$GPUCLOUD_LIFECYCLE_HOOK" \
+        --auto-scaling-group-name "$group" --instance-id "$instance_id" --lifecycle-action-result CONTINUE ||
+        log "the drain hook was not completed: the instance goes when its heartbeat times out"
+    fi
+    return 0
+  fi
+  aws autoscaling set-instance-health "${region[@]}" --instance-id "$instance_id" --health-status Unhealthy \
+    --no-should-respect-grace-period && return 0
+  log "could not leave the group through Auto Scaling: powering off"
+  poweroff
+}
+
+trap on_exit EXIT
 
 # shellcheck source=/dev/null
 source "$ENV_FILE"
@@ -309,10 +378,11 @@ start_prometheus_agent() {
 
 main() {
   log "bootstrap of $GPUCLOUD_CLUSTER node started"
-  setup_scratch
-  mount_fsx
-  check_efa
-  install_agent
+  STEP=scratch; setup_scratch
+  STEP=fsx; mount_fsx
+  STEP=efa; check_efa
+  STEP=agent; install_agent
+  STEP=exporters
   start_exporters || log "monitoring: WARNING exporters did not all start; the node works without them"
   date -u +%Y-%m-%dT%H:%M:%SZ > /var/lib/gpucloud/bootstrap-done
   log "bootstrap done"

@@ -116,7 +116,7 @@ def test_nodes_may_set_only_the_job_id_tag_and_only_on_this_clusters_resources(p
     interfaces, which the launch template tags with the cluster; no other key, no other resource, and
     never a DeleteTags without tags (which would delete every user tag)."""
     preview = previews[stack]
-    [tagging] = [s for s in statements(preview) if {"ec2:CreateTags", "ec2:DeleteTags"} & set(s["Action"])]
+    [tagging] = [s for s in statements(preview) if s["Sid"] == "JobTags"]
     assert sorted(tagging["Action"]) == ["ec2:CreateTags", "ec2:DeleteTags"]
     assert tagging["Resource"] == [
         f"arn:aws:ec2:us-east-1:123456789012:{kind}/*" for kind in ("instance", "volume", "network-interface")

@@ -82,6 +82,19 @@ class GroupScope:
                     "Null": {"aws:TagKeys": "false"},
                 },
             },
+            # A node whose bootstrap failed tags its own instance with the reason before it leaves
+            # the group (scripts/node-bootstrap.sh): that key only, this cluster's instances only.
+            {
+                "Sid": "BootstrapFailedTag",
+                "Effect": "Allow",
+                "Action": ["ec2:CreateTags"],
+                "Resource": [f"{arn}:instance/*"],
+                "Condition": {
+                    "StringEquals": {f"aws:ResourceTag/{CLUSTER_TAG}": self.cluster},
+                    "ForAllValues:StringEquals": {"aws:TagKeys": [BOOTSTRAP_FAILED_TAG]},
+                    "Null": {"aws:TagKeys": "false"},
+                },
+            },
         ]
 
 
@@ -105,7 +118,10 @@ NODE_LIFECYCLE_ACTIONS = [
     "autoscaling:SetInstanceProtection",
     "autoscaling:DetachInstances",
     "autoscaling:TerminateInstanceInAutoScalingGroup",
+    "autoscaling:SetInstanceHealth",  # a failed bootstrap at the group's minimum size (node-bootstrap.sh)
 ]
+# The reason a node's bootstrap failed, on its own instance (scripts/node-bootstrap.sh, leave_group).
+BOOTSTRAP_FAILED_TAG = "gpucloud:bootstrap-failed"
 
 
 def node_policy_document(

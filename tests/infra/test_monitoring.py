@@ -150,6 +150,23 @@ def test_tsdb_volume_is_encrypted_gp3_sized_from_retention(self_hosted):
     assert int(env["GPUCLOUD_RETENTION_SIZE_GIB"]) == int(volume.inputs["size"] * 0.8)
 
 
+def test_replacing_the_monitor_detaches_the_tsdb_first_and_keeps_it(self_hosted):
+    """Changed files replace the instance. Created first (Pulumi's default), the new instance's
+    attachment fails with VolumeInUse (pulumi/pulumi-aws#2769): the old instance and its attachment
+    must go first, and the volume must not be replaced with them. A new Ubuntu AMI in the SSM
+    parameter is no reason to replace it."""
+    _, _, resources = self_hosted
+    [instance] = of(resources, INSTANCE)
+    [attachment] = of(resources, "aws:ec2/volumeAttachment:VolumeAttachment")
+    [volume] = of(resources, VOLUME)
+    assert instance.options.delete_before_replace and attachment.options.delete_before_replace
+    assert instance.options.ignore_changes == ("ami",)
+    assert attachment.inputs["stopInstanceBeforeDetaching"] is True
+    # the volume depends on nothing the instance's replacement changes: it stays, with the TSDB
+    assert instance.urn not in {u for deps in volume.property_dependencies.values() for u in deps}
+    assert not volume.options.delete_before_replace
+
+
 def test_nothing_reaches_the_monitor_and_it_reaches_only_the_exporters(self_hosted):
     _, _, resources = self_hosted
     monitor_sg = next(r for r in of(resources, SG) if "monitor" in r.name).id

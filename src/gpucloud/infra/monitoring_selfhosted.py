@@ -8,7 +8,8 @@ Grafana, reached only through SSM port forwarding.
   (``monitoring_plan.data_volume_gib``), so replacing the instance keeps the history;
 - the monitoring files `gpucloud monitoring render` writes are staged in the stack's bucket (user
   data holds 16 KiB, dashboards are larger) and copied at boot by ``scripts/monitor-bootstrap.sh``;
-  their digest is in the user data, so changed files replace the instance (the volume stays);
+  their digest is in the user data, so changed files replace the instance (the volume stays: the
+  old instance and its attachment are deleted before the new one is created, see below);
 - IAM: DescribeInstances for discovery (cannot be resource-scoped), Publish on the topic only,
   read of the staged files only, and SSM's managed instance core.
 """
@@ -326,15 +327,27 @@ class SelfHostedMonitor(pulumi.ComponentResource):
             user_data_base64=user_data_output(settings, MONITOR_SCRIPT, MONITOR_ENV_FILE),
             user_data_replace_on_change=True,
             tags=t.tags("monitor"),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=policies),
+            # Replaced when its files change: the old instance and its volume attachment go first.
+            # Pulumi's default creates the replacement first, and attaching the TSDB volume to it then
+            # fails with VolumeInUse, since the volume is still attached to the old instance
+            # (pulumi/pulumi-aws#2769, whose workaround this is). deleteBeforeReplace also deletes the
+            # dependents being replaced first (the attachment: stopped, detached); the volume is not
+            # one, so the TSDB stays. The AMI is the current Ubuntu's when the instance is created:
+            # reading the SSM parameter at every run would replace the monitor, cutting its scrapes,
+            # whenever Canonical publishes an image; unattended-upgrades patches it meanwhile.
+            # https://www.pulumi.com/docs/iac/concepts/options/deletebeforereplace/
+            # https://www.pulumi.com/docs/iac/concepts/options/ignorechanges/
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=policies, delete_before_replace=True, ignore_changes=["ami"]
+            ),
         )
         aws.ec2.VolumeAttachment(
             f"{name}-tsdb-attach",
             device_name=DATA_DEVICE,
             volume_id=self.data_volume.id,
             instance_id=self.instance.id,
-            stop_instance_before_detaching=True,
-            opts=child,
+            stop_instance_before_detaching=True,  # Prometheus stops cleanly before the detach
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
         )
         self.register_outputs(
             {"instanceId": self.instance.id, "alertTopicArn": self.topic.arn, "dataVolumeId": self.data_volume.id}

@@ -42,6 +42,8 @@ class ResourceOptionsSeen:
     delete_timeout: str | None = None  # custom_timeouts(delete=...)
     before_delete: tuple[str, ...] = ()  # names of the resource hooks run before its delete
     depends_on: tuple[str, ...] = ()  # URNs of explicit depends_on (deleted after this one)
+    delete_before_replace: bool = False  # a replacement deletes the old one (and its replaced dependents) first
+    ignore_changes: tuple[str, ...] = ()  # inputs whose changes are no diff (no update, no replacement)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -237,6 +239,8 @@ def _options_of(request: Any) -> ResourceOptionsSeen:
         delete_timeout=request.customTimeouts.delete or None,
         before_delete=tuple(request.hooks.before_delete),
         depends_on=tuple(request.dependencies),
+        delete_before_replace=bool(request.deleteBeforeReplace),
+        ignore_changes=tuple(request.ignoreChanges),
     )
 
 

@@ -25,6 +25,8 @@ NEVER_CALLED = (
     "autoscaling:SetDesiredCapacity",
     "autoscaling:RecordLifecycleActionHeartbeat",
     "s3:ListBucketMultipartUploads",
+    "s3:ListMultipartUploadParts",
+    "s3:GetBucketLocation",
 )
 
 
@@ -59,6 +61,7 @@ def test_the_runtime_indeed_never_calls_them() -> None:
     assert ".set_desired_capacity(" not in runtime
     assert "LifecycleHeartbeat(" not in runtime.replace("class LifecycleHeartbeat(", "")
     assert "list_multipart_uploads" not in runtime
+    assert ".list_parts(" not in runtime and "get_bucket_location" not in runtime
 
 
 @pytest.mark.parametrize("stack", ["dev", "p4d-spot", "p5-capacity-block"])

@@ -101,7 +101,8 @@ class GroupScope:
 # What the runtime calls (grep src/gpucloud for the boto3 methods; tests/infra/test_node_iam.py
 # checks each action below against the calls). Not granted because never called:
 # autoscaling:SetDesiredCapacity, autoscaling:RecordLifecycleActionHeartbeat,
-# s3:ListBucketMultipartUploads; sqs:GetQueueUrl only on the dead-letter queue (the job queue's
+# s3:ListBucketMultipartUploads, s3:ListMultipartUploadParts (no ListParts: uploads are never
+# resumed), s3:GetBucketLocation (every client is given its region); sqs:GetQueueUrl only on the dead-letter queue (the job queue's
 # redrive policy names it by ARN; ``queue/aws/backend.py`` looks its URL up).
 JOB_QUEUE_ACTIONS = [
     "sqs:ReceiveMessage",
@@ -138,7 +139,7 @@ def node_policy_document(
         {
             "Sid": "CheckpointBucketList",
             "Effect": "Allow",
-            "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
+            "Action": ["s3:ListBucket"],
             "Resource": [bucket_arn],
         },
         {
@@ -149,7 +150,6 @@ def node_policy_document(
                 "s3:PutObject",
                 "s3:DeleteObject",
                 "s3:AbortMultipartUpload",
-                "s3:ListMultipartUploadParts",
             ],
             "Resource": [f"{bucket_arn}/*"],
         },

@@ -24,14 +24,15 @@ from gpucloud.infra.tags import Tagging
 # https://docs.aws.amazon.com/vpc/latest/privatelink/gateway-endpoints.html
 GATEWAY_SERVICES = ("s3", "dynamodb")
 # Interface endpoints: Session Manager (ssm, ssmmessages, ec2messages), the job and events queues
-# (sqs), the agent's group calls (autoscaling), CloudWatch Logs, and CloudWatch metrics, which boto3's
-# "cloudwatch" client sends to monitoring.<region>: the agent's backlog metric (PutMetricData).
+# (sqs), the agent's group calls (autoscaling), and CloudWatch metrics, which boto3's "cloudwatch"
+# client sends to monitoring.<region>: the agent's backlog metric (PutMetricData). No CloudWatch
+# Logs: nothing on a node calls it (job logs go to the bucket), and each endpoint is billed per zone.
 # https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/cloudwatch-and-interface-VPC.html
 # https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-vpc-endpoints.html
 # https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-internetwork-traffic-privacy.html
 # The agent also calls EC2 (DescribeInstances: the instances of a Capacity Block whose expiry
 # warning arrived): https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/interface-vpc-endpoints.html
-ENDPOINT_SERVICES = ("ssm", "ssmmessages", "ec2messages", "sqs", "autoscaling", "logs", "monitoring", "ec2")
+ENDPOINT_SERVICES = ("ssm", "ssmmessages", "ec2messages", "sqs", "autoscaling", "monitoring", "ec2")
 # boto3 client names whose endpoint service is named differently
 ENDPOINT_FOR_CLIENT = {"cloudwatch": "monitoring"}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -345,3 +346,19 @@ def test_preview_json_shape(previews) -> None:
     assert {"type", "name", "inputs"} <= set(data["resources"][0])
     assert data["efa_layout"][0]["efa_interfaces"] == 4
     assert set(data["cost"]) >= {"on_demand", "spot_estimate", "as_configured", "groups"}
+
+
+@pytest.mark.parametrize("stack", ["p4d-spot", "p5-capacity-block"])
+def test_the_guides_table_says_each_shipped_stacks_interface_layout(previews, stack: str) -> None:
+    """docs/cluster-as-code.md's "Shipped stacks" row names the layout the stack builds: combined EFA
+    interfaces for legacy (p4d), EFA-only beside an ENA primary for efa-only (p5)."""
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "cluster-as-code.md").read_text()
+    [row] = [line for line in guide.splitlines() if line.startswith(f"| `{stack}` |")]
+    nics = row.split("|")[4]
+    (lt,) = previews[stack].of_type(LT)
+    kinds = {nic["interfaceType"] for nic in lt.inputs["networkInterfaces"]}
+    efa = sum(nic["interfaceType"] in ("efa", "efa-only") for nic in lt.inputs["networkInterfaces"])
+    if kinds == {"efa"}:
+        assert f"{efa} combined EFA" in nics and "EFA-only" not in nics.replace("no EFA-only layout", "")
+    else:
+        assert kinds == {"interface", "efa-only"} and f"{efa} EFA-only + ENA primary" in nics

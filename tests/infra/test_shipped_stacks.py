@@ -259,6 +259,9 @@ def test_iam_scoped_to_the_cluster(previews, stack: str) -> None:
         if statement["Sid"] == "JobTags":  # this cluster's instances, volumes, interfaces (test_node_iam.py)
             assert statement["Condition"]["ForAllValues:StringEquals"] == {"aws:TagKeys": ["gpucloud:job-id"]}
             continue
+        if statement["Sid"] == "BootstrapFailedTag":  # this cluster's instances (test_bootstrap_failure.py)
+            assert statement["Condition"]["StringEquals"] == {"aws:ResourceTag/gpucloud:cluster": preview.cluster}
+            continue
         if statement["Sid"] in {"NodeLifecycle", "DrainOnTermination"}:  # groups tagged with this stack only
             assert statement["Condition"]["StringEquals"]["autoscaling:ResourceTag/gpucloud:stack"] == stack
             continue
@@ -362,3 +365,12 @@ def test_the_guides_table_says_each_shipped_stacks_interface_layout(previews, st
         assert f"{efa} combined EFA" in nics and "EFA-only" not in nics.replace("no EFA-only layout", "")
     else:
         assert kinds == {"interface", "efa-only"} and f"{efa} EFA-only + ENA primary" in nics
+
+
+@pytest.mark.parametrize("stack", ["p4d-spot", "p5-capacity-block"])
+def test_node_groups_wait_for_the_fsx_link_to_the_bucket(previews, stack: str) -> None:
+    """The file system mounts before its data repository association exists; a node must not boot
+    onto a /fsx path that is not linked to the bucket yet."""
+    [association] = previews[stack].of_type("aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation")
+    for asg in previews[stack].of_type(ASG):
+        assert association.urn in asg.options.depends_on

@@ -292,6 +292,9 @@ def build_cluster(
                 depends_on=[
                     access.policy,
                     *monitoring.node_depends_on,
+                    # FSx is mountable before its link to the bucket exists: a node booting then
+                    # would write checkpoints to a /fsx path nothing exports, or find none imported
+                    *([fsx.association] if fsx is not None else []),
                     *([budget_access.policy] if budget_access is not None else []),
                 ],
             ),

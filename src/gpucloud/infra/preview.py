@@ -44,6 +44,7 @@ class ResourceOptionsSeen:
     depends_on: tuple[str, ...] = ()  # URNs of explicit depends_on (deleted after this one)
     delete_before_replace: bool = False  # a replacement deletes the old one (and its replaced dependents) first
     ignore_changes: tuple[str, ...] = ()  # inputs whose changes are no diff (no update, no replacement)
+    replace_on_changes: tuple[str, ...] = ()  # inputs whose changes replace the resource
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -241,6 +242,7 @@ def _options_of(request: Any) -> ResourceOptionsSeen:
         depends_on=tuple(request.dependencies),
         delete_before_replace=bool(request.deleteBeforeReplace),
         ignore_changes=tuple(request.ignoreChanges),
+        replace_on_changes=tuple(request.replaceOnChanges),
     )
 
 

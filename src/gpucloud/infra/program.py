@@ -29,7 +29,8 @@ from gpucloud.infra.planning import ClusterPlan, plan_cluster
 from gpucloud.infra.scaling_plan import QueueTerm, queue_terms
 from gpucloud.infra.security import ClusterSecurity, ClusterSecurityArgs
 from gpucloud.infra.storage import CheckpointStore, CheckpointStoreArgs, SharedFilesystem, SharedFilesystemArgs
-from gpucloud.infra.tags import Tagging, expires_at
+from gpucloud.infra.expiry import stack_expiry
+from gpucloud.infra.tags import Tagging
 from gpucloud.infra.userdata import user_data_output
 from gpucloud.spec.model import ClusterSpec
 
@@ -115,7 +116,8 @@ def build_cluster(
     """``monitoring_render``: tests only; the stack renders its monitoring files with gpucloud.monitoring."""
     plan = plan_cluster(spec, catalog)
     cluster = spec.name_for(stack_name)
-    tagging = Tagging(stack=stack_name, cluster=cluster, extra=dict(spec.tags), expires_at=expires_at(spec.ttl_hours))
+    untimed = Tagging(stack=stack_name, cluster=cluster, extra=dict(spec.tags))
+    tagging = dataclasses.replace(untimed, expires_at=stack_expiry(f"{cluster}-expires-at", untimed, spec.ttl_hours))
     zones = list(spec.availability_zones)
     az: pulumi.Input[str] = (
         zones[0] if zones else spec.availability_zone or aws.get_availability_zones_output(state="available").names[0]

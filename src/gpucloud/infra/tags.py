@@ -23,7 +23,7 @@ def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
-# The clock the program reads when it runs (each `pulumi up` moves expires-at forward); tests set it.
+# The clock the program reads when it runs (the first run's time is kept: infra/expiry.py); tests set it.
 clock: Callable[[], dt.datetime] = _utcnow
 
 
@@ -76,11 +76,13 @@ class Tagging:
     stack: str
     cluster: str
     extra: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    expires_at: str | None = None  # EXPIRES_AT_TAG's value, from ``expires_at(spec.ttl_hours)``
+    # EXPIRES_AT_TAG's value: ``expires_at(spec.ttl_hours)``, or on a stack the value the first run
+    # stored (``infra/expiry.py``: a Pulumi output, hence Any)
+    expires_at: Any = None
 
-    def tags(self, name: str | None = None, **more: str) -> dict[str, str]:
+    def tags(self, name: str | None = None, **more: str) -> dict[str, Any]:
         """The tag set for one resource; ``name`` becomes the console-visible ``Name`` tag."""
-        out = {**self.extra, STACK_TAG: self.stack, CLUSTER_TAG: self.cluster, **more}
+        out: dict[str, Any] = {**self.extra, STACK_TAG: self.stack, CLUSTER_TAG: self.cluster, **more}
         if self.expires_at is not None:
             out[EXPIRES_AT_TAG] = self.expires_at
         if name is not None:

@@ -12,6 +12,7 @@ from gpucloud.infra.tags import CLUSTER_TAG, STACK_TAG, UNTAGGABLE_TYPES
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 ASG = "aws:autoscaling/group:Group"
+HOOK = "aws:autoscaling/lifecycleHook:LifecycleHook"
 PG = "aws:ec2/placementGroup:PlacementGroup"
 SG = "aws:ec2/securityGroup:SecurityGroup"
 INGRESS = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
@@ -122,10 +123,12 @@ def test_dev_is_small_and_cheap(previews) -> None:
 @stacks
 def test_every_asg_has_the_drain_hook_and_propagated_tags(previews, stack: str) -> None:
     for asg in previews[stack].of_type(ASG):
-        hooks = asg.inputs["initialLifecycleHooks"]
+        hooks = [h.inputs for h in previews[stack].of_type(HOOK) if h.inputs["autoscalingGroupName"] == asg.name]
         assert [(h["name"], h["lifecycleTransition"], h["defaultResult"]) for h in hooks] == [
             ("gpucloud-drain", "autoscaling:EC2_INSTANCE_TERMINATING", "CONTINUE")
         ]
+        # applied at creation only, so not used: a new drain timeout must reach the hook
+        assert "initialLifecycleHooks" not in asg.inputs
         tags = {t["key"]: t for t in asg.inputs["tags"]}
         assert tags[STACK_TAG]["value"] == stack and CLUSTER_TAG in tags
         assert all(t["propagateAtLaunch"] is True for t in tags.values())
@@ -339,7 +342,7 @@ def test_user_data_carries_the_node_settings(previews, stack: str) -> None:
         f"GPUCLOUD_EVENTS_QUEUE_URL=https://sqs.us-east-1.amazonaws.com/123456789012/{preview.cluster}-jobplane-events"
         in text
     )  # the agents' queue mode
-    [hook] = one(preview, "aws:autoscaling/group:Group").inputs["initialLifecycleHooks"]
+    [hook] = [h.inputs for h in preview.of_type(HOOK)]
     assert f"GPUCLOUD_LIFECYCLE_TIMEOUT={int(hook['heartbeatTimeout'])}" in text  # the dead-agent handler's deadline
     assert "gpucloud-agent.service" in text
 

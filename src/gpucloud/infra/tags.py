@@ -51,6 +51,7 @@ UNTAGGABLE_TYPES: frozenset[str] = frozenset(
         "aws:iam/rolePolicy:RolePolicy",
         "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
         "aws:autoscaling/policy:Policy",
+        "aws:autoscaling/lifecycleHook:LifecycleHook",
         "aws:autoscaling/schedule:Schedule",
         "aws:scheduler/schedule:Schedule",  # EventBridge Scheduler schedules take no tags
         "aws:ec2/volumeAttachment:VolumeAttachment",

@@ -798,6 +798,21 @@ def agent_installable_offline(spec: ClusterSpec, catalog: Catalog) -> Iterator[P
         )
 
 
+def fsx_client_offline(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    """A DLAMI node installs the FSx for Lustre client at boot from AWS's package repository
+    (``scripts/node-bootstrap.sh``, install_lustre_client), which ``egress: endpoints`` cannot
+    reach: every node's bootstrap would fail at the mount. The gpucloud image brings the client."""
+    if spec.network.egress != "endpoints" or spec.network.existing or spec.storage.fsx is None:
+        return
+    if spec.ami.parameter is None and spec.ami.id is None:
+        yield Problem(
+            key_path("storage", "fsx"),
+            "egress 'endpoints' has no route to the FSx for Lustre client's package repository, which a "
+            "node booting the DLAMI (ami.flavour, the default) installs the client from; boot the gpucloud "
+            "image (ami.parameter), which has the client, or use egress 'nat'",
+        )
+
+
 def _wheelhouse_problems(key: str, package: str, bucket: str, prefix: str) -> Iterator[Problem]:
     if not BUCKET_RE.fullmatch(bucket) or "//" in prefix:
         yield Problem(
@@ -1179,6 +1194,7 @@ RULES: tuple[Rule, ...] = (
     image_pipeline_settings,
     agent_package,
     agent_installable_offline,
+    fsx_client_offline,
     tag_keys,
     tag_values,
     ttl_hours,

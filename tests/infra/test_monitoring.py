@@ -447,3 +447,18 @@ def test_no_daily_report_without_a_package_for_the_monitor_to_install():
     spec = spec.model_copy(update={"agent": spec.agent.model_copy(update={"package": None})})
     assert not spec.monitoring.daily_report_on(spec.agent.package)
     assert Monitoring(mode="managed").daily_report_on("s3://b/w.whl") is False
+
+
+def test_staged_monitoring_files_carry_only_the_tags_s3_allows() -> None:
+    """S3 takes 10 tags on an object; a stack with a dozen tags of its own would fail every staged
+    file's PutObject. They carry the stack, the cluster and the expiry: what the sweep finds them by."""
+    from gpucloud.infra.tags import CLUSTER_TAG, EXPIRES_AT_TAG, MAX_OBJECT_TAGS, STACK_TAG
+
+    spec = spec_with("p4d-spot", mode="self-hosted").model_copy(
+        update={"tags": {f"team{i}": "ml" for i in range(12)}, "ttl_hours": 6.0}
+    )
+    objects = of(record(spec, "p4d-spot"), "aws:s3/bucketObjectv2:BucketObjectv2")
+    assert objects
+    for staged in objects:
+        assert set(staged.inputs["tags"]) == {STACK_TAG, CLUSTER_TAG, EXPIRES_AT_TAG}
+        assert len(staged.inputs["tags"]) <= MAX_OBJECT_TAGS

@@ -365,6 +365,18 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         "gpucloud:storage.fsx",
         "no route to the FSx for Lustre client's package repository",
     ),
+    "tag-characters": (
+        "tag_characters",
+        _set("gpucloud:tags", {"team": "ml<research>"}),
+        "gpucloud:tags.team = 'ml<research>'",
+        "letters, digits, spaces and + - = . _ : / @ only",
+    ),
+    "tag-count": (
+        "tag_count",
+        _set("gpucloud:tags", {f"k{i}": "v" for i in range(46)}),
+        "gpucloud:tags",
+        "46 tags; at most 45",
+    ),
     "agent-package-missing": (
         "agent_package",
         _drop("gpucloud:agent"),

@@ -194,7 +194,7 @@ class SelfHostedMonitor(pulumi.ComponentResource):
                 key=f"{FILES_PREFIX}{path}",
                 content=rendered.apply(_file(path)),
                 content_type=content_type(path),
-                tags=t.tags(),
+                tags=t.object_tags(),  # S3 takes 10 tags on an object: not the user's own
                 opts=child,
             )
 

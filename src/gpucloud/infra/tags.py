@@ -17,6 +17,12 @@ NODE_GROUP_TAG = "gpucloud:node-group"
 # gpucloud:ttlHours: when `gpucloud sweep --expired` may delete the resource (ISO 8601 UTC)
 EXPIRES_AT_TAG = "gpucloud:expires-at"
 KEEP_TAG = "gpucloud:keep"  # "true": sweep never touches the resource
+# AWS's limits (https://docs.aws.amazon.com/tag-editor/latest/userguide/tagging.html): 50 tags on a
+# resource, 10 on an S3 object (https://docs.aws.amazon.com/AmazonS3/latest/userguide/object-tagging.html).
+MAX_RESOURCE_TAGS = 50
+MAX_OBJECT_TAGS = 10
+# What gpucloud adds to the user's tags on one resource at most: stack, cluster, Name, node group, expiry.
+OWN_TAGS_MAX = 5
 
 
 def _utcnow() -> dt.datetime:
@@ -88,4 +94,12 @@ class Tagging:
             out[EXPIRES_AT_TAG] = self.expires_at
         if name is not None:
             out["Name"] = f"{self.cluster}-{name}"
+        return out
+
+    def object_tags(self) -> dict[str, Any]:
+        """An S3 object's tags: stack, cluster and the expiry only (S3 takes at most 10 on an object,
+        and the user's own would not fit beside them); the sweep finds it by these."""
+        out: dict[str, Any] = {STACK_TAG: self.stack, CLUSTER_TAG: self.cluster}
+        if self.expires_at is not None:
+            out[EXPIRES_AT_TAG] = self.expires_at
         return out

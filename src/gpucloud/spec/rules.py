@@ -22,6 +22,7 @@ from gpucloud.infra.cost import GroupSizing, estimate_cost
 from gpucloud.infra.efa_layout import EFA_ONLY_FAMILIES, efa_only_documented
 from gpucloud.infra.monitoring_plan import monitor_instance_types
 from gpucloud.infra.scaling_plan import default_lead_minutes, minimum_lead_minutes, wind_down_time
+from gpucloud.infra.tags import MAX_RESOURCE_TAGS, OWN_TAGS_MAX
 from gpucloud.spec.decisions import efa_enabled, uses_placement_group
 from gpucloud.spec.model import RESERVED_CAPACITY, ClusterSpec, NodeGroup, S3Object
 from gpucloud.spec.problems import Problem, key_path
@@ -879,6 +880,34 @@ def tag_values(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
             yield Problem(key_path("tags", key), f"tag values are at most {TAG_VALUE_MAX_CHARS} characters", value)
 
 
+# The characters every AWS service accepts in tags (EC2 alone allows more): letters, digits and
+# white space in UTF-8, and + - = . _ : / @ (https://docs.aws.amazon.com/tag-editor/latest/userguide/tagging.html).
+TAG_CHARACTERS_RE = re.compile(r"[\w\s+\-=.:/@]*")
+
+
+def tag_characters(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    for key, value in spec.tags.items():
+        for what, text in (("key", key), ("value", value)):
+            if not TAG_CHARACTERS_RE.fullmatch(text):
+                yield Problem(
+                    key_path("tags", key),
+                    f"a tag {what} holds letters, digits, spaces and + - = . _ : / @ only (what every AWS "
+                    "service accepts)",
+                    text,
+                )
+
+
+def tag_count(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    """AWS takes 50 tags on a resource; gpucloud adds up to ``OWN_TAGS_MAX`` of its own."""
+    room = MAX_RESOURCE_TAGS - OWN_TAGS_MAX
+    if len(spec.tags) > room:
+        yield Problem(
+            key_path("tags"),
+            f"{len(spec.tags)} tags; at most {room}: AWS takes {MAX_RESOURCE_TAGS} on a resource and "
+            f"gpucloud adds up to {OWN_TAGS_MAX} (stack, cluster, Name, node group, expiry)",
+        )
+
+
 TTL_HOURS_MAX = 24 * 365  # a longer-lived stack is not a temporary one: leave ttlHours out
 
 
@@ -1197,6 +1226,8 @@ RULES: tuple[Rule, ...] = (
     fsx_client_offline,
     tag_keys,
     tag_values,
+    tag_characters,
+    tag_count,
     ttl_hours,
     drill_needs_spot,
     printable_text,

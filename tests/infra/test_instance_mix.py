@@ -34,7 +34,7 @@ H100_MIX = {
 }
 SMALL_MIX = {
     "name": "dev",
-    "instanceTypes": [{"instanceType": "g6.xlarge", "weight": 1}, {"instanceType": "g5.xlarge", "weight": 2}],
+    "instanceTypes": [{"instanceType": "g6.xlarge", "weight": 1}, {"instanceType": "g5.xlarge", "weight": 1}],
     "maxNodes": 4,
     "capacity": {"type": "spot"},
 }
@@ -95,7 +95,7 @@ def test_a_group_without_efa_spreads_over_every_zone(mixed) -> None:
     (asg,) = group_resources(mixed, ASG, "dev")
     assert asg.inputs["vpcZoneIdentifiers"] == [f"{subnets[z].name}-id" for z in ZONES]
     overrides = asg.inputs["mixedInstancesPolicy"]["launchTemplate"]["overrides"]
-    assert [(o["instanceType"], o["weightedCapacity"]) for o in overrides] == [("g6.xlarge", "1"), ("g5.xlarge", "2")]
+    assert [(o["instanceType"], o["weightedCapacity"]) for o in overrides] == [("g6.xlarge", "1"), ("g5.xlarge", "1")]
     assert not group_resources(mixed, PG, "dev")
 
 
@@ -161,7 +161,11 @@ def test_an_efa_group_asking_for_two_zones_is_told_why() -> None:
             "each instance type at most once",
         ),
         ({**SMALL_MIX, "instanceType": "g5.xlarge"}, "must be the first of instanceTypes (g6.xlarge)"),
-        ({**SMALL_MIX, "instanceTypes": [{"instanceType": "g6.xlarge", "weight": 0}]}, "allowed: 1 to 999"),
+        ({**SMALL_MIX, "instanceTypes": [{"instanceType": "g6.xlarge", "weight": 0}]}, "allowed: 1 (every node"),
+        (
+            {**SMALL_MIX, "instanceTypes": [{"instanceType": "g6.xlarge"}, {"instanceType": "g5.xlarge", "weight": 2}]},
+            "the scale-out counts nodes",
+        ),
         ({**SMALL_MIX, "instanceTypes": [{"instanceType": "g6.xlarge"}, {"instanceType": "x9.huge"}]}, "unknown"),
         ({**SMALL_MIX, "availabilityZones": ["us-east-1d"]}, "allowed: one or more different zones"),
     ],

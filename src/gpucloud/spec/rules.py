@@ -50,7 +50,6 @@ TAG_VALUE_MAX_CHARS = 256  # https://docs.aws.amazon.com/tag-editor/latest/userg
 MAX_GROUP_NODES = 5000  # far above any GPU quota; keeps cost and capacity arithmetic in range
 DRAIN_TIMEOUT_RANGE = (30, 7200)  # lifecycle hook heartbeat, seconds
 LEAD_MINUTES_MAX = 1440
-MAX_WEIGHT = 999  # ASG WeightedCapacity range, https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_LaunchTemplateOverrides.html
 EXPECTED_CHECKPOINT_GIB_MAX = 1_048_576  # 1 PiB: far above any job; keeps the arithmetic in range
 IPV4_PREFIX_RE = re.compile(r"\d{1,3}(\.\d{1,3}){3}/\d{1,2}")  # 10.0.0.0/16, not 10.0.0.0/255.255.0.0
 CIDR_PREFIX_RE = re.compile(r"[0-9A-Fa-f.:]+/\d{1,3}")  # IPv4 or IPv6 with a prefix length
@@ -166,10 +165,14 @@ def instance_mix(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
                     f"unknown instance type; known types: {known}",
                     choice.instance_type,
                 )
-            if not 1 <= choice.weight <= MAX_WEIGHT:
+            if choice.weight != 1:
+                # ASG would take 1 to 999 (LaunchTemplateOverrides.WeightedCapacity), but every count
+                # here is of nodes: the scale-out alarm adds busy + unclaimed - desired (desired in
+                # capacity units), the cost and the emergency-save plan price and size one node per unit.
                 yield Problem(
                     key_path("nodeGroups", i, "instanceTypes", j, "weight"),
-                    f"allowed: 1 to {MAX_WEIGHT} capacity units a node of this type counts for",
+                    "allowed: 1 (every node counts as one: the scale-out counts nodes against the group's "
+                    "desired capacity, and cost and emergency-save plans price and size one node per unit)",
                     choice.weight,
                 )
 

@@ -235,3 +235,21 @@ def test_a_job_past_its_fallback_wait_is_the_fallback_groups_backlog_only(tmp_pa
     late = group_backlog(queue, node_lease=LEASE, groups=groups("a"), now=queued_at + 601)
     assert late.counts == {"a": (0, 0), "b": (3, 0)}
     assert late.fallback_due == {}
+
+
+def test_a_fallback_gang_is_never_mixed_across_groups(tmp_path) -> None:
+    """A gang of 2 for a (fallback b, due at once): a's node holds slot 0. b's agent may not take
+    slot 1 (two instance types, two placement groups in one torchrun); once a's member is gone, b
+    takes the gang."""
+    queue = SqliteQueue(tmp_path / "queue.db")
+    job = queue.submit(JobSpec(command=["train"], nodes=2, group="a", fallback_group="b", fallback_after_minutes=0))
+    a0 = gang.claim_slot(queue, "a0", "10.0.0.1", lease_seconds=LEASE, accepts=accepts("a"))
+    assert a0 is not None and a0.job_id == job.id
+    queue.register_node(
+        NodeRecord(id="a0", address="10.0.0.1", state=NodeState.WAITING, group="a", updated_at=time.time())
+    )
+    b_agent = idle_agent(tmp_path, PublishingHooks(), group="b")
+    assert gang.claim_slot(queue, "b0", "10.0.1.1", lease_seconds=LEASE, accepts=b_agent.accepts) is None
+    assert gang.release(queue, a0)
+    claim = gang.claim_slot(queue, "b0", "10.0.1.1", lease_seconds=LEASE, accepts=b_agent.accepts)
+    assert claim is not None and claim.job_id == job.id

@@ -274,7 +274,7 @@ class Agent:
                     lease_seconds=self.options.slot_lease,
                     skip=self._backoff.keys(),
                     skip_delay=self.options.poll_interval,
-                    accepts=lambda job, at: self.options.groups.takes(job.spec, queued_for=gang.queued_for(job, at)),
+                    accepts=self.accepts,
                 )
                 if claim is None:
                     if self._idle(time.monotonic() - idle_since):
@@ -290,6 +290,24 @@ class Agent:
                 self.publish_backlog(force=True)  # the requeued attempt's counts and fallback forecast
         stopped = self.stop_notice.kind if self.stop_notice else None
         return AgentSummary(self.identity.worker, tuple(self.ran), stopped, EXIT_STOPPED if stopped else 0)
+
+    def accepts(self, job: Job, at: float) -> bool:
+        """May this agent claim a slot of ``job`` now: a job its group takes (its own, or a fallback
+        once due), and not a gang whose live members are another group's nodes. A gang past its
+        fallback wait could otherwise mix groups: different instance types, placement groups and
+        perhaps zones in one torchrun, whose collectives then run at the slowest link (or not at all
+        over EFA, which does not cross placement). The members it would join either form their gang
+        or give their slots back after the gang timeout; then the fallback group may take it whole."""
+        groups = self.options.groups
+        if not groups.takes(job.spec, queued_for=gang.queued_for(job, at)):
+            return False
+        if groups.own is None or job.spec.nodes == 1 or job.spec.fallback_group is None:
+            return True
+        members = gang.view(self.queue.slot_claims(job.id, job.attempt), job.spec.nodes, at).live
+        if not members:
+            return True
+        group_of = {n.id: n.group for n in self.queue.nodes()}
+        return all(group_of.get(m.worker, groups.own) == groups.own for m in members)
 
     def check_group(self) -> None:
         """A wound-down group stops this node like a notice: while running, the gang saves and

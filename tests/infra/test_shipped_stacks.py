@@ -237,8 +237,16 @@ def test_job_plane(previews, stack: str) -> None:
     assert rules["asg-terminate"]["detail"]["AutoScalingGroupName"] == [r.name for r in preview.of_type(ASG)]
     events_arn = f"arn:aws:sqs:us-east-1:123456789012:{c}-jobplane-events"
     targets = preview.of_type(TARGET)
-    assert rules["capacity-block-expiry"]["detail-type"][0] == "Capacity Block Reservation Expiration Warning"
-    assert len(targets) == 4 and all(t.inputs["arn"] == events_arn for t in targets)
+    from gpucloud.spec import load_stack_file, stack_file_for
+
+    groups = load_stack_file(stack_file_for(stack)).node_groups
+    blocks = [g.capacity.reservation_id for g in groups if g.capacity.type == "capacity-block"]
+    if blocks:  # this cluster's blocks only: the warning is account-wide
+        assert rules["capacity-block-expiry"]["detail-type"][0] == "Capacity Block Reservation Expiration Warning"
+        assert rules["capacity-block-expiry"]["detail"] == {"capacity-reservation-id": blocks}
+    else:
+        assert "capacity-block-expiry" not in rules
+    assert len(targets) == 3 + bool(blocks) and all(t.inputs["arn"] == events_arn for t in targets)
     policy = json.loads(one(preview, "aws:sqs/queuePolicy:QueuePolicy").inputs["policy"])["Statement"][0]
     assert policy["Principal"] == {"Service": "events.amazonaws.com"} and policy["Resource"] == events_arn
     assert sorted(policy["Condition"]["ArnEquals"]["aws:SourceArn"]) == sorted(

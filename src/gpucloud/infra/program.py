@@ -309,6 +309,11 @@ def build_cluster(
             events_queue_arn=jobs.events_queue.arn,
             events_queue_url=jobs.events_queue.url,
             asg_names=[g.asg.name for g in groups.values()],
+            block_reservation_ids=[
+                g.capacity.reservation_id
+                for g in spec.node_groups
+                if g.capacity.type == "capacity-block" and g.capacity.reservation_id is not None
+            ],
         ),
     )
     budget = None

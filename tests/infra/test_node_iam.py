@@ -138,3 +138,18 @@ def test_the_runtime_makes_the_tag_calls_it_is_granted() -> None:
     runtime = (SRC / "agent" / "job_tags.py").read_text()
     assert ".describe_instances(InstanceIds=[self.instance_id])" in runtime
     assert ".create_tags(" in runtime and ".delete_tags(" in runtime and "Tags=[{" in runtime
+
+
+@pytest.mark.parametrize("stack", ["dev", "p5-capacity-block"])
+def test_only_a_stack_with_a_block_may_mark_its_groups_and_only_with_that_key(previews, stack: str) -> None:
+    """agent/asg_hooks.py mark_block_ending: CreateOrUpdateTags of gpucloud:block-ending, this stack's groups."""
+    from gpucloud.agent.asg_hooks import BLOCK_ENDING_TAG
+
+    marks = [s for s in statements(previews[stack]) if "autoscaling:CreateOrUpdateTags" in s["Action"]]
+    if stack == "dev":
+        assert marks == []
+        return
+    [mark] = marks
+    assert mark["Action"] == ["autoscaling:CreateOrUpdateTags"]
+    assert mark["Condition"]["ForAllValues:StringEquals"] == {"aws:TagKeys": [BLOCK_ENDING_TAG]}
+    assert mark["Condition"]["StringEquals"]["autoscaling:ResourceTag/gpucloud:stack"] == stack

@@ -273,7 +273,7 @@ def test_iam_scoped_to_the_cluster(previews, stack: str) -> None:
         if statement["Sid"] == "BootstrapFailedTag":  # this cluster's instances (test_bootstrap_failure.py)
             assert statement["Condition"]["StringEquals"] == {"aws:ResourceTag/gpucloud:cluster": preview.cluster}
             continue
-        if statement["Sid"] in {"NodeLifecycle", "DrainOnTermination"}:  # groups tagged with this stack only
+        if statement["Sid"] in {"NodeLifecycle", "DrainOnTermination", "MarkBlockEnding"}:  # this stack's groups only
             assert statement["Condition"]["StringEquals"]["autoscaling:ResourceTag/gpucloud:stack"] == stack
             continue
         if statement["Sid"] == "AgentPackage":  # outside the stack: exactly the wheel its agent.package names

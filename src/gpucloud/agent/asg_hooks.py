@@ -40,6 +40,7 @@ from gpucloud.agent.backlog_metric import (
 from gpucloud.agent.budget_gate import AlarmSwitch, BudgetGate, gate_from_env, held
 from gpucloud.agent.scaling import idle_scale_in
 from gpucloud.errors import UserError
+from gpucloud.signals.eventbridge import CAPACITY_BLOCK_ACTION
 from gpucloud.signals.events import Notice, event_id_for
 from gpucloud.signals.lifecycle_action import LifecycleAction
 
@@ -76,6 +77,7 @@ class FleetHooks(Protocol):
     def scale_in(self, *, idle_for: float, unclaimed_slots: int) -> bool: ...
     def group_ending(self) -> Notice | None: ...
     def leave(self) -> str: ...
+    def mark_block_ending(self, instance_ids: list[str], reservation_id: str, deadline: float) -> str: ...
 
 
 class OfflineHooks:
@@ -108,6 +110,9 @@ class OfflineHooks:
 
     def leave(self) -> str:
         return "no Auto Scaling group: nothing to leave"
+
+    def mark_block_ending(self, instance_ids: list[str], reservation_id: str, deadline: float) -> str:
+        return "no Auto Scaling group: nothing to mark"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,7 +263,31 @@ class AsgHooks:
         groups = self._client.describe_auto_scaling_groups(AutoScalingGroupNames=[self.asg_name])["AutoScalingGroups"]
         if not groups:
             return None
-        return wind_down_notice(groups[0], self.instance_id, now=time.time(), drain_seconds=self.settings.drain_seconds)
+        now = time.time()
+        return wind_down_notice(
+            groups[0], self.instance_id, now=now, drain_seconds=self.settings.drain_seconds
+        ) or block_ending_notice(groups[0], self.instance_id, now=now)
+
+    def mark_block_ending(self, instance_ids: list[str], reservation_id: str, deadline: float) -> str:
+        """Tag the groups of a capacity block's instances (``BLOCK_ENDING_TAG``), so every agent in
+        them, idle ones included, stops taking work at its next group check (``block_ending_notice``):
+        the events queue hands the warning to one agent, and an idle node of the block would
+        otherwise claim a just-requeued attempt and be killed with it minutes later, unsaved."""
+        names = sorted({g for g in (group_of(self._client, i) for i in instance_ids) if g is not None})
+        value = f"{reservation_id} {deadline:.0f}"
+        for name in names:
+            self._client.create_or_update_tags(
+                Tags=[
+                    {
+                        "ResourceId": name,
+                        "ResourceType": "auto-scaling-group",
+                        "Key": BLOCK_ENDING_TAG,
+                        "Value": value,
+                        "PropagateAtLaunch": False,
+                    }
+                ]
+            )
+        return f"marked {', '.join(names) or 'no group'} with {BLOCK_ENDING_TAG}={value}"
 
     def leave(self) -> str:
         """After a wind-down's save: lift protection, terminate this instance without decrement (the
@@ -329,6 +358,43 @@ def wind_down_notice(group: dict[str, Any], instance_id: str, *, now: float, dra
             "instance-id": instance_id,
             "AutoScalingGroupName": name,
             "reason": f"group {name} was wound down to 0 nodes (min/max/desired 0) while this node was busy",
+        },
+    )
+
+
+# On a group whose capacity block is ending: "<reservation id> <deadline, epoch seconds>". The group's
+# agents stop taking work until the deadline; after it the tag is stale (the block is over), so a
+# later block in the same group is not stopped by it.
+BLOCK_ENDING_TAG = "gpucloud:block-ending"
+
+
+def block_ending_notice(group: dict[str, Any], instance_id: str, *, now: float) -> Notice | None:
+    """This node's stop notice when ``group`` (a DescribeAutoScalingGroups entry) carries a current
+    ``BLOCK_ENDING_TAG``: its capacity block ends and EC2 terminates its instances at the deadline."""
+    value = next((t.get("Value", "") for t in group.get("Tags", []) if t.get("Key") == BLOCK_ENDING_TAG), None)
+    if value is None:
+        return None
+    reservation, _, when = str(value).partition(" ")
+    try:
+        deadline = float(when)
+    except ValueError:
+        log.warning("ignoring %s=%r: not '<reservation> <epoch seconds>'", BLOCK_ENDING_TAG, str(value)[:80])
+        return None
+    if not now < deadline:
+        return None  # a past block's mark
+    name = str(group.get("AutoScalingGroupName", "?"))
+    return Notice(
+        kind="asg-terminate",
+        source="asg",
+        deadline=deadline,
+        received_at=now,
+        event_id=event_id_for("asg-terminate", {"instance-id": instance_id, "block-ending": str(value)}),
+        action=CAPACITY_BLOCK_ACTION,
+        payload={
+            "instance-id": instance_id,
+            "AutoScalingGroupName": name,
+            "capacity-reservation-id": reservation,
+            "reason": f"capacity block {reservation} of group {name} ends: EC2 terminates its instances",
         },
     )
 

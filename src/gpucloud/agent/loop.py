@@ -47,6 +47,7 @@ from gpucloud.jobs.runner import AttemptResult, EventHook, NoticeSource, control
 from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.queue import gang
 from gpucloud.queue.gang import GangQueue
+from gpucloud.signals.eventbridge import CAPACITY_BLOCK_ACTION
 from gpucloud.signals.events import Notice
 
 log = logging.getLogger("gpucloud.agent")
@@ -331,8 +332,8 @@ class Agent:
         * terminated by the group while holding no work: CONTINUE at once, or the instance waits out
           the hook's heartbeat timeout (a stop during an attempt is completed after its commit)."""
         notice = self.stop_notice
-        if notice is None or notice.kind != "asg-terminate":
-            return
+        if notice is None or notice.kind != "asg-terminate" or notice.action == CAPACITY_BLOCK_ACTION:
+            return  # a capacity block's end: EC2, not the group, ends the instance; nothing to complete
         if notice.action == WIND_DOWN:
             outcome = self.noncritical.call("leaving the wound-down group", self.hooks.leave, default="failed")
             self.report(NodeState.STOPPING, left=outcome)

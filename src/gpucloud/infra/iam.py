@@ -16,6 +16,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
+from gpucloud.agent.asg_hooks import BLOCK_ENDING_TAG
 from gpucloud.agent.backlog_metric import NAMESPACE as METRIC_NAMESPACE
 from gpucloud.agent.job_tags import JOB_TAG
 from gpucloud.infra.tags import CLUSTER_TAG, STACK_TAG, Tagging
@@ -235,6 +236,23 @@ def node_policy_document(
                 "Resource": [f"{house_bucket_arn}/{prefix}*"],
             },
         ]
+    if describe_instances and groups is not None:
+        # A stack with a capacity block: at its expiry warning the agent that gets it marks the
+        # block's groups (agent/asg_hooks.py, mark_block_ending), so their idle agents stop taking
+        # work too. That one tag key, on this stack's groups only.
+        statements.append(
+            {
+                "Sid": "MarkBlockEnding",
+                "Effect": "Allow",
+                "Action": ["autoscaling:CreateOrUpdateTags"],
+                "Resource": [groups.group_arn_pattern],
+                "Condition": {
+                    **groups.condition(),
+                    "ForAllValues:StringEquals": {"aws:TagKeys": [BLOCK_ENDING_TAG]},
+                    "Null": {"aws:TagKeys": "false"},
+                },
+            }
+        )
     if describe_instances or groups is not None:
         # One grant for both readers: a group member's agent finds its own volumes and interfaces
         # to tag them (job_tag_statements); in stacks with a capacity block, at the block's expiry

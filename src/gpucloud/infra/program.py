@@ -20,6 +20,7 @@ from gpucloud.infra.ami import resolve_image
 from gpucloud.infra.budget import BudgetNodeAccess, ClusterBudget, ClusterBudgetArgs, budget_node_settings
 from gpucloud.infra.compute import DRAIN_HOOK, NodeGroup, NodeGroupArgs
 from gpucloud.infra.drill import SpotDrill, SpotDrillArgs
+from gpucloud.infra.expiry import stack_expiry
 from gpucloud.infra.iam import NodeAccessPolicy, NodeAccessPolicyArgs, NodeIdentity, NodeIdentityArgs
 from gpucloud.infra.instance_mix import group_zone_indices, plan_instance_mix, plan_templates
 from gpucloud.infra.jobplane import InterruptionEvents, InterruptionEventsArgs, JobPlane, JobPlaneArgs
@@ -29,7 +30,6 @@ from gpucloud.infra.planning import ClusterPlan, plan_cluster
 from gpucloud.infra.scaling_plan import QueueTerm, queue_terms
 from gpucloud.infra.security import ClusterSecurity, ClusterSecurityArgs
 from gpucloud.infra.storage import CheckpointStore, CheckpointStoreArgs, SharedFilesystem, SharedFilesystemArgs
-from gpucloud.infra.expiry import stack_expiry
 from gpucloud.infra.tags import Tagging
 from gpucloud.infra.userdata import user_data_output
 from gpucloud.spec.model import ClusterSpec

@@ -15,12 +15,8 @@
 #    dcgm-exporter (gpucloud's counters file, from the installed wheel); managed: Prometheus in
 #    agent mode writing them to Amazon Managed Prometheus with SigV4. The gpucloud image has them;
 #    on another AMI they are fetched at the image's pinned versions (node.env), checksums verified.
-#
-# A failed step (the FSx mount, the agent's install after its retries, ...) ends the bootstrap, and
-# then the node leaves its group (leave_group): it would otherwise pass EC2's health check and hold
-# the group's capacity, billing, with no agent to run anything. The reason goes where an operator
-# looks first: the serial console (EC2 console "Get system log", `aws ec2 get-console-output`), the
-# instance's gpucloud:bootstrap-failed tag and /var/lib/gpucloud/bootstrap-failed.
+# A failed step ends the bootstrap and the node leaves its group (leave_group), its reason on the
+# serial console, its gpucloud:bootstrap-failed tag and /var/lib/gpucloud/bootstrap-failed.
 set -euo pipefail
 
 ENV_FILE=/etc/gpucloud/node.env
@@ -47,46 +43,27 @@ imds_instance_id() {
     curl -fsS -m 5 -H "X-aws-ec2-metadata-token: $token" http://169.254.169.254/latest/meta-data/instance-id
 }
 
-# Leave the group after a failed bootstrap: terminate this instance with a decrement. Why not mark it
-# unhealthy: the group would replace it at once and keep replacing it for as long as the cause
-# lasts (a wrong agent.package fails every node the same way), each replacement a GPU node billed
-# through its boot; with the decrement the group shrinks, and the backlog alarm asks for a new
-# node only while a gang still waits, so a passing cause (a package index, a mount) is retried and
-# a lasting one stops costing once nothing waits. At the group's minimum size AWS refuses the
-# decrement; then the node marks itself unhealthy, since the minimum must be kept. Without the AWS
-# CLI it powers off: a stopped instance fails the group's health check and is replaced. The
-# termination's drain hook is completed at once: there is nothing to save.
+# After a failed bootstrap: terminate with a decrement (marked unhealthy at the group's minimum; powered
+# off without the AWS CLI), drain hook completed. Why not unhealthy first: docs/cluster-as-code.md.
 # https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_TerminateInstanceInAutoScalingGroup.html
-# https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-health-checks.html
 leave_group() {
-  local reason="${1:0:255}" instance_id group
+  local reason="${1:0:255}" id group
   log "FAILED, leaving the group: $reason"
   echo "$LOG_TAG: FAILED, leaving the group: $reason" > "$CONSOLE" 2>/dev/null || true
-  { mkdir -p "$STATE_DIR" && printf '%s\n' "$reason" > "$STATE_DIR/bootstrap-failed"; } 2>/dev/null || true
-  if ! command -v aws >/dev/null 2>&1 || ! instance_id="$(imds_instance_id)"; then
-    log "no AWS CLI or no instance id: powering off, the group replaces a stopped node"
-    poweroff
-    return 0
-  fi
+  { mkdir -p "$STATE_DIR" && echo "$reason" > "$STATE_DIR/bootstrap-failed"; } 2>/dev/null || true
+  if ! command -v aws >/dev/null || ! id="$(imds_instance_id)"; then poweroff; return 0; fi
   : "${GPUCLOUD_RETRY_ATTEMPTS:=8}"
-  local -a region=()
-  if [[ -n "${GPUCLOUD_REGION:-}" ]]; then region=(--region "$GPUCLOUD_REGION"); fi
-  aws ec2 create-tags "${region[@]}" --resources "$instance_id" --tags "Key=$BOOTSTRAP_FAILED_TAG,Value=$reason" ||
-    log "could not tag $instance_id with the reason"
-  if aws autoscaling terminate-instance-in-auto-scaling-group "${region[@]}" --instance-id "$instance_id" \
-    --should-decrement-desired-capacity; then
-    if [[ -n "${GPUCLOUD_LIFECYCLE_HOOK:-}" ]] && group="$(aws autoscaling describe-auto-scaling-instances "${region[@]}" \
-      --instance-ids "$instance_id" --query 'AutoScalingInstances[0].AutoScalingGroupName' --output text)"; then
-      retry aws autoscaling complete-lifecycle-action "${region[@]}" --lifecycle-hook-name "$GPUCLOUD_LIFECYCLE_HOOK" \
-        --auto-scaling-group-name "$group" --instance-id "$instance_id" --lifecycle-action-result CONTINUE ||
-        log "the drain hook was not completed: the instance goes when its heartbeat times out"
-    fi
+  local -a r=()
+  [[ -z "${GPUCLOUD_REGION:-}" ]] || r=(--region "$GPUCLOUD_REGION")
+  aws ec2 create-tags "${r[@]}" --resources "$id" --tags "Key=$BOOTSTRAP_FAILED_TAG,Value=$reason" || true
+  if aws autoscaling terminate-instance-in-auto-scaling-group "${r[@]}" --instance-id "$id" --should-decrement-desired-capacity; then
+    [[ -n "${GPUCLOUD_LIFECYCLE_HOOK:-}" ]] || return 0
+    group="$(aws autoscaling describe-auto-scaling-instances "${r[@]}" --instance-ids "$id" --query 'AutoScalingInstances[0].AutoScalingGroupName' --output text)" || return 0
+    retry aws autoscaling complete-lifecycle-action "${r[@]}" --lifecycle-hook-name "$GPUCLOUD_LIFECYCLE_HOOK" \
+      --auto-scaling-group-name "$group" --instance-id "$id" --lifecycle-action-result CONTINUE || true
     return 0
   fi
-  aws autoscaling set-instance-health "${region[@]}" --instance-id "$instance_id" --health-status Unhealthy \
-    --no-should-respect-grace-period && return 0
-  log "could not leave the group through Auto Scaling: powering off"
-  poweroff
+  aws autoscaling set-instance-health "${r[@]}" --instance-id "$id" --health-status Unhealthy --no-should-respect-grace-period || poweroff
 }
 
 trap on_exit EXIT
@@ -364,10 +341,9 @@ start_exporters() {
 # The configuration comes from the one source of every monitoring file (gpucloud.monitoring):
 # `gpucloud monitoring node-config` renders it (the agent venv's gpucloud: no deploy extra needed).
 start_prometheus_agent() {
-  local token instance_id
+  local instance_id
   ensure_release prometheus "$GPUCLOUD_PROMETHEUS_VERSION"
-  token="$(curl -fsS -X PUT http://169.254.169.254/latest/api/token -H 'X-aws-ec2-metadata-token-ttl-seconds: 60')"
-  instance_id="$(curl -fsS -H "X-aws-ec2-metadata-token: $token" http://169.254.169.254/latest/meta-data/instance-id)"
+  instance_id="$(imds_instance_id)"
   install -d -m 0755 "$CONF_DIR"
   "$AGENT_DIR/venv/bin/gpucloud" monitoring node-config --remote-write-url "$GPUCLOUD_AMP_REMOTE_WRITE_URL" \
     --region "$GPUCLOUD_REGION" --cluster "$GPUCLOUD_CLUSTER" --node-group "$GPUCLOUD_NODE_GROUP" \

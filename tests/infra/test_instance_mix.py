@@ -173,3 +173,20 @@ def test_an_efa_group_asking_for_two_zones_is_told_why() -> None:
 def test_bad_mixes_are_one_line_each(group: dict, text: str) -> None:
     message = refused({**CONFIG, "gpucloud:nodeGroups": [group]})
     assert text in message and "\n" not in message
+
+
+def test_each_zone_leaves_through_its_own_nat_gateway(mixed) -> None:
+    """One NAT gateway in the first zone for all three would bill every other zone's egress as
+    cross-zone data and cut it when the first zone fails: each zone gets its own."""
+    by_id = {r.id: r for r in mixed.resources if r.custom}
+    zone_of_subnet = {s.id: s.inputs["availabilityZone"] for s in mixed.of_type(SUBNET)}
+    table_of_subnet = {
+        a.inputs["subnetId"]: a.inputs["routeTableId"]
+        for a in mixed.of_type("aws:ec2/routeTableAssociation:RouteTableAssociation")
+    }
+    nat_of_table = {r.inputs["routeTableId"]: r.inputs["natGatewayId"] for r in mixed.of_type("aws:ec2/route:Route")}
+    nodes = [s for s in mixed.of_type(SUBNET) if "-nodes" in s.name]
+    assert len(nodes) == len(ZONES) == len(mixed.of_type("aws:ec2/natGateway:NatGateway"))
+    for subnet in nodes:
+        nat = by_id[nat_of_table[table_of_subnet[subnet.id]]]
+        assert zone_of_subnet[nat.inputs["subnetId"]] == subnet.inputs["availabilityZone"]

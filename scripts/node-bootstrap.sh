@@ -249,6 +249,8 @@ install_agent_package() {
     # pip reads the project and the version from the wheel's file name: keep it
     requirement="$AGENT_DIR/wheels/${GPUCLOUD_PACKAGE##*/}"
     retry aws s3 cp --only-show-errors --region "$GPUCLOUD_REGION" "$GPUCLOUD_PACKAGE" "$requirement"
+    # with PyTorch (the train extra): a DLAMI's venv has none, and the jobs' python is this venv's
+    requirement="${requirement}[train]"
   fi
   python3 -m venv "$venv"
   retry "$venv/bin/pip" install --quiet "$requirement"

@@ -25,7 +25,7 @@ def parameter_name(stack: str, ttl_hours: float) -> str:
 def stack_expiry(name: str, tagging: Tagging, ttl_hours: float | None) -> pulumi.Output[str] | None:
     """The stack's ``gpucloud:expires-at``: set by the first run with ``ttl_hours``, kept after."""
     first = expires_at(ttl_hours)
-    if first is None:
+    if first is None or ttl_hours is None:
         return None
     anchor = aws.ssm.Parameter(
         f"{name}-{ttl_hours:g}h",

@@ -120,19 +120,20 @@ def daily_report(args: MonitoringArgs) -> DailyReport | None:
     package = spec.agent.package
     if not spec.monitoring.daily_report_on(package) or package is None:  # rules.py refuses true without one
         return None
-    plane = (args.job_table_name, args.job_table_arn, args.job_queue_url, args.job_queue_arn)
-    if any(v is None for v in plane) or args.job_dead_letter_queue_arn is None:
+    table, table_arn, queue_url = args.job_table_name, args.job_table_arn, args.job_queue_url
+    queue_arn, dead_letter_arn = args.job_queue_arn, args.job_dead_letter_queue_arn
+    if table is None or table_arn is None or queue_url is None or queue_arn is None or dead_letter_arn is None:
         return None
     region = spec.region
-    queue_uri = pulumi.Output.all(args.job_table_name, args.job_queue_url).apply(
+    queue_uri = pulumi.Output.all(table, queue_url).apply(
         lambda v: AwsQueueAddress(region=region, table=v[0], queue_url=v[1]).uri
     )
     return DailyReport(
         queue_uri=queue_uri,
-        table_arn=args.job_table_arn,
+        table_arn=table_arn,
         package=package,
-        queue_arn=args.job_queue_arn,
-        dead_letter_queue_arn=args.job_dead_letter_queue_arn,
+        queue_arn=queue_arn,
+        dead_letter_queue_arn=dead_letter_arn,
     )
 
 

@@ -128,7 +128,7 @@ class ClusterNetwork(pulumi.ComponentResource):
         args: ClusterNetworkArgs,
         vpc: aws.ec2.Vpc,
         igw: aws.ec2.InternetGateway,
-        zone: str,
+        zone: pulumi.Input[str],
         public_cidr: str,
         private_routes: aws.ec2.RouteTable,
         suffix: str,

@@ -15,12 +15,58 @@
 #    dcgm-exporter (gpucloud's counters file, from the installed wheel); managed: Prometheus in
 #    agent mode writing them to Amazon Managed Prometheus with SigV4. The gpucloud image has them;
 #    on another AMI they are fetched at the image's pinned versions (node.env), checksums verified.
+# A failed step ends the bootstrap and the node leaves its group (leave_group), its reason on the
+# serial console, its gpucloud:bootstrap-failed tag and /var/lib/gpucloud/bootstrap-failed.
 set -euo pipefail
 
 ENV_FILE=/etc/gpucloud/node.env
 LOG_TAG=gpucloud-bootstrap
 
-log() { logger -t "$LOG_TAG" -- "$*"; echo "$LOG_TAG: $*" >&2; }
+LAST_LOG=""  # the last thing said: the likely reason when a step fails
+STEP=settings  # the step running (main): named in the reason when it fails
+
+log() { LAST_LOG="$*"; logger -t "$LOG_TAG" -- "$*"; echo "$LOG_TAG: $*" >&2; }
+
+BOOTSTRAP_FAILED_TAG=gpucloud:bootstrap-failed
+CONSOLE=/dev/console
+STATE_DIR=/var/lib/gpucloud
+
+on_exit() {
+  local rc=$?
+  if (( rc == 0 )); then return 0; fi
+  leave_group "step $STEP failed (exit $rc): ${LAST_LOG:-see journalctl -t $LOG_TAG}"
+}
+
+imds_instance_id() {
+  local token
+  token="$(curl -fsS -m 5 -X PUT http://169.254.169.254/latest/api/token -H 'X-aws-ec2-metadata-token-ttl-seconds: 60')" &&
+    curl -fsS -m 5 -H "X-aws-ec2-metadata-token: $token" http://169.254.169.254/latest/meta-data/instance-id
+}
+
+# After a failed bootstrap: terminate with a decrement (marked unhealthy at the group's minimum; powered
+# off without the AWS CLI), drain hook completed. Why not unhealthy first: docs/cluster-as-code.md.
+# https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_TerminateInstanceInAutoScalingGroup.html
+leave_group() {
+  local reason="${1:0:255}" id group
+  log "FAILED, leaving the group: $reason"
+  echo "$LOG_TAG: FAILED, leaving the group: $reason" > "$CONSOLE" 2>/dev/null || true
+  { mkdir -p "$STATE_DIR" && echo "$reason" > "$STATE_DIR/bootstrap-failed"; } 2>/dev/null || true
+  if ! command -v aws >/dev/null || ! id="$(imds_instance_id)"; then poweroff; return 0; fi
+  : "${GPUCLOUD_RETRY_ATTEMPTS:=8}"
+  local -a r=()
+  [[ -z "${GPUCLOUD_REGION:-}" ]] || r=(--region "$GPUCLOUD_REGION")
+  aws ec2 create-tags "${r[@]}" --resources "$id" --tags "Key=$BOOTSTRAP_FAILED_TAG,Value=$reason" || true
+  if aws autoscaling terminate-instance-in-auto-scaling-group "${r[@]}" --instance-id "$id" --should-decrement-desired-capacity; then
+    [[ -n "${GPUCLOUD_LIFECYCLE_HOOK:-}" ]] || return 0
+    group="$(aws autoscaling describe-auto-scaling-instances "${r[@]}" --instance-ids "$id" --query 'AutoScalingInstances[0].AutoScalingGroupName' --output text)" || return 0
+    retry aws autoscaling complete-lifecycle-action "${r[@]}" --lifecycle-hook-name "$GPUCLOUD_LIFECYCLE_HOOK" \
+      --auto-scaling-group-name "$group" --instance-id "$id" --lifecycle-action-result CONTINUE || true
+    return 0
+  fi
+  aws autoscaling set-instance-health "${r[@]}" --instance-id "$id" --health-status Unhealthy --no-should-respect-grace-period || poweroff
+}
+
+trap on_exit EXIT
 
 # shellcheck source=/dev/null
 source "$ENV_FILE"
@@ -203,6 +249,8 @@ install_agent_package() {
     # pip reads the project and the version from the wheel's file name: keep it
     requirement="$AGENT_DIR/wheels/${GPUCLOUD_PACKAGE##*/}"
     retry aws s3 cp --only-show-errors --region "$GPUCLOUD_REGION" "$GPUCLOUD_PACKAGE" "$requirement"
+    # with PyTorch (the train extra): a DLAMI's venv has none, and the jobs' python is this venv's
+    requirement="${requirement}[train]"
   fi
   python3 -m venv "$venv"
   retry "$venv/bin/pip" install --quiet "$requirement"
@@ -295,10 +343,9 @@ start_exporters() {
 # The configuration comes from the one source of every monitoring file (gpucloud.monitoring):
 # `gpucloud monitoring node-config` renders it (the agent venv's gpucloud: no deploy extra needed).
 start_prometheus_agent() {
-  local token instance_id
+  local instance_id
   ensure_release prometheus "$GPUCLOUD_PROMETHEUS_VERSION"
-  token="$(curl -fsS -X PUT http://169.254.169.254/latest/api/token -H 'X-aws-ec2-metadata-token-ttl-seconds: 60')"
-  instance_id="$(curl -fsS -H "X-aws-ec2-metadata-token: $token" http://169.254.169.254/latest/meta-data/instance-id)"
+  instance_id="$(imds_instance_id)"
   install -d -m 0755 "$CONF_DIR"
   "$AGENT_DIR/venv/bin/gpucloud" monitoring node-config --remote-write-url "$GPUCLOUD_AMP_REMOTE_WRITE_URL" \
     --region "$GPUCLOUD_REGION" --cluster "$GPUCLOUD_CLUSTER" --node-group "$GPUCLOUD_NODE_GROUP" \
@@ -309,10 +356,11 @@ start_prometheus_agent() {
 
 main() {
   log "bootstrap of $GPUCLOUD_CLUSTER node started"
-  setup_scratch
-  mount_fsx
-  check_efa
-  install_agent
+  STEP=scratch; setup_scratch
+  STEP=fsx; mount_fsx
+  STEP=efa; check_efa
+  STEP=agent; install_agent
+  STEP=exporters
   start_exporters || log "monitoring: WARNING exporters did not all start; the node works without them"
   date -u +%Y-%m-%dT%H:%M:%SZ > /var/lib/gpucloud/bootstrap-done
   log "bootstrap done"

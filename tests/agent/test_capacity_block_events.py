@@ -1,8 +1,9 @@
 """Issue 11 §3, the events-queue side: a capacity block's expiration warning (the documented payload,
 on moto SQS) reaches the fleet consumer, which lists the reservation's instances (EC2
 DescribeInstances, answered by botocore's Stubber) and stops the gangs running there, through the
-job table, so they save and requeue before EC2 terminates the block's instances. No Auto Scaling
-call is made: the instances are InService and have no lifecycle action to complete."""
+job table, so they save and requeue before EC2 terminates the block's instances. No lifecycle
+action is completed (the instances are InService); the block's group is marked (an Auto Scaling tag)
+so that its idle agents, which the message does not reach, stop taking work too."""
 
 from __future__ import annotations
 
@@ -11,14 +12,15 @@ import time
 
 import boto3
 import pytest
-from botocore.stub import Stubber
+from botocore.stub import ANY, Stubber
 
+from gpucloud.agent.asg_hooks import BLOCK_ENDING_TAG
 from gpucloud.agent.events_handler import ec2_reservation_instances
 from gpucloud.agent.events_queue import EventsQueueConsumer
 from gpucloud.signals.eventbridge import CAPACITY_BLOCK_ACTION
 from gpucloud.signals.interpret import format_rfc3339
 
-from .test_events_handler import LEASE, SELF, X, asg, handler, jq, running_gang  # noqa: F401 - fixtures
+from .test_events_handler import GROUP, LEASE, SELF, X, asg, handler, jq, running_gang  # noqa: F401 - fixtures
 
 RESERVATION = "cr-0123456789abcdef0"
 
@@ -68,10 +70,41 @@ def expect_reservation(stub, instances: list[str]) -> None:
 
 
 def test_the_warning_on_the_events_queue_stops_the_gangs_in_the_block(jq, asg, ec2, fresh_aws_account):
-    hooks, _ = asg  # no Auto Scaling response queued: any call would fail the test
+    hooks, asg_stub = asg  # only the group's mark is expected: any other Auto Scaling call fails the test
     client, stub = ec2
     started = running_gang(jq, dead_for=LEASE + 5)  # X's agent is dead; SELF's is alive
     expect_reservation(stub, [X])
+    asg_stub.add_response(
+        "describe_auto_scaling_instances",
+        {
+            "AutoScalingInstances": [
+                {
+                    "InstanceId": X,
+                    "AutoScalingGroupName": GROUP,
+                    "AvailabilityZone": "us-east-1a",
+                    "LifecycleState": "InService",
+                    "HealthStatus": "HEALTHY",
+                    "ProtectedFromScaleIn": True,
+                }
+            ]
+        },
+        {"InstanceIds": [X]},
+    )
+    asg_stub.add_response(
+        "create_or_update_tags",
+        {},
+        {
+            "Tags": [
+                {
+                    "ResourceId": GROUP,
+                    "ResourceType": "auto-scaling-group",
+                    "Key": BLOCK_ENDING_TAG,
+                    "Value": ANY,
+                    "PropagateAtLaunch": False,
+                }
+            ]
+        },
+    )
     fleet = handler(jq, hooks, reservation_instances=ec2_reservation_instances(client))
     sqs = boto3.client("sqs")
     url = sqs.create_queue(QueueName="events")["QueueUrl"]

@@ -197,3 +197,47 @@ def test_an_idle_node_of_a_wound_down_group_takes_no_more_work_and_leaves(tmp_pa
         summary = agent.run()
         asg.assert_no_pending_responses()
     assert (summary.stopped_by, summary.ran) == ("asg-terminate", ())
+
+
+def test_an_idle_node_of_a_block_marked_ending_takes_no_more_work_and_stays(tmp_path, monkeypatch, caplog):
+    """The expiry warning reaches one agent, which marks the block's group (gpucloud:block-ending).
+    Every other agent there sees the mark at its group check: an idle one claims nothing more (a
+    just-requeued attempt would die with the block, unsaved) and does not leave: EC2 ends the block's
+    instances itself, and the group would only launch a replacement into the dying block."""
+    from gpucloud.agent.asg_hooks import BLOCK_ENDING_TAG
+    from gpucloud.signals.eventbridge import CAPACITY_BLOCK_ACTION
+
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+        monkeypatch.setenv(key, value)
+    queue = SqliteQueue(tmp_path / "queue.db")
+    autoscaling = boto3.client("autoscaling", region_name="us-east-1")
+    cloudwatch = boto3.client("cloudwatch", region_name="us-east-1")
+    marked = {
+        **group(min_size=0, max_size=2, desired=2),
+        "Tags": [{"Key": BLOCK_ENDING_TAG, "Value": f"cr-0123456789abcdef0 {time.time() + 600:.0f}"}],
+    }
+    with Stubber(autoscaling) as asg, Stubber(cloudwatch):
+        asg.add_response(
+            "describe_auto_scaling_groups", {"AutoScalingGroups": [marked]}, {"AutoScalingGroupNames": [GROUP]}
+        )
+        hooks = AsgHooks(
+            autoscaling=autoscaling, cloudwatch=cloudwatch, instance_id=INSTANCE, asg_name=GROUP, settings=SETTINGS
+        )
+        hooks.busy = lambda busy: None  # type: ignore[method-assign]  # protection is not what is tested here
+        said: list[dict] = []
+        agent = Agent(
+            queue,
+            NodeIdentity(worker="idle-block-node", address="127.0.0.1", instance_id=INSTANCE),
+            Inbox(),
+            hooks,
+            CONFIG,
+            AgentOptions(slot_lease=4.0, poll_interval=0.1, run_root=tmp_path / "run", idle_exit=60.0),
+            status=said.append,
+        )
+        summary = agent.run()  # the first idle round checks the group
+        asg.assert_no_pending_responses()
+    assert summary.stopped_by == "asg-terminate" and summary.ran == ()
+    assert agent.stop_notice is not None and agent.stop_notice.action == CAPACITY_BLOCK_ACTION
+    assert not [s for s in said if "left" in s]  # no detach or terminate: EC2 ends the block's instances
+    # and no lifecycle action to complete (the Stubber would refuse the call, logged as a failure)
+    assert not [r for r in caplog.records if r.levelname == "WARNING" and "failed" in r.getMessage()]

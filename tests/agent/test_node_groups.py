@@ -37,7 +37,12 @@ class PublishingHooks(OfflineHooks):
         self.others: list[dict[str, tuple[int, int]]] = []
 
     def publish_backlog(
-        self, *, unclaimed_slots: int, busy_nodes: int, other_groups: dict[str, tuple[int, int]] | None = None
+        self,
+        *,
+        unclaimed_slots: int,
+        busy_nodes: int,
+        other_groups: dict[str, tuple[int, int]] | None = None,
+        fallback_due: dict[tuple[str, float], int] | None = None,
     ) -> None:
         self.published.append((unclaimed_slots, busy_nodes))
         self.others.append(dict(other_groups or {}))
@@ -211,3 +216,40 @@ def test_the_agent_publishes_every_groups_counts_and_that_it_is_alive_in_one_cal
         ("UnclaimedSlots", ("dev", "a")): 2.0,
         ("BusyNodes", ("dev", "a")): 4.0,
     }
+
+
+def test_a_job_past_its_fallback_wait_is_the_fallback_groups_backlog_only(tmp_path) -> None:
+    """Counted for both groups, a due gang of 3 would make both alarms add 3 nodes: 6 bought for 3.
+    Before the wait it is a's backlog, with a forecast for b from the minute it falls due."""
+    from gpucloud.agent.backlog_metric import PERIOD_SECONDS
+    from gpucloud.agent.fleet_view import group_backlog
+
+    queue = SqliteQueue(tmp_path / "queue.db")
+    job = queue.submit(JobSpec(command=["train"], nodes=3, group="a", fallback_group="b", fallback_after_minutes=10))
+    queued_at = queue.get(job.id).updated_at
+    early = group_backlog(queue, node_lease=LEASE, groups=groups("a"), now=queued_at + 60)
+    assert early.counts == {"a": (3, 0), "b": (0, 0)}
+    due_minute = -(-(queued_at + 600) // PERIOD_SECONDS) * PERIOD_SECONDS
+    assert early.fallback_due[("b", due_minute)] == 3
+    assert {g for g, _ in early.fallback_due} == {"b"}
+    late = group_backlog(queue, node_lease=LEASE, groups=groups("a"), now=queued_at + 601)
+    assert late.counts == {"a": (0, 0), "b": (3, 0)}
+    assert late.fallback_due == {}
+
+
+def test_a_fallback_gang_is_never_mixed_across_groups(tmp_path) -> None:
+    """A gang of 2 for a (fallback b, due at once): a's node holds slot 0. b's agent may not take
+    slot 1 (two instance types, two placement groups in one torchrun); once a's member is gone, b
+    takes the gang."""
+    queue = SqliteQueue(tmp_path / "queue.db")
+    job = queue.submit(JobSpec(command=["train"], nodes=2, group="a", fallback_group="b", fallback_after_minutes=0))
+    a0 = gang.claim_slot(queue, "a0", "10.0.0.1", lease_seconds=LEASE, accepts=accepts("a"))
+    assert a0 is not None and a0.job_id == job.id
+    queue.register_node(
+        NodeRecord(id="a0", address="10.0.0.1", state=NodeState.WAITING, group="a", updated_at=time.time())
+    )
+    b_agent = idle_agent(tmp_path, PublishingHooks(), group="b")
+    assert gang.claim_slot(queue, "b0", "10.0.1.1", lease_seconds=LEASE, accepts=b_agent.accepts) is None
+    assert gang.release(queue, a0)
+    claim = gang.claim_slot(queue, "b0", "10.0.1.1", lease_seconds=LEASE, accepts=b_agent.accepts)
+    assert claim is not None and claim.job_id == job.id

@@ -26,6 +26,8 @@ BOOTSTRAP = REPO / "scripts" / "monitor-bootstrap.sh"
 TABLE_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/p5-jobs"
 BUCKET_ARN = "arn:aws:s3:::p5-bucket"
 QUEUE = "aws://us-east-1?table=p5-jobs&queue=https://sqs.us-east-1.amazonaws.com/123456789012/p5-jobs"
+QUEUE_ARN = "arn:aws:sqs:us-east-1:123456789012:p5-jobs"
+DLQ_ARN = "arn:aws:sqs:us-east-1:123456789012:p5-jobs-dlq"
 
 
 def function_source(name: str) -> str:
@@ -77,7 +79,15 @@ def role_policies(resources) -> dict[str, dict]:
 
 
 def test_the_report_setting_tells_the_bootstrap_and_grants_only_what_the_report_needs():
-    resources = monitor(DailyReport(queue_uri=QUEUE, table_arn=TABLE_ARN, package="s3://p5-bucket/agent/"))
+    resources = monitor(
+        DailyReport(
+            queue_uri=QUEUE,
+            table_arn=TABLE_ARN,
+            package="s3://p5-bucket/agent/",
+            queue_arn=QUEUE_ARN,
+            dead_letter_queue_arn=DLQ_ARN,
+        )
+    )
     env = monitor_env(resources)
     assert env["GPUCLOUD_REPORT_SCHEDULE"] == "daily"
     assert env["GPUCLOUD_QUEUE"] == QUEUE
@@ -85,7 +95,9 @@ def test_the_report_setting_tells_the_bootstrap_and_grants_only_what_the_report_
     assert env["GPUCLOUD_REPORT_PACKAGE"] == "s3://p5-bucket/agent/"
     assert env["GPUCLOUD_ALERT_TOPIC_ARN"] == "arn:aws:sns:us-east-1:123456789012:p5-alerts"  # the topic it creates
     policies = role_policies(resources)
-    assert policies["mon-report"] == report_policy_document(BUCKET_ARN, TABLE_ARN, "s3://p5-bucket/agent/")
+    assert policies["mon-report"] == report_policy_document(
+        BUCKET_ARN, TABLE_ARN, QUEUE_ARN, DLQ_ARN, "s3://p5-bucket/agent/"
+    )
     statements = {s["Sid"]: s for s in policies["mon-report"]["Statement"]}
     assert statements["ReadJobTable"]["Action"] == ["dynamodb:GetItem", "dynamodb:Query"]  # read only
     assert statements["ReadJobTable"]["Resource"] == [TABLE_ARN, f"{TABLE_ARN}/index/*"]

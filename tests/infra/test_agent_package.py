@@ -197,7 +197,9 @@ def test_bootstrap_copies_an_s3_wheel_with_its_file_name_then_installs_it(tmp_pa
     assert calls == [
         f"aws s3 cp --only-show-errors --region us-west-2 {WHEEL} {local}",
         "python3 -m venv AGENT_DIR/venv",
-        f"pip install --quiet {local}",
+        # with the train extra: the DLAMI's venv has no PyTorch, and the jobs' python is this venv's,
+        # so the README's training path runs on a node without --setup
+        f"pip install --quiet {local}[train]",
     ]
     assert (tmp_path / "opt-gpucloud" / "wheels" / "gpucloud-0.1.0-py3-none-any.whl").is_file()
 

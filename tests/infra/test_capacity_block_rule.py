@@ -9,11 +9,12 @@ import json
 
 import boto3
 
-from gpucloud.infra.jobplane import CAPACITY_BLOCK_EXPIRY, REBALANCE
+from gpucloud.infra.jobplane import REBALANCE, capacity_block_pattern
 from gpucloud.signals.eventbridge import ReservationExpiring, parse_message
 from gpucloud.signals.interpret import parse_rfc3339
 
 RESERVATION = "cr-0123456789abcdef0"
+OTHER = "cr-0fedcba9876543210"  # a block of another cluster in the same account
 DETAIL = {"capacity-reservation-id": RESERVATION, "end-date": "2026-11-24T10:00:00Z"}
 
 
@@ -21,7 +22,8 @@ def test_the_expiration_warning_reaches_the_events_queue_and_is_read_as_one(fres
     sqs, events = boto3.client("sqs"), boto3.client("events")
     url = sqs.create_queue(QueueName="events")["QueueUrl"]
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    for name, pattern in {"capacity-block-expiry": CAPACITY_BLOCK_EXPIRY, "rebalance": REBALANCE}.items():
+    block = capacity_block_pattern([RESERVATION])
+    for name, pattern in {"capacity-block-expiry": block, "rebalance": REBALANCE}.items():
         events.put_rule(Name=name, EventPattern=json.dumps(pattern), State="ENABLED")
         events.put_targets(Rule=name, Targets=[{"Id": "events-queue", "Arn": arn}])
     sent = events.put_events(
@@ -34,6 +36,12 @@ def test_the_expiration_warning_reaches_the_events_queue_and_is_read_as_one(fres
             },
             # a capacity-block event the agents need not hear about: matched by no rule
             {"Source": "aws.ec2", "DetailType": "Capacity Block Delivered", "Detail": json.dumps(DETAIL)},
+            # another cluster's block ending (the event is account-wide): not this cluster's business
+            {
+                "Source": "aws.ec2",
+                "DetailType": "Capacity Block Reservation Expiration Warning",
+                "Detail": json.dumps({**DETAIL, "capacity-reservation-id": OTHER}),
+            },
         ]
     )
     assert sent["FailedEntryCount"] == 0

@@ -69,6 +69,16 @@ def test_every_runtime_client_has_an_endpoint() -> None:
     assert missing == {}
 
 
+# Endpoints for what runs on a node but is not a boto3 client of ours: Session Manager's agent.
+NOT_OUR_CLIENTS = {"ssm", "ssmmessages", "ec2messages"}
+
+
+def test_every_endpoint_serves_a_runtime_client() -> None:
+    """An interface endpoint is billed per hour and zone: none for a service nothing on a node calls."""
+    used = {ENDPOINT_FOR_CLIENT.get(service, service) for service in runtime_clients()}
+    assert set(ENDPOINT_SERVICES) - NOT_OUR_CLIENTS - used == set()
+
+
 def test_the_endpoint_stack_creates_them_all() -> None:
     preview = preview_stack(spec_from_config(OFFLINE, "test"), "offline")
     endpoints = {

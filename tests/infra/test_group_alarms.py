@@ -53,15 +53,16 @@ def alarm_of(preview: StackPreview, name: str) -> dict:
 
 
 def evaluate(alarm: dict, inputs: dict[str, float]) -> float:
-    """The alarm's metric math at one minute, pointwise: FILL(x, REPEAT) is x (the minute has its
-    datapoint), IF is a pointwise choice, and an input with no datapoint is 0 in arithmetic and in
-    a comparison (CloudWatch "Using metric math"). Only ids the alarm fetches may be given."""
+    """The alarm's metric math at one minute, pointwise: FILL(x, REPEAT) and FILL(x, 0) are x (the
+    minute has its datapoint, or x is 0), IF is a pointwise choice, and an input with no datapoint
+    is 0 in arithmetic and in a comparison (CloudWatch "Using metric math"). Only ids the alarm
+    fetches may be given."""
     fetched = {q["id"] for q in alarm["metricQueries"] if "metric" in q}
     assert set(inputs) <= fetched, f"the alarm does not read {set(inputs) - fetched}"
     values = {i: float(inputs.get(i, 0.0)) for i in fetched}
     for q in alarm["metricQueries"]:
         if "expression" in q:
-            text = re.sub(r"FILL\((\w+), REPEAT\)", r"\1", q["expression"]).replace("IF(", "_if(")
+            text = re.sub(r"FILL\((\w+), (?:REPEAT|0)\)", r"\1", q["expression"]).replace("IF(", "_if(")
             values[q["id"]] = eval(text, {"_if": lambda c, a, b: a if c else b}, dict(values))
     return values[plan.SHORTFALL_ID]
 
@@ -154,3 +155,11 @@ def test_every_node_knows_its_group_and_the_clusters_groups(two_groups) -> None:
             for line in text.split("<<'GPUCLOUD_ENV'\n", 1)[1].split("\nGPUCLOUD_ENV\n")[0].splitlines()
         )
         assert (env["GPUCLOUD_NODE_GROUP"], env["GPUCLOUD_NODE_GROUPS"]) == (name, "a,b")
+
+
+def test_every_alarm_stays_within_cloudwatchs_query_limits(two_groups) -> None:
+    """PutMetricAlarm takes at most 10 metric queries and 10 expressions per alarm."""
+    for name in ("a", "b"):
+        queries = alarm_of(two_groups, name)["metricQueries"]
+        assert sum(1 for q in queries if "metric" in q) <= plan.MAX_ALARM_METRICS
+        assert sum(1 for q in queries if "expression" in q) <= plan.MAX_ALARM_EXPRESSIONS

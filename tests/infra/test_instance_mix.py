@@ -34,7 +34,7 @@ H100_MIX = {
 }
 SMALL_MIX = {
     "name": "dev",
-    "instanceTypes": [{"instanceType": "g6.xlarge", "weight": 1}, {"instanceType": "g5.xlarge", "weight": 2}],
+    "instanceTypes": [{"instanceType": "g6.xlarge", "weight": 1}, {"instanceType": "g5.xlarge", "weight": 1}],
     "maxNodes": 4,
     "capacity": {"type": "spot"},
 }
@@ -95,7 +95,7 @@ def test_a_group_without_efa_spreads_over_every_zone(mixed) -> None:
     (asg,) = group_resources(mixed, ASG, "dev")
     assert asg.inputs["vpcZoneIdentifiers"] == [f"{subnets[z].name}-id" for z in ZONES]
     overrides = asg.inputs["mixedInstancesPolicy"]["launchTemplate"]["overrides"]
-    assert [(o["instanceType"], o["weightedCapacity"]) for o in overrides] == [("g6.xlarge", "1"), ("g5.xlarge", "2")]
+    assert [(o["instanceType"], o["weightedCapacity"]) for o in overrides] == [("g6.xlarge", "1"), ("g5.xlarge", "1")]
     assert not group_resources(mixed, PG, "dev")
 
 
@@ -161,7 +161,11 @@ def test_an_efa_group_asking_for_two_zones_is_told_why() -> None:
             "each instance type at most once",
         ),
         ({**SMALL_MIX, "instanceType": "g5.xlarge"}, "must be the first of instanceTypes (g6.xlarge)"),
-        ({**SMALL_MIX, "instanceTypes": [{"instanceType": "g6.xlarge", "weight": 0}]}, "allowed: 1 to 999"),
+        ({**SMALL_MIX, "instanceTypes": [{"instanceType": "g6.xlarge", "weight": 0}]}, "allowed: 1 (every node"),
+        (
+            {**SMALL_MIX, "instanceTypes": [{"instanceType": "g6.xlarge"}, {"instanceType": "g5.xlarge", "weight": 2}]},
+            "the scale-out counts nodes",
+        ),
         ({**SMALL_MIX, "instanceTypes": [{"instanceType": "g6.xlarge"}, {"instanceType": "x9.huge"}]}, "unknown"),
         ({**SMALL_MIX, "availabilityZones": ["us-east-1d"]}, "allowed: one or more different zones"),
     ],
@@ -169,3 +173,20 @@ def test_an_efa_group_asking_for_two_zones_is_told_why() -> None:
 def test_bad_mixes_are_one_line_each(group: dict, text: str) -> None:
     message = refused({**CONFIG, "gpucloud:nodeGroups": [group]})
     assert text in message and "\n" not in message
+
+
+def test_each_zone_leaves_through_its_own_nat_gateway(mixed) -> None:
+    """One NAT gateway in the first zone for all three would bill every other zone's egress as
+    cross-zone data and cut it when the first zone fails: each zone gets its own."""
+    by_id = {r.id: r for r in mixed.resources if r.custom}
+    zone_of_subnet = {s.id: s.inputs["availabilityZone"] for s in mixed.of_type(SUBNET)}
+    table_of_subnet = {
+        a.inputs["subnetId"]: a.inputs["routeTableId"]
+        for a in mixed.of_type("aws:ec2/routeTableAssociation:RouteTableAssociation")
+    }
+    nat_of_table = {r.inputs["routeTableId"]: r.inputs["natGatewayId"] for r in mixed.of_type("aws:ec2/route:Route")}
+    nodes = [s for s in mixed.of_type(SUBNET) if "-nodes" in s.name]
+    assert len(nodes) == len(ZONES) == len(mixed.of_type("aws:ec2/natGateway:NatGateway"))
+    for subnet in nodes:
+        nat = by_id[nat_of_table[table_of_subnet[subnet.id]]]
+        assert zone_of_subnet[nat.inputs["subnetId"]] == subnet.inputs["availabilityZone"]

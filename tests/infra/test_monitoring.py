@@ -150,6 +150,23 @@ def test_tsdb_volume_is_encrypted_gp3_sized_from_retention(self_hosted):
     assert int(env["GPUCLOUD_RETENTION_SIZE_GIB"]) == int(volume.inputs["size"] * 0.8)
 
 
+def test_replacing_the_monitor_detaches_the_tsdb_first_and_keeps_it(self_hosted):
+    """Changed files replace the instance. Created first (Pulumi's default), the new instance's
+    attachment fails with VolumeInUse (pulumi/pulumi-aws#2769): the old instance and its attachment
+    must go first, and the volume must not be replaced with them. A new Ubuntu AMI in the SSM
+    parameter is no reason to replace it."""
+    _, _, resources = self_hosted
+    [instance] = of(resources, INSTANCE)
+    [attachment] = of(resources, "aws:ec2/volumeAttachment:VolumeAttachment")
+    [volume] = of(resources, VOLUME)
+    assert instance.options.delete_before_replace and attachment.options.delete_before_replace
+    assert instance.options.ignore_changes == ("ami",)
+    assert attachment.inputs["stopInstanceBeforeDetaching"] is True
+    # the volume depends on nothing the instance's replacement changes: it stays, with the TSDB
+    assert instance.urn not in {u for deps in volume.property_dependencies.values() for u in deps}
+    assert not volume.options.delete_before_replace
+
+
 def test_nothing_reaches_the_monitor_and_it_reaches_only_the_exporters(self_hosted):
     _, _, resources = self_hosted
     monitor_sg = next(r for r in of(resources, SG) if "monitor" in r.name).id
@@ -384,7 +401,7 @@ def monitor_env(resources) -> dict[str, str]:
 
 
 def test_shipped_self_hosted_stacks_run_the_daily_report_on_the_job_plane(self_hosted):
-    _, spec, resources = self_hosted
+    stack, spec, resources = self_hosted
     assert spec.monitoring.daily_report is None  # the shipped stacks do not name it: on by default
     env = monitor_env(resources)
     node_env = {name: shlex.split(value)[0] for name, value in env_of(user_data(of(resources, LT)[0])).items()}
@@ -410,7 +427,10 @@ def test_shipped_self_hosted_stacks_run_the_daily_report_on_the_job_plane(self_h
         "Action": ["s3:GetObject"],
         "Resource": [f"arn:aws:s3:::{wheel}"],  # that one object, as the nodes' AgentPackage
     }
-    assert set(statements) == {"ReadJobTable", "WriteReports", "ReportPackage"}
+    queue_arn = f"arn:aws:sqs:{spec.region}:123456789012:{spec.name_for(stack)}-jobplane-jobs"
+    assert statements["OpenJobQueue"]["Resource"] == [queue_arn]  # the job queue, then its dead-letter queue
+    assert statements["FindDeadLetterQueue"]["Resource"] == [f"{queue_arn}-dlq"]
+    assert set(statements) == {"OpenJobQueue", "FindDeadLetterQueue", "ReadJobTable", "WriteReports", "ReportPackage"}
 
 
 def test_daily_report_false_turns_it_off():
@@ -427,3 +447,18 @@ def test_no_daily_report_without_a_package_for_the_monitor_to_install():
     spec = spec.model_copy(update={"agent": spec.agent.model_copy(update={"package": None})})
     assert not spec.monitoring.daily_report_on(spec.agent.package)
     assert Monitoring(mode="managed").daily_report_on("s3://b/w.whl") is False
+
+
+def test_staged_monitoring_files_carry_only_the_tags_s3_allows() -> None:
+    """S3 takes 10 tags on an object; a stack with a dozen tags of its own would fail every staged
+    file's PutObject. They carry the stack, the cluster and the expiry: what the sweep finds them by."""
+    from gpucloud.infra.tags import CLUSTER_TAG, EXPIRES_AT_TAG, MAX_OBJECT_TAGS, STACK_TAG
+
+    spec = spec_with("p4d-spot", mode="self-hosted").model_copy(
+        update={"tags": {f"team{i}": "ml" for i in range(12)}, "ttl_hours": 6.0}
+    )
+    objects = of(record(spec, "p4d-spot"), "aws:s3/bucketObjectv2:BucketObjectv2")
+    assert objects
+    for staged in objects:
+        assert set(staged.inputs["tags"]) == {STACK_TAG, CLUSTER_TAG, EXPIRES_AT_TAG}
+        assert len(staged.inputs["tags"]) <= MAX_OBJECT_TAGS

@@ -18,7 +18,14 @@ from gpucloud.infra.userdata import USER_DATA_LIMIT, render_user_data, without_c
 
 REPO = Path(__file__).resolve().parents[2]
 BOOTSTRAP = REPO / "scripts" / "node-bootstrap.sh"
-FUNCTIONS = ("retry", "ensure_release", "exporter_unit", "start_exporters", "start_prometheus_agent")
+FUNCTIONS = (
+    "retry",
+    "imds_instance_id",
+    "ensure_release",
+    "exporter_unit",
+    "start_exporters",
+    "start_prometheus_agent",
+)
 RECORD = '#!/bin/sh\necho "$(basename "$0") $*" >> "$CALLS"\n'
 IMDS_CURL = '#!/bin/sh\necho "curl $*" >> "$CALLS"\ncase "$*" in *instance-id*) echo i-0abc12345def67890 ;; *) echo token ;; esac\n'
 PYTHON = '#!/bin/sh\necho "/site/gpucloud/monitoring/dcgm-counters.csv"\n'

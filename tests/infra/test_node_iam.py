@@ -25,6 +25,8 @@ NEVER_CALLED = (
     "autoscaling:SetDesiredCapacity",
     "autoscaling:RecordLifecycleActionHeartbeat",
     "s3:ListBucketMultipartUploads",
+    "s3:ListMultipartUploadParts",
+    "s3:GetBucketLocation",
 )
 
 
@@ -59,6 +61,7 @@ def test_the_runtime_indeed_never_calls_them() -> None:
     assert ".set_desired_capacity(" not in runtime
     assert "LifecycleHeartbeat(" not in runtime.replace("class LifecycleHeartbeat(", "")
     assert "list_multipart_uploads" not in runtime
+    assert ".list_parts(" not in runtime and "get_bucket_location" not in runtime
 
 
 @pytest.mark.parametrize("stack", ["dev", "p4d-spot", "p5-capacity-block"])
@@ -116,7 +119,7 @@ def test_nodes_may_set_only_the_job_id_tag_and_only_on_this_clusters_resources(p
     interfaces, which the launch template tags with the cluster; no other key, no other resource, and
     never a DeleteTags without tags (which would delete every user tag)."""
     preview = previews[stack]
-    [tagging] = [s for s in statements(preview) if {"ec2:CreateTags", "ec2:DeleteTags"} & set(s["Action"])]
+    [tagging] = [s for s in statements(preview) if s["Sid"] == "JobTags"]
     assert sorted(tagging["Action"]) == ["ec2:CreateTags", "ec2:DeleteTags"]
     assert tagging["Resource"] == [
         f"arn:aws:ec2:us-east-1:123456789012:{kind}/*" for kind in ("instance", "volume", "network-interface")
@@ -135,3 +138,18 @@ def test_the_runtime_makes_the_tag_calls_it_is_granted() -> None:
     runtime = (SRC / "agent" / "job_tags.py").read_text()
     assert ".describe_instances(InstanceIds=[self.instance_id])" in runtime
     assert ".create_tags(" in runtime and ".delete_tags(" in runtime and "Tags=[{" in runtime
+
+
+@pytest.mark.parametrize("stack", ["dev", "p5-capacity-block"])
+def test_only_a_stack_with_a_block_may_mark_its_groups_and_only_with_that_key(previews, stack: str) -> None:
+    """agent/asg_hooks.py mark_block_ending: CreateOrUpdateTags of gpucloud:block-ending, this stack's groups."""
+    from gpucloud.agent.asg_hooks import BLOCK_ENDING_TAG
+
+    marks = [s for s in statements(previews[stack]) if "autoscaling:CreateOrUpdateTags" in s["Action"]]
+    if stack == "dev":
+        assert marks == []
+        return
+    [mark] = marks
+    assert mark["Action"] == ["autoscaling:CreateOrUpdateTags"]
+    assert mark["Condition"]["ForAllValues:StringEquals"] == {"aws:TagKeys": [BLOCK_ENDING_TAG]}
+    assert mark["Condition"]["StringEquals"]["autoscaling:ResourceTag/gpucloud:stack"] == stack

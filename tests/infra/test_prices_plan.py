@@ -40,14 +40,16 @@ def test_dev_minimum_is_not_zero_and_names_the_nat_gateway(capsys):
     cost = plan_json(capsys, "--stack", "dev")["cost"]
     items = {line["item"]: line for line in cost["infrastructure"]}
     prices = infrastructure_prices()
-    assert items["NAT gateway"]["usd_per_hour"]["min"] == prices.nat_gateway_usd_per_hour
+    # dev spans two zones: one NAT gateway (and its public address) in each, serving its own zone
+    assert items["NAT gateway"]["usd_per_hour"]["min"] == pytest.approx(2 * prices.nat_gateway_usd_per_hour)
     assert "per GB" in items["NAT gateway"]["note"]  # data processing is extra, and says so
     assert cost["as_configured"]["min"] == 0.0  # no node at min ...
-    assert cost["total"]["min"] >= prices.nat_gateway_usd_per_hour + prices.public_ipv4_usd_per_hour  # ... still paid
+    paid = 2 * (prices.nat_gateway_usd_per_hour + prices.public_ipv4_usd_per_hour)
+    assert cost["total"]["min"] >= paid  # ... still paid
     code, out, _ = run(["plan", "--stack", "dev"], capsys)
     assert code == 0
     flat = " ".join(out.split())
-    assert "NAT gateway" in flat and "total │ │ as configured, all items │ $0.0500" in flat
+    assert "NAT gateway" in flat and "total │ │ as configured, all items │ $0.1000" in flat
 
 
 def test_fsx_is_priced_by_size_and_throughput_tier():
@@ -157,7 +159,8 @@ def test_a_region_without_prices_warns_in_one_line_and_shows_unknown(tmp_path, c
 def test_a_us_west_2_stack_is_priced_from_us_west_2(tmp_path, capsys):
     data = plan_json(capsys, "--stack-file", str(stack_in(tmp_path, "us-west-2")))
     cost = data["cost"]
-    assert cost["region"] == "us-west-2" and cost["warnings"] == []
+    # priced: only the cross-zone note that a two-zone stack gets anywhere
+    assert cost["region"] == "us-west-2" and [w for w in cost["warnings"] if "between zones" not in w] == []
     assert cost["groups"][0]["prices"]["on_demand"]["region"] == "us-west-2"
     assert cost["groups"][0]["spot_source"] == "spot-estimate"  # no history in the bundled catalog: labelled
 
@@ -173,3 +176,13 @@ def test_p5_is_priced_after_the_2025_cut_with_its_as_of_date(capsys):
     assert code == 0
     flat = " ".join(out.split())
     assert "$110.08" in flat and f"Instance prices for us-east-1 from the bundled catalog (as of {as_of})" in flat
+
+
+def test_plan_says_what_a_group_over_several_zones_pays_for_crossing_them(capsys):
+    """dev spreads over two zones: traffic between its nodes in different zones is billed as data
+    between zones, which plan cannot count but must name; a one-zone stack pays none."""
+    rate = infrastructure_prices().cross_az_usd_per_gb_each_way
+    warnings = plan_json(capsys, "--stack", "dev")["cost"]["warnings"]
+    [crossing] = [w for w in warnings if "between zones" in w]
+    assert "node group dev also runs in us-east-1b" in crossing and f"{rate:g} USD per GB each way" in crossing
+    assert not [w for w in plan_json(capsys, "--stack", "p4d-spot")["cost"]["warnings"] if "between zones" in w]

@@ -44,6 +44,7 @@ NODE_LIFECYCLE_ACTIONS = [
     "autoscaling:SetInstanceProtection",
     "autoscaling:DetachInstances",
     "autoscaling:TerminateInstanceInAutoScalingGroup",
+    "autoscaling:SetInstanceHealth",
 ]
 
 
@@ -292,9 +293,14 @@ def test_node_policy_statements_for_the_agent() -> None:
         "Resource": ["*"],
         "Condition": {"StringEquals": {"cloudwatch:namespace": "gpucloud"}},
     }
-    # EC2: only the job-id tag on this cluster's resources, and finding this node's own attachments for it
+    # EC2: only the job-id tag on this cluster's resources, and finding this node's own attachments for
+    # it; a failed bootstrap's reason on its own instance
     ec2 = {s["Sid"]: s["Action"] for s in doc["Statement"] if any(a.startswith("ec2:") for a in s["Action"])}
-    assert ec2 == {"FindInstances": ["ec2:DescribeInstances"], "JobTags": ["ec2:CreateTags", "ec2:DeleteTags"]}
+    assert ec2 == {
+        "FindInstances": ["ec2:DescribeInstances"],
+        "JobTags": ["ec2:CreateTags", "ec2:DeleteTags"],
+        "BootstrapFailedTag": ["ec2:CreateTags"],
+    }
     assert "NodeLifecycle" not in {s["Sid"] for s in node_policy_document("a", jobs, None)["Statement"]}
 
 

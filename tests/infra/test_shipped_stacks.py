@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,7 @@ from gpucloud.infra.tags import CLUSTER_TAG, STACK_TAG, UNTAGGABLE_TYPES
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 ASG = "aws:autoscaling/group:Group"
+HOOK = "aws:autoscaling/lifecycleHook:LifecycleHook"
 PG = "aws:ec2/placementGroup:PlacementGroup"
 SG = "aws:ec2/securityGroup:SecurityGroup"
 INGRESS = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
@@ -121,10 +123,12 @@ def test_dev_is_small_and_cheap(previews) -> None:
 @stacks
 def test_every_asg_has_the_drain_hook_and_propagated_tags(previews, stack: str) -> None:
     for asg in previews[stack].of_type(ASG):
-        hooks = asg.inputs["initialLifecycleHooks"]
+        hooks = [h.inputs for h in previews[stack].of_type(HOOK) if h.inputs["autoscalingGroupName"] == asg.name]
         assert [(h["name"], h["lifecycleTransition"], h["defaultResult"]) for h in hooks] == [
             ("gpucloud-drain", "autoscaling:EC2_INSTANCE_TERMINATING", "CONTINUE")
         ]
+        # applied at creation only, so not used: a new drain timeout must reach the hook
+        assert "initialLifecycleHooks" not in asg.inputs
         tags = {t["key"]: t for t in asg.inputs["tags"]}
         assert tags[STACK_TAG]["value"] == stack and CLUSTER_TAG in tags
         assert all(t["propagateAtLaunch"] is True for t in tags.values())
@@ -233,8 +237,16 @@ def test_job_plane(previews, stack: str) -> None:
     assert rules["asg-terminate"]["detail"]["AutoScalingGroupName"] == [r.name for r in preview.of_type(ASG)]
     events_arn = f"arn:aws:sqs:us-east-1:123456789012:{c}-jobplane-events"
     targets = preview.of_type(TARGET)
-    assert rules["capacity-block-expiry"]["detail-type"][0] == "Capacity Block Reservation Expiration Warning"
-    assert len(targets) == 4 and all(t.inputs["arn"] == events_arn for t in targets)
+    from gpucloud.spec import load_stack_file, stack_file_for
+
+    groups = load_stack_file(stack_file_for(stack)).node_groups
+    blocks = [g.capacity.reservation_id for g in groups if g.capacity.type == "capacity-block"]
+    if blocks:  # this cluster's blocks only: the warning is account-wide
+        assert rules["capacity-block-expiry"]["detail-type"][0] == "Capacity Block Reservation Expiration Warning"
+        assert rules["capacity-block-expiry"]["detail"] == {"capacity-reservation-id": blocks}
+    else:
+        assert "capacity-block-expiry" not in rules
+    assert len(targets) == 3 + bool(blocks) and all(t.inputs["arn"] == events_arn for t in targets)
     policy = json.loads(one(preview, "aws:sqs/queuePolicy:QueuePolicy").inputs["policy"])["Statement"][0]
     assert policy["Principal"] == {"Service": "events.amazonaws.com"} and policy["Resource"] == events_arn
     assert sorted(policy["Condition"]["ArnEquals"]["aws:SourceArn"]) == sorted(
@@ -258,7 +270,10 @@ def test_iam_scoped_to_the_cluster(previews, stack: str) -> None:
         if statement["Sid"] == "JobTags":  # this cluster's instances, volumes, interfaces (test_node_iam.py)
             assert statement["Condition"]["ForAllValues:StringEquals"] == {"aws:TagKeys": ["gpucloud:job-id"]}
             continue
-        if statement["Sid"] in {"NodeLifecycle", "DrainOnTermination"}:  # groups tagged with this stack only
+        if statement["Sid"] == "BootstrapFailedTag":  # this cluster's instances (test_bootstrap_failure.py)
+            assert statement["Condition"]["StringEquals"] == {"aws:ResourceTag/gpucloud:cluster": preview.cluster}
+            continue
+        if statement["Sid"] in {"NodeLifecycle", "DrainOnTermination", "MarkBlockEnding"}:  # this stack's groups only
             assert statement["Condition"]["StringEquals"]["autoscaling:ResourceTag/gpucloud:stack"] == stack
             continue
         if statement["Sid"] == "AgentPackage":  # outside the stack: exactly the wheel its agent.package names
@@ -335,7 +350,7 @@ def test_user_data_carries_the_node_settings(previews, stack: str) -> None:
         f"GPUCLOUD_EVENTS_QUEUE_URL=https://sqs.us-east-1.amazonaws.com/123456789012/{preview.cluster}-jobplane-events"
         in text
     )  # the agents' queue mode
-    [hook] = one(preview, "aws:autoscaling/group:Group").inputs["initialLifecycleHooks"]
+    [hook] = [h.inputs for h in preview.of_type(HOOK)]
     assert f"GPUCLOUD_LIFECYCLE_TIMEOUT={int(hook['heartbeatTimeout'])}" in text  # the dead-agent handler's deadline
     assert "gpucloud-agent.service" in text
 
@@ -345,3 +360,28 @@ def test_preview_json_shape(previews) -> None:
     assert {"type", "name", "inputs"} <= set(data["resources"][0])
     assert data["efa_layout"][0]["efa_interfaces"] == 4
     assert set(data["cost"]) >= {"on_demand", "spot_estimate", "as_configured", "groups"}
+
+
+@pytest.mark.parametrize("stack", ["p4d-spot", "p5-capacity-block"])
+def test_the_guides_table_says_each_shipped_stacks_interface_layout(previews, stack: str) -> None:
+    """docs/cluster-as-code.md's "Shipped stacks" row names the layout the stack builds: combined EFA
+    interfaces for legacy (p4d), EFA-only beside an ENA primary for efa-only (p5)."""
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "cluster-as-code.md").read_text()
+    [row] = [line for line in guide.splitlines() if line.startswith(f"| `{stack}` |")]
+    nics = row.split("|")[4]
+    (lt,) = previews[stack].of_type(LT)
+    kinds = {nic["interfaceType"] for nic in lt.inputs["networkInterfaces"]}
+    efa = sum(nic["interfaceType"] in ("efa", "efa-only") for nic in lt.inputs["networkInterfaces"])
+    if kinds == {"efa"}:
+        assert f"{efa} combined EFA" in nics and "EFA-only" not in nics.replace("no EFA-only layout", "")
+    else:
+        assert kinds == {"interface", "efa-only"} and f"{efa} EFA-only + ENA primary" in nics
+
+
+@pytest.mark.parametrize("stack", ["p4d-spot", "p5-capacity-block"])
+def test_node_groups_wait_for_the_fsx_link_to_the_bucket(previews, stack: str) -> None:
+    """The file system mounts before its data repository association exists; a node must not boot
+    onto a /fsx path that is not linked to the bucket yet."""
+    [association] = previews[stack].of_type("aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation")
+    for asg in previews[stack].of_type(ASG):
+        assert association.urn in asg.options.depends_on

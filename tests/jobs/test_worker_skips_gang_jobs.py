@@ -56,3 +56,27 @@ def test_on_the_aws_backend_a_worker_also_leaves_the_gang_to_the_agents(aws_job_
     assert "skips job gang-aws" in err
     code, out, _ = run(capsys, "jobs", "--queue", uri, "--state", "queued", "--output", "json")
     assert [(j["job_id"], j["attempt"]) for j in json.loads(out)] == [("gang-aws", 1)]
+
+
+def test_a_worker_is_refused_where_jobs_belong_to_node_groups(capsys, gpucloud_home, monkeypatch):
+    """A worker would run a job of any group (or before its fallback is due) on this machine."""
+    import time
+
+    from cli_run import one_line_error
+    from gpucloud.jobs.model import NodeRecord, NodeState
+
+    queue = SqliteQueue(gpucloud_home / "queue.db")
+    try:
+        queue.submit(JobSpec(command=[sys.executable, "-c", "pass"], group="h100"), job_id="h100-job")
+        monkeypatch.setenv("GPUCLOUD_NODE_GROUP", "a100")
+        code, _, err = run(capsys, "worker", "--no-imds", "--once")
+        assert code == 2 and "node group 'a100'" in one_line_error(err)
+        monkeypatch.delenv("GPUCLOUD_NODE_GROUP")
+        queue.register_node(
+            NodeRecord(id="n1", address="10.0.0.1", state=NodeState.IDLE, group="h100", updated_at=time.time())
+        )
+        code, _, err = run(capsys, "worker", "--no-imds", "--once")
+        assert code == 2 and "agents serve node groups (h100)" in one_line_error(err)
+        assert queue.get("h100-job").state is JobState.QUEUED  # nothing ran
+    finally:
+        queue.close()

@@ -154,7 +154,7 @@ def test_many_problems_are_counted_not_listed(tmp_path: Path, capsys) -> None:
     with pytest.raises(SystemExit):
         main(["plan", "--stack-file", str(path)])
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 21 and lines[-1].endswith("... and 480 more problems")
+    assert len(lines) == 21 and lines[-1].endswith("... and 481 more problems")  # 500 keys, and their count
 
 
 @pytest.mark.parametrize("price", ["NaN", "-5", "0", "Infinity"])

@@ -349,9 +349,33 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
     "ami-id": ("ami_choice", _set("gpucloud:ami", {"id": "ami-xyz"}), "gpucloud:ami.id = 'ami-xyz'", "8 or 17 hex"),
     "agent-package-without-internet": (
         "agent_installable_offline",
-        _set("gpucloud:network", {"vpcCidr": "10.20.0.0/16", "egress": "endpoints"}),
+        _both(
+            _set("gpucloud:network", {"vpcCidr": "10.20.0.0/16", "egress": "endpoints"}),
+            lambda config: config["gpucloud:storage"].pop("fsx"),  # its client: the case below
+        ),
         "gpucloud:agent.package = 's3://wheels-bucket/gpucloud-0.1.0-py3-none-any.whl'",
         "egress 'endpoints' has no route to a package index",
+    ),
+    "fsx-client-without-internet": (
+        "fsx_client_offline",
+        _both(
+            _set("gpucloud:network", {"vpcCidr": "10.20.0.0/16", "egress": "endpoints"}),
+            _set("gpucloud:agent.package", "s3://wheels-bucket/wheelhouse/"),  # the agent itself is installable
+        ),
+        "gpucloud:storage.fsx",
+        "no route to the FSx for Lustre client's package repository",
+    ),
+    "tag-characters": (
+        "tag_characters",
+        _set("gpucloud:tags", {"team": "ml<research>"}),
+        "gpucloud:tags.team = 'ml<research>'",
+        "letters, digits, spaces and + - = . _ : / @ only",
+    ),
+    "tag-count": (
+        "tag_count",
+        _set("gpucloud:tags", {f"k{i}": "v" for i in range(46)}),
+        "gpucloud:tags",
+        "46 tags; at most 45",
     ),
     "agent-package-missing": (
         "agent_package",
@@ -747,6 +771,7 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
             _set("gpucloud:network", {"vpcCidr": "10.20.0.0/16", "egress": "endpoints"}),
             _set("gpucloud:agent", {"package": "s3://wheels-bucket/wheelhouse/"}),
             _set("gpucloud:monitoring", {"mode": "self-hosted"}),
+            lambda config: config["gpucloud:storage"].pop("fsx"),  # no Lustre client to install
         ),
         "gpucloud:monitoring.mode = 'self-hosted'",
         "needs network.egress nat",
@@ -792,6 +817,7 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         _both(
             lambda c: [g.__setitem__("scaling", {"enabled": False}) for g in c["gpucloud:nodeGroups"]],
             _set("gpucloud:budget", {"monthlyUsd": 5000, "onExceeded": "stop-scale-out", "alertEmails": ["f@x.io"]}),
+            lambda config: config["gpucloud:storage"].pop("fsx"),  # no Lustre client to install
         ),
         "gpucloud:budget.onExceeded = 'stop-scale-out'",
         "no node group scales out",
@@ -802,6 +828,7 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
             _set("gpucloud:network", {"vpcCidr": "10.20.0.0/16", "egress": "endpoints"}),
             _set("gpucloud:agent", {"package": "s3://wheels-bucket/wheelhouse/"}),
             _set("gpucloud:budget", {"monthlyUsd": 5000, "onExceeded": "stop-scale-out", "alertEmails": ["f@x.io"]}),
+            lambda config: config["gpucloud:storage"].pop("fsx"),  # no Lustre client to install
         ),
         "gpucloud:budget.onExceeded = 'stop-scale-out'",
         "set egress: nat",

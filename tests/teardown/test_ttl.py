@@ -94,3 +94,22 @@ def test_policy_pack_requires_the_expiry_on_every_resource_once_one_has_it() -> 
     ]
     asg.inputs["tags"] = asg_tags + [{"key": EXPIRES_AT_TAG, "value": expiry, "propagateAtLaunch": True}]
     assert expiry_violations([vpc("a", **{EXPIRES_AT_TAG: expiry}), vpc("b", **{EXPIRES_AT_TAG: expiry}), asg]) == []
+
+
+def test_the_expiry_is_stored_by_the_first_run_and_every_resource_reads_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From the clock at every run, the tag moved at each `pulumi up`: every resource updated, every
+    launch template a new version. The first run stores it in an SSM parameter whose value later
+    runs ignore (a TTL change is a new parameter), and the tags are that parameter's value."""
+    from gpucloud.infra.preview import preview_stack
+    from gpucloud.spec import load_stack_file
+
+    monkeypatch.setattr(tags, "clock", lambda: NOW)
+    path = REPO / "stacks" / "Pulumi.dev.yaml"
+    spec = load_stack_file(path).model_copy(update={"ttl_hours": 6.0})
+    preview = preview_stack(spec, "ttl")
+    [anchor] = preview.of_type("aws:ssm/parameter:Parameter")
+    assert anchor.inputs["name"] == "/gpucloud/ttl/expires-at/6h"
+    assert anchor.inputs["insecureValue"] == "2026-11-24T14:00:00Z"
+    assert set(anchor.options.ignore_changes) == {"insecureValue", "tags"}
+    for template in preview.of_type("aws:ec2/launchTemplate:LaunchTemplate"):
+        assert anchor.urn in template.property_dependencies["tagSpecifications"]

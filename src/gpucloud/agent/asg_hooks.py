@@ -30,10 +30,17 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from gpucloud.agent.asg import AutoScaling, ScaleIn
-from gpucloud.agent.backlog_metric import IDLE_MINUTES_ENV, SCALE_IN_ENV, GroupBacklog, put_metric_data_request
+from gpucloud.agent.backlog_metric import (
+    IDLE_MINUTES_ENV,
+    SCALE_IN_ENV,
+    FallbackDue,
+    GroupBacklog,
+    put_metric_data_request,
+)
 from gpucloud.agent.budget_gate import AlarmSwitch, BudgetGate, gate_from_env, held
 from gpucloud.agent.scaling import idle_scale_in
 from gpucloud.errors import UserError
+from gpucloud.signals.eventbridge import CAPACITY_BLOCK_ACTION
 from gpucloud.signals.events import Notice, event_id_for
 from gpucloud.signals.lifecycle_action import LifecycleAction
 
@@ -60,11 +67,17 @@ class FleetHooks(Protocol):
     def noticed(self, instance_id: str | None = None) -> str: ...
     def committed(self, instance_id: str | None = None, action: LifecycleAction | None = None) -> bool: ...
     def publish_backlog(
-        self, *, unclaimed_slots: int, busy_nodes: int, other_groups: dict[str, tuple[int, int]] | None = None
+        self,
+        *,
+        unclaimed_slots: int,
+        busy_nodes: int,
+        other_groups: dict[str, tuple[int, int]] | None = None,
+        fallback_due: dict[tuple[str, float], int] | None = None,
     ) -> None: ...
     def scale_in(self, *, idle_for: float, unclaimed_slots: int) -> bool: ...
     def group_ending(self) -> Notice | None: ...
     def leave(self) -> str: ...
+    def mark_block_ending(self, instance_ids: list[str], reservation_id: str, deadline: float) -> str: ...
 
 
 class OfflineHooks:
@@ -80,7 +93,12 @@ class OfflineHooks:
         return False
 
     def publish_backlog(
-        self, *, unclaimed_slots: int, busy_nodes: int, other_groups: dict[str, tuple[int, int]] | None = None
+        self,
+        *,
+        unclaimed_slots: int,
+        busy_nodes: int,
+        other_groups: dict[str, tuple[int, int]] | None = None,
+        fallback_due: dict[tuple[str, float], int] | None = None,
     ) -> None:
         return None
 
@@ -92,6 +110,9 @@ class OfflineHooks:
 
     def leave(self) -> str:
         return "no Auto Scaling group: nothing to leave"
+
+    def mark_block_ending(self, instance_ids: list[str], reservation_id: str, deadline: float) -> str:
+        return "no Auto Scaling group: nothing to mark"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,18 +204,30 @@ class AsgHooks:
         return instance_id, group_of(self._client, instance_id)
 
     def publish_backlog(
-        self, *, unclaimed_slots: int, busy_nodes: int, other_groups: dict[str, tuple[int, int]] | None = None
+        self,
+        *,
+        unclaimed_slots: int,
+        busy_nodes: int,
+        other_groups: dict[str, tuple[int, int]] | None = None,
+        fallback_due: dict[tuple[str, float], int] | None = None,
     ) -> None:
         """This group's counts, and ``other_groups``' ({group: (unclaimed, busy)}): every agent publishes
-        every group's, so a group with no node of its own still has its backlog published."""
+        every group's, so a group with no node of its own still has its backlog published.
+        ``fallback_due`` ({(group, minute start): slots}) is the fallback forecast (``backlog_metric``);
+        over budget it is not sent, like the unclaimed slots."""
         cluster = self.settings.cluster
         if not (cluster and self.settings.node_group):
             return
         backlogs = [GroupBacklog(cluster, self.settings.node_group, unclaimed_slots, busy_nodes)]
         backlogs += [GroupBacklog(cluster, g, u, b) for g, (u, b) in (other_groups or {}).items()]
         exceeded = self.budget is not None and self.budget.exceeded()
+        forecasts = [
+            FallbackDue(cluster, group, dt.datetime.fromtimestamp(minute, dt.timezone.utc), slots)
+            for (group, minute), slots in (fallback_due or {}).items()
+            if not exceeded
+        ]
         self._cloudwatch.put_metric_data(
-            **put_metric_data_request(held(backlogs, exceeded), dt.datetime.now(dt.timezone.utc))
+            **put_metric_data_request(held(backlogs, exceeded), dt.datetime.now(dt.timezone.utc), forecasts)
         )
         if self.budget is not None:
             self.alarm_switch.apply(exceeded)
@@ -224,13 +257,37 @@ class AsgHooks:
 
     def group_ending(self) -> Notice | None:
         """A stop notice for this node when its group has been wound down (see ``wind_down_notice``).
-        Also where a busy node, which publishes no backlog, applies the budget gate to its group."""
+        Also where the budget gate reaches the group every minute, whatever the agent publishes."""
         if self.budget is not None:
             self.alarm_switch.apply(self.budget.exceeded())  # never raises; the gate fails open
         groups = self._client.describe_auto_scaling_groups(AutoScalingGroupNames=[self.asg_name])["AutoScalingGroups"]
         if not groups:
             return None
-        return wind_down_notice(groups[0], self.instance_id, now=time.time(), drain_seconds=self.settings.drain_seconds)
+        now = time.time()
+        return wind_down_notice(
+            groups[0], self.instance_id, now=now, drain_seconds=self.settings.drain_seconds
+        ) or block_ending_notice(groups[0], self.instance_id, now=now)
+
+    def mark_block_ending(self, instance_ids: list[str], reservation_id: str, deadline: float) -> str:
+        """Tag the groups of a capacity block's instances (``BLOCK_ENDING_TAG``), so every agent in
+        them, idle ones included, stops taking work at its next group check (``block_ending_notice``):
+        the events queue hands the warning to one agent, and an idle node of the block would
+        otherwise claim a just-requeued attempt and be killed with it minutes later, unsaved."""
+        names = sorted({g for g in (group_of(self._client, i) for i in instance_ids) if g is not None})
+        value = f"{reservation_id} {deadline:.0f}"
+        for name in names:
+            self._client.create_or_update_tags(
+                Tags=[
+                    {
+                        "ResourceId": name,
+                        "ResourceType": "auto-scaling-group",
+                        "Key": BLOCK_ENDING_TAG,
+                        "Value": value,
+                        "PropagateAtLaunch": False,
+                    }
+                ]
+            )
+        return f"marked {', '.join(names) or 'no group'} with {BLOCK_ENDING_TAG}={value}"
 
     def leave(self) -> str:
         """After a wind-down's save: lift protection, terminate this instance without decrement (the
@@ -301,6 +358,43 @@ def wind_down_notice(group: dict[str, Any], instance_id: str, *, now: float, dra
             "instance-id": instance_id,
             "AutoScalingGroupName": name,
             "reason": f"group {name} was wound down to 0 nodes (min/max/desired 0) while this node was busy",
+        },
+    )
+
+
+# On a group whose capacity block is ending: "<reservation id> <deadline, epoch seconds>". The group's
+# agents stop taking work until the deadline; after it the tag is stale (the block is over), so a
+# later block in the same group is not stopped by it.
+BLOCK_ENDING_TAG = "gpucloud:block-ending"
+
+
+def block_ending_notice(group: dict[str, Any], instance_id: str, *, now: float) -> Notice | None:
+    """This node's stop notice when ``group`` (a DescribeAutoScalingGroups entry) carries a current
+    ``BLOCK_ENDING_TAG``: its capacity block ends and EC2 terminates its instances at the deadline."""
+    value = next((t.get("Value", "") for t in group.get("Tags", []) if t.get("Key") == BLOCK_ENDING_TAG), None)
+    if value is None:
+        return None
+    reservation, _, when = str(value).partition(" ")
+    try:
+        deadline = float(when)
+    except ValueError:
+        log.warning("ignoring %s=%r: not '<reservation> <epoch seconds>'", BLOCK_ENDING_TAG, str(value)[:80])
+        return None
+    if not now < deadline:
+        return None  # a past block's mark
+    name = str(group.get("AutoScalingGroupName", "?"))
+    return Notice(
+        kind="asg-terminate",
+        source="asg",
+        deadline=deadline,
+        received_at=now,
+        event_id=event_id_for("asg-terminate", {"instance-id": instance_id, "block-ending": str(value)}),
+        action=CAPACITY_BLOCK_ACTION,
+        payload={
+            "instance-id": instance_id,
+            "AutoScalingGroupName": name,
+            "capacity-reservation-id": reservation,
+            "reason": f"capacity block {reservation} of group {name} ends: EC2 terminates its instances",
         },
     )
 

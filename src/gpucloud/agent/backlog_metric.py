@@ -23,6 +23,21 @@ published by the others, and an idle group's datapoints say 0 while another grou
 ``LiveAgents`` (cluster dimension only) tells the wake-up term of the alarms that some agent is up
 and publishing, so the job queue's own metric is not needed then (``infra/scaling_plan.py``).
 
+Busy agents publish too (at most once a period), not only idle ones: with every node busy, a
+missing ``BusyNodes`` would read as 0 and the alarm would compute ``0 + queued - desired``, a
+shortfall below zero while a gang waits.
+
+``FallbackDueSlots``: a forecast, the one metric published with timestamps in the future. A job
+with ``--fallback-group`` becomes its fallback group's backlog only once its attempt has waited
+``--fallback-after``; if by then no agent is up (the spot group lost every node and AWS has no spot
+capacity to replace them), nobody would publish that backlog. So every publication also carries,
+for each queued job whose fallback is not yet due, its unclaimed slots under the fallback group's
+dimension at each minute of ``FORECAST_MINUTES`` from the moment it falls due. CloudWatch accepts
+datapoints up to two hours ahead (``MAX_FORECAST_SECONDS``; CloudWatch User Guide, "Metrics
+concepts", Time stamps). The fallback group's alarm reads the forecast only while no
+``LiveAgents`` datapoint exists: then no agent could have claimed the job meanwhile, so the
+forecast is still the truth; with an agent up, the published counts already say it.
+
 No AWS import here: the agents build the request without pulling in the stack's dependencies.
 """
 
@@ -36,6 +51,10 @@ NAMESPACE = "gpucloud"
 UNCLAIMED_SLOTS = "UnclaimedSlots"
 BUSY_NODES = "BusyNodes"
 LIVE_AGENTS = "LiveAgents"  # 1 from every running agent: someone publishes the groups' counts
+FALLBACK_DUE_SLOTS = "FallbackDueSlots"  # forecast: slots falling due for a fallback group, by minute
+FORECAST_MINUTES = 15  # each forecast covers this many minutes from its due time (late alarm evaluations)
+MAX_FORECAST_SECONDS = 2 * 3600  # CloudWatch refuses datapoints more than two hours in the future
+MAX_DATUMS = 1000  # PutMetricData: at most 1000 metric datums per request
 CLUSTER_DIMENSION = "ClusterName"
 NODE_GROUP_DIMENSION = "NodeGroup"
 STATISTIC = "Maximum"
@@ -81,12 +100,42 @@ class GroupBacklog:
         return self.busy_nodes + self.unclaimed_slots
 
 
-def put_metric_data_request(backlogs: list[GroupBacklog], timestamp: dt.datetime) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class FallbackDue:
+    """Slots of queued jobs that fall due for ``node_group`` (their fallback group) at ``at``."""
+
+    cluster: str
+    node_group: str
+    at: dt.datetime  # the start of a minute, in the future
+    slots: int
+
+    def __post_init__(self) -> None:
+        if self.at.tzinfo is None:
+            raise ValueError("a forecast's time must be timezone-aware (UTC)")
+        if isinstance(self.slots, bool) or not isinstance(self.slots, int) or self.slots < 0:
+            raise ValueError(f"slots must be a count (an int >= 0), got {self.slots!r}")
+
+
+def forecast_minutes(due_at: float, now: float) -> list[float]:
+    """The minute starts (epoch seconds) a job falling due at ``due_at`` is forecast for: from the
+    first whole minute at or after it, ``FORECAST_MINUTES`` of them, none past CloudWatch's limit."""
+    first = -(-due_at // PERIOD_SECONDS) * PERIOD_SECONDS
+    return [
+        m
+        for m in (first + i * PERIOD_SECONDS for i in range(FORECAST_MINUTES))
+        if now < m <= now + MAX_FORECAST_SECONDS
+    ]
+
+
+def put_metric_data_request(
+    backlogs: list[GroupBacklog], timestamp: dt.datetime, forecasts: list[FallbackDue] | None = None
+) -> dict[str, Any]:
     """Keyword arguments for CloudWatch ``PutMetricData``: both counts of every given group.
 
     Both metrics go in one call with one timestamp so the alarm's expression never sees one
     without the other (a missing term would make the whole expression empty for that minute),
-    with one ``LiveAgents`` datapoint per cluster named.
+    with one ``LiveAgents`` datapoint per cluster named, then the fallback forecasts (the soonest
+    first, as many as fit in one request).
     """
     if not backlogs:
         raise ValueError("no node group backlog to publish")
@@ -108,4 +157,14 @@ def put_metric_data_request(backlogs: list[GroupBacklog], timestamp: dt.datetime
             data.append(
                 {"MetricName": name, "Dimensions": dims, "Timestamp": timestamp, "Value": float(value), "Unit": UNIT}
             )
+    for due in sorted(forecasts or [], key=lambda f: f.at)[: max(0, MAX_DATUMS - len(data))]:
+        data.append(
+            {
+                "MetricName": FALLBACK_DUE_SLOTS,
+                "Dimensions": dimensions(due.cluster, due.node_group),
+                "Timestamp": due.at,
+                "Value": float(due.slots),
+                "Unit": UNIT,
+            }
+        )
     return {"Namespace": NAMESPACE, "MetricData": data}

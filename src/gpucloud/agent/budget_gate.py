@@ -12,8 +12,8 @@ backlog the alarm reads, ``backlog_metric.py``), so they are where it stops:
 - over budget, it publishes every group's ``UnclaimedSlots`` as 0 (``held``): the alarm's agent
   term sees no new work. ``BusyNodes`` is published as it is, and nothing is terminated or
   unprotected: running jobs finish, and idle nodes still take queued jobs (already paid for);
-- busy nodes do not publish the backlog (only idle agents do), so every agent also reads the gate
-  at its group check (``AsgHooks.group_ending``, every minute, running or idle);
+- every agent also reads the gate at its group check (``AsgHooks.group_ending``, every minute,
+  running or idle), and publishes no fallback forecast while over budget;
 - the alarm of a one-group cluster also counts the job queue's own visible messages
   (``infra/scaling_plan.py``), which no agent can zero; so the agent also suspends its group's
   ``AlarmNotification`` process (the alarm's scaling policies no longer run; launches that replace

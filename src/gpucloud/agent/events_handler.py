@@ -219,7 +219,12 @@ class FleetEventHandler:
             len(instances),
             time.strftime("%H:%M:%SZ", time.gmtime(expiring.deadline)),
         )
-        return [self(expiring.notice_for(instance)) for instance in instances]
+        actions = [self(expiring.notice_for(instance)) for instance in instances]
+        # Idle agents on those instances learn it from their group (this message reaches one agent).
+        log.info(
+            "events queue: %s", self.hooks.mark_block_ending(instances, expiring.reservation_id, expiring.deadline)
+        )
+        return actions
 
     def __call__(self, notice: Notice) -> FleetAction:
         instance = instance_of(notice)

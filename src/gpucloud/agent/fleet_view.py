@@ -15,8 +15,10 @@ scaled out for another group's running or waiting jobs.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
+from gpucloud.agent.backlog_metric import forecast_minutes
 from gpucloud.agent.node_groups import NodeGroups
 from gpucloud.agent.scaling import FleetState, WaitingGang
 from gpucloud.jobs.model import JobState, NodeState
@@ -59,20 +61,36 @@ def fleet_state(
     )
 
 
-def group_counts(
-    queue: GangQueue, *, node_lease: float, groups: NodeGroups, now: float | None = None
-) -> dict[str, tuple[int, int]]:
-    """(unclaimed slots, busy nodes) of every group in ``groups.names``, from one read of the
-    table: what the agent publishes for each group's alarm (``backlog_metric``)."""
+@dataclasses.dataclass(frozen=True)
+class Backlog:
+    """What an agent publishes for the groups' alarms (``backlog_metric``), from one read of the table."""
+
+    counts: dict[str, tuple[int, int]]  # group -> (unclaimed slots, busy nodes)
+    fallback_due: dict[tuple[str, float], int]  # (fallback group, minute start, epoch s) -> slots due then
+
+
+def group_backlog(queue: GangQueue, *, node_lease: float, groups: NodeGroups, now: float | None = None) -> Backlog:
+    """(unclaimed slots, busy nodes) of every group in ``groups.names``, and the fallback forecast.
+
+    A waiting job counts for one group only (``JobSpec.backlog_group``): its own, or its fallback
+    group once the wait is over. A job whose fallback is not yet due is forecast under its fallback
+    group from the minute it falls due (``backlog_metric.forecast_minutes``)."""
     now = time.time() if now is None else now
     queued = [
         (job, len(gang.view(queue.slot_claims(job.id, job.attempt), job.spec.nodes, now).free_slots))
         for job in queue.list_jobs([JobState.QUEUED])
     ]
     live = [n for n in queue.nodes() if now - n.updated_at <= node_lease and n.state in BUSY_STATES]
-    counts = {}
-    for name in groups.names:
-        member = NodeGroups(own=name, names=groups.names)
-        unclaimed = sum(free for job, free in queued if member.takes(job.spec, queued_for=gang.queued_for(job, now)))
-        counts[name] = (unclaimed, sum(1 for n in live if n.group == name))
-    return counts
+    unclaimed = dict.fromkeys(groups.names, 0)
+    due: dict[tuple[str, float], int] = {}
+    for job, free in queued:
+        waited = gang.queued_for(job, now)
+        name = job.spec.backlog_group(queued_for=waited, default_group=groups.default)
+        if name in unclaimed:
+            unclaimed[name] += free
+        fallback = job.spec.fallback_group
+        if fallback in unclaimed and name != fallback and free:
+            for minute in forecast_minutes(now + job.spec.fallback_after_seconds() - waited, now):
+                due[(fallback, minute)] = due.get((fallback, minute), 0) + free
+    counts = {name: (unclaimed[name], sum(1 for n in live if n.group == name)) for name in groups.names}
+    return Backlog(counts=counts, fallback_due=due)

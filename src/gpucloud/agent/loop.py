@@ -6,6 +6,10 @@ This module only sequences them and keeps the node's record in the queue current
 
 * idle: claim a slot the queue offers (failing over attempts that lost a member on the way),
   publish the backlog, scale in when idle long enough (``asg_hooks``);
+* idle or busy, at most once a period (``backlog_metric.PERIOD_SECONDS``): publish every group's
+  backlog for the scale-out alarms (a cluster whose nodes are all busy must still grow for a
+  waiting gang), and once more as the agent stops for a notice, so the attempt it just requeued is
+  in the last counts and fallback forecast it leaves behind;
 * waiting: renew the slot, wait for the other members; after ``gang_timeout`` give the slot back;
 * running: torchrun as member ``slot`` with rank 0's address as the rendezvous, under the
   supervisor; scale-in protection held; a stop notice asks for this node's replacement at once and
@@ -29,7 +33,7 @@ from typing import Any
 from gpucloud.agent.asg import InstanceNotInGroup
 from gpucloud.agent.asg_hooks import WIND_DOWN, FleetHooks
 from gpucloud.agent.backlog_metric import PERIOD_SECONDS
-from gpucloud.agent.fleet_view import fleet_state, group_counts
+from gpucloud.agent.fleet_view import fleet_state, group_backlog
 from gpucloud.agent.identity import NodeIdentity
 from gpucloud.agent.job_tags import JOB_TAG, JobTagger, tagger_for
 from gpucloud.agent.metrics import NodeLabels, NodeMetrics
@@ -43,6 +47,7 @@ from gpucloud.jobs.runner import AttemptResult, EventHook, NoticeSource, control
 from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.queue import gang
 from gpucloud.queue.gang import GangQueue
+from gpucloud.signals.eventbridge import CAPACITY_BLOCK_ACTION
 from gpucloud.signals.events import Notice
 
 log = logging.getLogger("gpucloud.agent")
@@ -119,6 +124,7 @@ class _SlotKeeper:
             if self.agent.state is NodeState.RUNNING and time.monotonic() >= next_group_check:
                 next_group_check = time.monotonic() + self.agent.options.group_check_interval
                 self.agent.check_group()
+            self.agent.publish_backlog()  # busy nodes publish too: nobody else may be idle to do it
             try:
                 # A refused renewal means the slot changed hands while forming (our lease had run
                 # out); _wait_for_gang sees that from the stored members and does not start.
@@ -178,6 +184,7 @@ class Agent:
         # other jobs get their turn, and the idle clock keeps running.
         self._backoff: dict[tuple[str, int], float] = {}
         self._publish_at = 0.0  # next backlog datapoint (monotonic)
+        self._publish_lock = threading.Lock()  # the idle loop and a busy slot keeper both publish
         self._group_check_at = 0.0  # next idle look at the group (monotonic)
         self._lock = threading.Lock()
         self.noncritical = NonCritical()  # metrics, node record, protection lift: logged once, retried
@@ -268,7 +275,7 @@ class Agent:
                     lease_seconds=self.options.slot_lease,
                     skip=self._backoff.keys(),
                     skip_delay=self.options.poll_interval,
-                    accepts=lambda job, at: self.options.groups.takes(job.spec, queued_for=gang.queued_for(job, at)),
+                    accepts=self.accepts,
                 )
                 if claim is None:
                     if self._idle(time.monotonic() - idle_since):
@@ -280,8 +287,28 @@ class Agent:
         finally:
             self.current = None
             self.report(NodeState.STOPPED)
+            if self.stop_notice is not None:
+                self.publish_backlog(force=True)  # the requeued attempt's counts and fallback forecast
         stopped = self.stop_notice.kind if self.stop_notice else None
         return AgentSummary(self.identity.worker, tuple(self.ran), stopped, EXIT_STOPPED if stopped else 0)
+
+    def accepts(self, job: Job, at: float) -> bool:
+        """May this agent claim a slot of ``job`` now: a job its group takes (its own, or a fallback
+        once due), and not a gang whose live members are another group's nodes. A gang past its
+        fallback wait could otherwise mix groups: different instance types, placement groups and
+        perhaps zones in one torchrun, whose collectives then run at the slowest link (or not at all
+        over EFA, which does not cross placement). The members it would join either form their gang
+        or give their slots back after the gang timeout; then the fallback group may take it whole."""
+        groups = self.options.groups
+        if not groups.takes(job.spec, queued_for=gang.queued_for(job, at)):
+            return False
+        if groups.own is None or job.spec.nodes == 1 or job.spec.fallback_group is None:
+            return True
+        members = gang.view(self.queue.slot_claims(job.id, job.attempt), job.spec.nodes, at).live
+        if not members:
+            return True
+        group_of = {n.id: n.group for n in self.queue.nodes()}
+        return all(group_of.get(m.worker, groups.own) == groups.own for m in members)
 
     def check_group(self) -> None:
         """A wound-down group stops this node like a notice: while running, the gang saves and
@@ -305,8 +332,8 @@ class Agent:
         * terminated by the group while holding no work: CONTINUE at once, or the instance waits out
           the hook's heartbeat timeout (a stop during an attempt is completed after its commit)."""
         notice = self.stop_notice
-        if notice is None or notice.kind != "asg-terminate":
-            return
+        if notice is None or notice.kind != "asg-terminate" or notice.action == CAPACITY_BLOCK_ACTION:
+            return  # a capacity block's end: EC2, not the group, ends the instance; nothing to complete
         if notice.action == WIND_DOWN:
             outcome = self.noncritical.call("leaving the wound-down group", self.hooks.leave, default="failed")
             self.report(NodeState.STOPPING, left=outcome)
@@ -320,15 +347,7 @@ class Agent:
         # busy nodes: agents holding a slot that reported within a slot lease (a killed agent's record stays)
         fleet = fleet_state(self.queue, node_lease=self.options.slot_lease, groups=self.options.groups)
         unclaimed = sum(g.unclaimed for g in fleet.waiting)
-        if time.monotonic() >= self._publish_at:  # the alarm reads one datapoint a minute
-            self._publish_at = time.monotonic() + PERIOD_SECONDS
-            self.noncritical.call(
-                "publishing the backlog metric (CloudWatch PutMetricData)",
-                lambda: self.hooks.publish_backlog(
-                    unclaimed_slots=unclaimed, busy_nodes=fleet.busy_nodes, other_groups=self._other_groups()
-                ),
-                default=None,
-            )
+        self.publish_backlog()
         if time.monotonic() >= self._group_check_at:
             self._group_check_at = time.monotonic() + self.options.group_check_interval
             self.check_group()
@@ -346,11 +365,32 @@ class Agent:
         self.notices.get(timeout=self.options.poll_interval)  # wakes early for a stop notice
         return False
 
-    def _other_groups(self) -> dict[str, tuple[int, int]]:
-        """The other groups' (unclaimed, busy): published too, so a group with no node still scales out."""
-        groups = self.options.groups
-        counts = group_counts(self.queue, node_lease=self.options.slot_lease, groups=groups)
-        return {name: c for name, c in counts.items() if name != groups.own}
+    def publish_backlog(self, *, force: bool = False) -> None:
+        """Every group's (unclaimed, busy) counts and the fallback forecast for the scale-out alarms,
+        at most once a period (the alarm reads one datapoint a minute) unless ``force``d."""
+        with self._publish_lock:
+            now = time.monotonic()
+            if not force and now < self._publish_at:
+                return
+            self._publish_at = now + PERIOD_SECONDS
+        self.noncritical.call("publishing the backlog metric (CloudWatch PutMetricData)", self._publish, default=None)
+
+    def _publish(self) -> None:
+        groups, lease = self.options.groups, self.options.slot_lease
+        if groups.own is None or not groups.names:  # off a cluster: this agent's view is the whole fleet
+            fleet = fleet_state(self.queue, node_lease=lease, groups=groups)
+            self.hooks.publish_backlog(
+                unclaimed_slots=sum(g.unclaimed for g in fleet.waiting), busy_nodes=fleet.busy_nodes
+            )
+            return
+        backlog = group_backlog(self.queue, node_lease=lease, groups=groups)
+        unclaimed, busy = backlog.counts[groups.own]
+        self.hooks.publish_backlog(
+            unclaimed_slots=unclaimed,
+            busy_nodes=busy,
+            other_groups={name: c for name, c in backlog.counts.items() if name != groups.own},
+            fallback_due=backlog.fallback_due,
+        )
 
     def _take(self, claim: SlotClaim) -> bool:
         """Wait for the gang of ``claim`` and run its attempt; False when it never ran here."""

@@ -66,6 +66,11 @@ def worker(
     config = supervisor_config(ack_timeout=ack_timeout, stop_margin=stop_margin, kill_after=kill_after, grace=grace)
     endpoint = None if no_imds else resolve_endpoint(imds_endpoint)
     queue = open_queue(queue_uri, supervising=True)
+    try:
+        _refuse_node_groups(queue)
+    except BaseException:
+        queue.close()
+        raise
     me = default_worker_id()
     limit = 1 if once else max_jobs
     ran: list[dict] = []
@@ -133,3 +138,24 @@ def worker(
     else:
         click.echo(f"gpucloud: worker {me}: no queued jobs", err=True)
     return exit_code
+
+
+def _refuse_node_groups(queue) -> None:
+    """A worker claims any single-node job: it cannot keep a job to its node group (``--group``) or
+    wait out a ``--fallback-after``. On a cluster node, or on a queue whose agents serve node
+    groups, that would run a job on the wrong hardware, so it is refused; the agent honours groups."""
+    from gpucloud.agent.node_groups import GROUP_ENV, NodeGroups
+    from gpucloud.errors import UserError
+
+    own = NodeGroups.from_env().own
+    registered = sorted({n.group for n in queue.nodes() if n.group})
+    if own or registered:
+        where = (
+            f"this node is in node group {own!r} ({GROUP_ENV})"
+            if own
+            else (f"this queue's agents serve node groups ({', '.join(registered)})")
+        )
+        raise UserError(
+            f"gpucloud worker takes any group's jobs and {where}; run `gpucloud agent`, which takes only "
+            "its group's jobs (and fallbacks once due)"
+        )

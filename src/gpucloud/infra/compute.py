@@ -122,14 +122,6 @@ class NodeGroup(pulumi.ComponentResource):
             launch_template=None
             if spot
             else aws.autoscaling.GroupLaunchTemplateArgs(id=self.launch_template.id, version=version),
-            initial_lifecycle_hooks=[
-                aws.autoscaling.GroupInitialLifecycleHookArgs(
-                    name=DRAIN_HOOK,
-                    lifecycle_transition="autoscaling:EC2_INSTANCE_TERMINATING",
-                    heartbeat_timeout=g.drain_timeout_seconds,
-                    default_result="CONTINUE",
-                )
-            ],
             health_check_type="EC2",
             # spot and reserved capacity may take long to arrive; do not hold `pulumi up` for it
             wait_for_capacity_timeout="0",
@@ -159,6 +151,20 @@ class NodeGroup(pulumi.ComponentResource):
                     custom_timeouts=pulumi.CustomTimeouts(delete=GROUP_DELETE_TIMEOUT),
                 ),
             ),
+        )
+        # The drain hook as a resource of its own: the group's initial_lifecycle_hooks are applied
+        # only when the group is created, so a new drainTimeoutSeconds would reach node.env (the
+        # agents' deadline) but not the hook AWS holds a terminating node for. A termination hook
+        # applies to every later termination, whenever it was added.
+        # https://www.pulumi.com/registry/packages/aws/api-docs/autoscaling/group/#initiallifecyclehooks
+        self.drain_hook = aws.autoscaling.LifecycleHook(
+            f"{name}-drain",
+            name=DRAIN_HOOK,
+            autoscaling_group_name=self.asg.name,
+            lifecycle_transition="autoscaling:EC2_INSTANCE_TERMINATING",
+            heartbeat_timeout=g.drain_timeout_seconds,
+            default_result="CONTINUE",
+            opts=child,
         )
         self.scaling = (
             BacklogScaling(

@@ -318,6 +318,7 @@ class InfrastructurePrices(BaseModel):
     public_ipv4_usd_per_hour: float = Field(gt=0)
     vpc_interface_endpoint_usd_per_hour_per_az: float = Field(gt=0)
     vpc_interface_endpoint_usd_per_gb_processed: float = Field(gt=0)
+    cross_az_usd_per_gb_each_way: float = Field(gt=0)  # data between Availability Zones of a Region
     fsx_lustre_usd_per_gb_month: dict[str, dict[str, float]]  # deployment type -> MB/s per TiB -> USD
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
+from gpucloud.agent.asg_hooks import BLOCK_ENDING_TAG
 from gpucloud.agent.backlog_metric import NAMESPACE as METRIC_NAMESPACE
 from gpucloud.agent.job_tags import JOB_TAG
 from gpucloud.infra.tags import CLUSTER_TAG, STACK_TAG, Tagging
@@ -82,13 +83,27 @@ class GroupScope:
                     "Null": {"aws:TagKeys": "false"},
                 },
             },
+            # A node whose bootstrap failed tags its own instance with the reason before it leaves
+            # the group (scripts/node-bootstrap.sh): that key only, this cluster's instances only.
+            {
+                "Sid": "BootstrapFailedTag",
+                "Effect": "Allow",
+                "Action": ["ec2:CreateTags"],
+                "Resource": [f"{arn}:instance/*"],
+                "Condition": {
+                    "StringEquals": {f"aws:ResourceTag/{CLUSTER_TAG}": self.cluster},
+                    "ForAllValues:StringEquals": {"aws:TagKeys": [BOOTSTRAP_FAILED_TAG]},
+                    "Null": {"aws:TagKeys": "false"},
+                },
+            },
         ]
 
 
 # What the runtime calls (grep src/gpucloud for the boto3 methods; tests/infra/test_node_iam.py
 # checks each action below against the calls). Not granted because never called:
 # autoscaling:SetDesiredCapacity, autoscaling:RecordLifecycleActionHeartbeat,
-# s3:ListBucketMultipartUploads; sqs:GetQueueUrl only on the dead-letter queue (the job queue's
+# s3:ListBucketMultipartUploads, s3:ListMultipartUploadParts (no ListParts: uploads are never
+# resumed), s3:GetBucketLocation (every client is given its region); sqs:GetQueueUrl only on the dead-letter queue (the job queue's
 # redrive policy names it by ARN; ``queue/aws/backend.py`` looks its URL up).
 JOB_QUEUE_ACTIONS = [
     "sqs:ReceiveMessage",
@@ -105,7 +120,10 @@ NODE_LIFECYCLE_ACTIONS = [
     "autoscaling:SetInstanceProtection",
     "autoscaling:DetachInstances",
     "autoscaling:TerminateInstanceInAutoScalingGroup",
+    "autoscaling:SetInstanceHealth",  # a failed bootstrap at the group's minimum size (node-bootstrap.sh)
 ]
+# The reason a node's bootstrap failed, on its own instance (scripts/node-bootstrap.sh, leave_group).
+BOOTSTRAP_FAILED_TAG = "gpucloud:bootstrap-failed"
 
 
 def node_policy_document(
@@ -122,7 +140,7 @@ def node_policy_document(
         {
             "Sid": "CheckpointBucketList",
             "Effect": "Allow",
-            "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
+            "Action": ["s3:ListBucket"],
             "Resource": [bucket_arn],
         },
         {
@@ -133,7 +151,6 @@ def node_policy_document(
                 "s3:PutObject",
                 "s3:DeleteObject",
                 "s3:AbortMultipartUpload",
-                "s3:ListMultipartUploadParts",
             ],
             "Resource": [f"{bucket_arn}/*"],
         },
@@ -219,6 +236,23 @@ def node_policy_document(
                 "Resource": [f"{house_bucket_arn}/{prefix}*"],
             },
         ]
+    if describe_instances and groups is not None:
+        # A stack with a capacity block: at its expiry warning the agent that gets it marks the
+        # block's groups (agent/asg_hooks.py, mark_block_ending), so their idle agents stop taking
+        # work too. That one tag key, on this stack's groups only.
+        statements.append(
+            {
+                "Sid": "MarkBlockEnding",
+                "Effect": "Allow",
+                "Action": ["autoscaling:CreateOrUpdateTags"],
+                "Resource": [groups.group_arn_pattern],
+                "Condition": {
+                    **groups.condition(),
+                    "ForAllValues:StringEquals": {"aws:TagKeys": [BLOCK_ENDING_TAG]},
+                    "Null": {"aws:TagKeys": "false"},
+                },
+            }
+        )
     if describe_instances or groups is not None:
         # One grant for both readers: a group member's agent finds its own volumes and interfaces
         # to tag them (job_tag_statements); in stacks with a capacity block, at the block's expiry

@@ -32,6 +32,13 @@ REBALANCE = {"source": ["aws.ec2"], "detail-type": ["EC2 Instance Rebalance Reco
 CAPACITY_BLOCK_EXPIRY = {"source": ["aws.ec2"], "detail-type": list(CAPACITY_BLOCK_WARNINGS)}
 
 
+def capacity_block_pattern(reservation_ids: Sequence[str]) -> dict:
+    """The expiration warnings of this cluster's capacity blocks only. The event is account-wide:
+    unfiltered, another cluster's (or anyone's) block ending would reach this events queue, and the
+    handler would stop whatever runs on the instances it lists there."""
+    return {**CAPACITY_BLOCK_EXPIRY, "detail": {"capacity-reservation-id": sorted(set(reservation_ids))}}
+
+
 def lifecycle_pattern(asg_names: Sequence[str]) -> dict:
     return {
         "source": ["aws.autoscaling"],
@@ -133,6 +140,7 @@ class InterruptionEventsArgs:
     events_queue_arn: pulumi.Input[str]
     events_queue_url: pulumi.Input[str]
     asg_names: Sequence[pulumi.Input[str]]
+    block_reservation_ids: Sequence[str] = ()  # the capacity blocks' cr-... ids (none: no expiry rule)
 
 
 class InterruptionEvents(pulumi.ComponentResource):
@@ -143,9 +151,12 @@ class InterruptionEvents(pulumi.ComponentResource):
         patterns = {
             "spot-warning": pulumi.Output.from_input(json.dumps(SPOT_WARNING)),
             "rebalance": pulumi.Output.from_input(json.dumps(REBALANCE)),
-            "capacity-block-expiry": pulumi.Output.from_input(json.dumps(CAPACITY_BLOCK_EXPIRY)),
             "asg-terminate": pulumi.Output.all(*args.asg_names).apply(lambda n: json.dumps(lifecycle_pattern(n))),
         }
+        if args.block_reservation_ids:
+            patterns["capacity-block-expiry"] = pulumi.Output.from_input(
+                json.dumps(capacity_block_pattern(args.block_reservation_ids))
+            )
         rules = []
         for key, pattern in patterns.items():
             rule = aws.cloudwatch.EventRule(

@@ -81,6 +81,8 @@ class MonitoringArgs:
     job_table_name: pulumi.Input[str] | None = None
     job_table_arn: pulumi.Input[str] | None = None
     job_queue_url: pulumi.Input[str] | None = None
+    job_queue_arn: pulumi.Input[str] | None = None  # opening the queue reads its redrive policy
+    job_dead_letter_queue_arn: pulumi.Input[str] | None = None  # ... and looks up its dead-letter queue
 
 
 @dataclasses.dataclass
@@ -118,13 +120,21 @@ def daily_report(args: MonitoringArgs) -> DailyReport | None:
     package = spec.agent.package
     if not spec.monitoring.daily_report_on(package) or package is None:  # rules.py refuses true without one
         return None
-    if args.job_table_name is None or args.job_table_arn is None or args.job_queue_url is None:
+    table, table_arn, queue_url = args.job_table_name, args.job_table_arn, args.job_queue_url
+    queue_arn, dead_letter_arn = args.job_queue_arn, args.job_dead_letter_queue_arn
+    if table is None or table_arn is None or queue_url is None or queue_arn is None or dead_letter_arn is None:
         return None
     region = spec.region
-    queue_uri = pulumi.Output.all(args.job_table_name, args.job_queue_url).apply(
+    queue_uri = pulumi.Output.all(table, queue_url).apply(
         lambda v: AwsQueueAddress(region=region, table=v[0], queue_url=v[1]).uri
     )
-    return DailyReport(queue_uri=queue_uri, table_arn=args.job_table_arn, package=package)
+    return DailyReport(
+        queue_uri=queue_uri,
+        table_arn=table_arn,
+        package=package,
+        queue_arn=queue_arn,
+        dead_letter_queue_arn=dead_letter_arn,
+    )
 
 
 def build_monitoring(name: str, args: MonitoringArgs) -> BuiltMonitoring:

@@ -8,7 +8,8 @@ Grafana, reached only through SSM port forwarding.
   (``monitoring_plan.data_volume_gib``), so replacing the instance keeps the history;
 - the monitoring files `gpucloud monitoring render` writes are staged in the stack's bucket (user
   data holds 16 KiB, dashboards are larger) and copied at boot by ``scripts/monitor-bootstrap.sh``;
-  their digest is in the user data, so changed files replace the instance (the volume stays);
+  their digest is in the user data, so changed files replace the instance (the volume stays: the
+  old instance and its attachment are deleted before the new one is created, see below);
 - IAM: DescribeInstances for discovery (cannot be resource-scoped), Publish on the topic only,
   read of the staged files only, and SSM's managed instance core.
 """
@@ -60,17 +61,35 @@ class DailyReport:
     queue_uri: pulumi.Input[str]  # aws://REGION?table=...&queue=... (the report reads the job table)
     table_arn: pulumi.Input[str]
     package: str  # the gpucloud to install: the stack's agent wheelhouse (s3://...) or a pip requirement
+    queue_arn: pulumi.Input[str]  # the job queue: opening it reads its redrive policy
+    dead_letter_queue_arn: pulumi.Input[str]  # the job queue's dead-letter queue: opening it looks up its URL
 
 
 def report_policy_document(
-    bucket_arn: str, table_arn: str, package: str | None = None, partition: str = "aws"
+    bucket_arn: str,
+    table_arn: str,
+    queue_arn: str,
+    dead_letter_queue_arn: str,
+    package: str | None = None,
+    partition: str = "aws",
 ) -> dict[str, object]:
     """What the daily report needs beyond the monitor's own policy (sns:Publish on the topic is
-    there): read the job table (the report's queries, ``queue/aws/backend.py``: GetItem and Query,
-    on the table and its state index), put the page under ``reports/``, and read the package it
-    installs when that is in S3 (the same grant the nodes get, ``iam.py``: the one wheel, or the
-    wheelhouse folder's listing and objects)."""
+    there): open the job queue (``AwsQueue`` reads the queue's redrive policy with
+    GetQueueAttributes and the dead-letter queue's URL with GetQueueUrl, whose resource is the queue
+    it names: https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonsqs.html),
+    read the job table (the report's queries, ``queue/aws/backend.py``: GetItem and Query, on the
+    table and its state index), put the page under ``reports/``, and read the package it installs
+    when that is in S3 (the same grant the nodes get, ``iam.py``: the one wheel, or the wheelhouse
+    folder's listing and objects). ``tests/cost/test_report_iam.py`` runs the report under these
+    documents alone."""
     statements: list[dict[str, object]] = [
+        {"Sid": "OpenJobQueue", "Effect": "Allow", "Action": ["sqs:GetQueueAttributes"], "Resource": [queue_arn]},
+        {
+            "Sid": "FindDeadLetterQueue",
+            "Effect": "Allow",
+            "Action": ["sqs:GetQueueUrl"],
+            "Resource": [dead_letter_queue_arn],
+        },
         {
             "Sid": "ReadJobTable",
             "Effect": "Allow",
@@ -175,7 +194,7 @@ class SelfHostedMonitor(pulumi.ComponentResource):
                 key=f"{FILES_PREFIX}{path}",
                 content=rendered.apply(_file(path)),
                 content_type=content_type(path),
-                tags=t.tags(),
+                tags=t.object_tags(),  # S3 takes 10 tags on an object: not the user's own
                 opts=child,
             )
 
@@ -245,9 +264,9 @@ class SelfHostedMonitor(pulumi.ComponentResource):
                 aws.iam.RolePolicy(
                     f"{name}-report",
                     role=self.role.name,
-                    policy=pulumi.Output.all(args.bucket_arn, report.table_arn, partition).apply(
-                        lambda v: json.dumps(report_policy_document(v[0], v[1], report.package, v[2]))
-                    ),
+                    policy=pulumi.Output.all(
+                        args.bucket_arn, report.table_arn, report.queue_arn, report.dead_letter_queue_arn, partition
+                    ).apply(lambda v: json.dumps(report_policy_document(v[0], v[1], v[2], v[3], report.package, v[4]))),
                     opts=child,
                 ),
             ]
@@ -308,15 +327,27 @@ class SelfHostedMonitor(pulumi.ComponentResource):
             user_data_base64=user_data_output(settings, MONITOR_SCRIPT, MONITOR_ENV_FILE),
             user_data_replace_on_change=True,
             tags=t.tags("monitor"),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=policies),
+            # Replaced when its files change: the old instance and its volume attachment go first.
+            # Pulumi's default creates the replacement first, and attaching the TSDB volume to it then
+            # fails with VolumeInUse, since the volume is still attached to the old instance
+            # (pulumi/pulumi-aws#2769, whose workaround this is). deleteBeforeReplace also deletes the
+            # dependents being replaced first (the attachment: stopped, detached); the volume is not
+            # one, so the TSDB stays. The AMI is the current Ubuntu's when the instance is created:
+            # reading the SSM parameter at every run would replace the monitor, cutting its scrapes,
+            # whenever Canonical publishes an image; unattended-upgrades patches it meanwhile.
+            # https://www.pulumi.com/docs/iac/concepts/options/deletebeforereplace/
+            # https://www.pulumi.com/docs/iac/concepts/options/ignorechanges/
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=policies, delete_before_replace=True, ignore_changes=["ami"]
+            ),
         )
         aws.ec2.VolumeAttachment(
             f"{name}-tsdb-attach",
             device_name=DATA_DEVICE,
             volume_id=self.data_volume.id,
             instance_id=self.instance.id,
-            stop_instance_before_detaching=True,
-            opts=child,
+            stop_instance_before_detaching=True,  # Prometheus stops cleanly before the detach
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
         )
         self.register_outputs(
             {"instanceId": self.instance.id, "alertTopicArn": self.topic.arn, "dataVolumeId": self.data_volume.id}

@@ -24,14 +24,15 @@ from gpucloud.infra.tags import Tagging
 # https://docs.aws.amazon.com/vpc/latest/privatelink/gateway-endpoints.html
 GATEWAY_SERVICES = ("s3", "dynamodb")
 # Interface endpoints: Session Manager (ssm, ssmmessages, ec2messages), the job and events queues
-# (sqs), the agent's group calls (autoscaling), CloudWatch Logs, and CloudWatch metrics, which boto3's
-# "cloudwatch" client sends to monitoring.<region>: the agent's backlog metric (PutMetricData).
+# (sqs), the agent's group calls (autoscaling), and CloudWatch metrics, which boto3's "cloudwatch"
+# client sends to monitoring.<region>: the agent's backlog metric (PutMetricData). No CloudWatch
+# Logs: nothing on a node calls it (job logs go to the bucket), and each endpoint is billed per zone.
 # https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/cloudwatch-and-interface-VPC.html
 # https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-vpc-endpoints.html
 # https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-internetwork-traffic-privacy.html
 # The agent also calls EC2 (DescribeInstances: the instances of a Capacity Block whose expiry
 # warning arrived): https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/interface-vpc-endpoints.html
-ENDPOINT_SERVICES = ("ssm", "ssmmessages", "ec2messages", "sqs", "autoscaling", "logs", "monitoring", "ec2")
+ENDPOINT_SERVICES = ("ssm", "ssmmessages", "ec2messages", "sqs", "autoscaling", "monitoring", "ec2")
 # boto3 client names whose endpoint service is named differently
 ENDPOINT_FOR_CLIENT = {"cloudwatch": "monitoring"}
 
@@ -78,10 +79,14 @@ class ClusterNetwork(pulumi.ComponentResource):
             tags=t.tags("vpc"),
             opts=child,
         )
-        private_routes = aws.ec2.RouteTable(f"{name}-nodes-rt", vpc_id=vpc.id, tags=t.tags("nodes"), opts=child)
-        node_subnets = []
+        node_subnets, private_routes = [], []
         for index, (zone, block) in enumerate(zip(zones, plan.node_subnets, strict=True)):
             suffix = "" if index == 0 else f"-z{index + 1}"  # the first zone keeps the one-zone names
+            # one route table per zone: each zone's default route goes to its own NAT gateway
+            routes = aws.ec2.RouteTable(
+                f"{name}-nodes{suffix}-rt", vpc_id=vpc.id, tags=t.tags(f"nodes{suffix}"), opts=child
+            )
+            private_routes.append(routes)
             subnet = aws.ec2.Subnet(
                 f"{name}-nodes{suffix}",
                 vpc_id=vpc.id,
@@ -92,13 +97,14 @@ class ClusterNetwork(pulumi.ComponentResource):
                 # nodes' and FSx's interfaces may outlive their owner's delete by minutes (security.py)
                 opts=patient_delete(self),
             )
-            # one route table for every zone: the NAT gateway (or the endpoints) serve them all
             aws.ec2.RouteTableAssociation(
-                f"{name}-nodes{suffix}-rta", subnet_id=subnet.id, route_table_id=private_routes.id, opts=child
+                f"{name}-nodes{suffix}-rta", subnet_id=subnet.id, route_table_id=routes.id, opts=child
             )
             node_subnets.append(subnet)
         if args.egress == "nat":
-            self._nat(name, args, vpc, plan.public, private_routes)
+            igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=vpc.id, tags=t.tags("igw"), opts=child)
+            for index, (zone, block, routes) in enumerate(zip(zones, plan.public_subnets, private_routes, strict=True)):
+                self._nat(name, args, vpc, igw, zone, block, routes, "" if index == 0 else f"-z{index + 1}")
         else:
             self._interface_endpoints(name, args, vpc, cidr, node_subnets)
         # Gateway endpoints are free and keep checkpoint and job-table traffic off the NAT gateway.
@@ -108,7 +114,7 @@ class ClusterNetwork(pulumi.ComponentResource):
                 vpc_id=vpc.id,
                 vpc_endpoint_type="Gateway",
                 service_name=f"com.amazonaws.{args.region}.{service}",
-                route_table_ids=[private_routes.id],
+                route_table_ids=[routes.id for routes in private_routes],
                 tags=t.tags(f"{service}-endpoint"),
                 opts=child,
             )
@@ -121,42 +127,48 @@ class ClusterNetwork(pulumi.ComponentResource):
         name: str,
         args: ClusterNetworkArgs,
         vpc: aws.ec2.Vpc,
+        igw: aws.ec2.InternetGateway,
+        zone: pulumi.Input[str],
         public_cidr: str,
         private_routes: aws.ec2.RouteTable,
+        suffix: str,
     ) -> None:
+        """One zone's NAT gateway, in that zone's public subnet, as its node subnet's default route. A
+        NAT gateway serves its own zone only (https://docs.aws.amazon.com/vpc/latest/userguide/nat-gateway-basics.html):
+        one in the first zone for every zone would bill each other zone's egress as cross-zone data
+        and cut it when the first zone fails."""
         child = pulumi.ResourceOptions(parent=self)
         t = args.tagging
-        igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=vpc.id, tags=t.tags("igw"), opts=child)
         public = aws.ec2.Subnet(
-            f"{name}-public",
+            f"{name}-public{suffix}",
             vpc_id=vpc.id,
             cidr_block=public_cidr,
-            availability_zone=args.availability_zone,
+            availability_zone=zone,
             map_public_ip_on_launch=False,
-            tags=t.tags("public"),
+            tags=t.tags(f"public{suffix}"),
             opts=child,
         )
         public_routes = aws.ec2.RouteTable(
-            f"{name}-public-rt",
+            f"{name}-public{suffix}-rt",
             vpc_id=vpc.id,
             routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", gateway_id=igw.id)],
-            tags=t.tags("public"),
+            tags=t.tags(f"public{suffix}"),
             opts=child,
         )
         aws.ec2.RouteTableAssociation(
-            f"{name}-public-rta", subnet_id=public.id, route_table_id=public_routes.id, opts=child
+            f"{name}-public{suffix}-rta", subnet_id=public.id, route_table_id=public_routes.id, opts=child
         )
-        eip = aws.ec2.Eip(f"{name}-nat-ip", domain="vpc", tags=t.tags("nat"), opts=child)
+        eip = aws.ec2.Eip(f"{name}-nat{suffix}-ip", domain="vpc", tags=t.tags(f"nat{suffix}"), opts=child)
         nat = aws.ec2.NatGateway(
-            f"{name}-nat",
+            f"{name}-nat{suffix}",
             allocation_id=eip.id,
             subnet_id=public.id,
             connectivity_type="public",
-            tags=t.tags("nat"),
+            tags=t.tags(f"nat{suffix}"),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[igw]),
         )
         aws.ec2.Route(
-            f"{name}-nodes-default",
+            f"{name}-nodes{suffix}-default",
             route_table_id=private_routes.id,
             destination_cidr_block="0.0.0.0/0",
             nat_gateway_id=nat.id,

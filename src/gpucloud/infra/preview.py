@@ -13,7 +13,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import pulumi
@@ -21,11 +21,11 @@ from pulumi.runtime import MockCallArgs, MockResourceArgs, Mocks, set_all_config
 from pulumi.runtime.mocks import MockMonitor
 
 from gpucloud.catalog import Catalog
-from gpucloud.infra.cost import CostEstimate, RootVolumes, infrastructure_cost
+from gpucloud.infra.cost import CostEstimate, RootVolumes, infrastructure_cost, infrastructure_prices
 from gpucloud.infra.efa_layout import EfaLayoutSummary
-from gpucloud.infra.instance_mix import plan_instance_mix
+from gpucloud.infra.instance_mix import group_zone_indices, plan_instance_mix
 from gpucloud.infra.monitoring_plan import MonitorCost, cluster_series, monitor_cost
-from gpucloud.infra.planning import EmergencySavePlan
+from gpucloud.infra.planning import EmergencySavePlan, GroupPlan
 from gpucloud.spec.model import ClusterSpec
 
 PROJECT = "gpucloud"
@@ -42,6 +42,9 @@ class ResourceOptionsSeen:
     delete_timeout: str | None = None  # custom_timeouts(delete=...)
     before_delete: tuple[str, ...] = ()  # names of the resource hooks run before its delete
     depends_on: tuple[str, ...] = ()  # URNs of explicit depends_on (deleted after this one)
+    delete_before_replace: bool = False  # a replacement deletes the old one (and its replaced dependents) first
+    ignore_changes: tuple[str, ...] = ()  # inputs whose changes are no diff (no update, no replacement)
+    replace_on_changes: tuple[str, ...] = ()  # inputs whose changes replace the resource
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -237,6 +240,9 @@ def _options_of(request: Any) -> ResourceOptionsSeen:
         delete_timeout=request.customTimeouts.delete or None,
         before_delete=tuple(request.hooks.before_delete),
         depends_on=tuple(request.dependencies),
+        delete_before_replace=bool(request.deleteBeforeReplace),
+        ignore_changes=tuple(request.ignoreChanges),
+        replace_on_changes=tuple(request.replaceOnChanges),
     )
 
 
@@ -364,18 +370,49 @@ def preview_stack(spec: ClusterSpec, stack_name: str, catalog: Catalog | None = 
             for g in plan.groups
             for t in plan_instance_mix(g.group, g.efa, catalog)
         ],
-        cost=_priced_in_full(plan.cost, resources, spec, monitoring),
+        cost=_priced_in_full(plan.cost, resources, spec, monitoring, plan.groups),
         emergency_saves=[g.emergency_save for g in plan.groups],
         monitoring=monitoring,
     )
 
 
 def _priced_in_full(
-    cost: CostEstimate, resources: list[RecordedResource], spec: ClusterSpec, monitoring: MonitorCost
+    cost: CostEstimate,
+    resources: list[RecordedResource],
+    spec: ClusterSpec,
+    monitoring: MonitorCost,
+    groups: Sequence[GroupPlan] = (),
 ) -> CostEstimate:
     """The nodes' cost plus everything else the recorded resources cost by the hour, and the monitor."""
     volumes = [RootVolumes(g.name, g.root_volume_gib, g.min_nodes, g.desired, g.max_nodes) for g in spec.node_groups]
     lines, warnings = infrastructure_cost(((r.type, r.inputs) for r in resources if r.custom), volumes, spec.region)
     return dataclasses.replace(
-        cost, infrastructure=lines, monitoring=monitoring.total, warnings=[*cost.warnings, *warnings]
+        cost,
+        infrastructure=lines,
+        monitoring=monitoring.total,
+        warnings=[*cost.warnings, *warnings, *cross_zone_warnings(spec, groups)],
     )
+
+
+def cross_zone_warnings(spec: ClusterSpec, groups: Sequence[GroupPlan]) -> list[str]:
+    """What a group spread over several zones pays that plan cannot count: FSx for Lustre lives in
+    the first zone only (a file system is in one subnet), and a gang's nodes in different zones talk
+    across them; AWS bills both as data between zones, per GB each way (EC2 pricing, data transfer)."""
+    zones = list(spec.availability_zones)
+    if len(zones) < 2 or spec.network.existing:
+        return []
+    rate = infrastructure_prices().cross_az_usd_per_gb_each_way
+    out = []
+    for gp in groups:
+        indices = group_zone_indices(spec, gp.group, single_zone=gp.efa or gp.placement_group)
+        spread = [zones[i] for i in indices if i > 0]
+        if not spread:
+            continue
+        what = "its gangs' traffic between zones" + (
+            f" and its FSx traffic (the file system is in {zones[0]})" if spec.storage.fsx is not None else ""
+        )
+        out.append(
+            f"node group {gp.group.name} also runs in {', '.join(spread)}: {what} is billed as data between "
+            f"zones, {rate:g} USD per GB each way (not included)"
+        )
+    return out

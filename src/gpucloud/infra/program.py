@@ -20,6 +20,7 @@ from gpucloud.infra.ami import resolve_image
 from gpucloud.infra.budget import BudgetNodeAccess, ClusterBudget, ClusterBudgetArgs, budget_node_settings
 from gpucloud.infra.compute import DRAIN_HOOK, NodeGroup, NodeGroupArgs
 from gpucloud.infra.drill import SpotDrill, SpotDrillArgs
+from gpucloud.infra.expiry import stack_expiry
 from gpucloud.infra.iam import NodeAccessPolicy, NodeAccessPolicyArgs, NodeIdentity, NodeIdentityArgs
 from gpucloud.infra.instance_mix import group_zone_indices, plan_instance_mix, plan_templates
 from gpucloud.infra.jobplane import InterruptionEvents, InterruptionEventsArgs, JobPlane, JobPlaneArgs
@@ -29,7 +30,7 @@ from gpucloud.infra.planning import ClusterPlan, plan_cluster
 from gpucloud.infra.scaling_plan import QueueTerm, queue_terms
 from gpucloud.infra.security import ClusterSecurity, ClusterSecurityArgs
 from gpucloud.infra.storage import CheckpointStore, CheckpointStoreArgs, SharedFilesystem, SharedFilesystemArgs
-from gpucloud.infra.tags import Tagging, expires_at
+from gpucloud.infra.tags import Tagging
 from gpucloud.infra.userdata import user_data_output
 from gpucloud.spec.model import ClusterSpec
 
@@ -115,7 +116,8 @@ def build_cluster(
     """``monitoring_render``: tests only; the stack renders its monitoring files with gpucloud.monitoring."""
     plan = plan_cluster(spec, catalog)
     cluster = spec.name_for(stack_name)
-    tagging = Tagging(stack=stack_name, cluster=cluster, extra=dict(spec.tags), expires_at=expires_at(spec.ttl_hours))
+    untimed = Tagging(stack=stack_name, cluster=cluster, extra=dict(spec.tags))
+    tagging = dataclasses.replace(untimed, expires_at=stack_expiry(f"{cluster}-expires-at", untimed, spec.ttl_hours))
     zones = list(spec.availability_zones)
     az: pulumi.Input[str] = (
         zones[0] if zones else spec.availability_zone or aws.get_availability_zones_output(state="available").names[0]
@@ -212,6 +214,8 @@ def build_cluster(
             job_table_name=jobs.table.name,
             job_table_arn=jobs.table.arn,
             job_queue_url=jobs.job_queue.url,
+            job_queue_arn=jobs.job_queue.arn,
+            job_dead_letter_queue_arn=jobs.job_dlq.arn,
         ),
     )
 
@@ -290,6 +294,9 @@ def build_cluster(
                 depends_on=[
                     access.policy,
                     *monitoring.node_depends_on,
+                    # FSx is mountable before its link to the bucket exists: a node booting then
+                    # would write checkpoints to a /fsx path nothing exports, or find none imported
+                    *([fsx.association] if fsx is not None else []),
                     *([budget_access.policy] if budget_access is not None else []),
                 ],
             ),
@@ -302,6 +309,11 @@ def build_cluster(
             events_queue_arn=jobs.events_queue.arn,
             events_queue_url=jobs.events_queue.url,
             asg_names=[g.asg.name for g in groups.values()],
+            block_reservation_ids=[
+                g.capacity.reservation_id
+                for g in spec.node_groups
+                if g.capacity.type == "capacity-block" and g.capacity.reservation_id is not None
+            ],
         ),
     )
     budget = None

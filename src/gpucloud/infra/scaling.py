@@ -73,8 +73,23 @@ def shortfall_queries(
     desired = stat(plan.DESIRED_ID, "AWS/AutoScaling", "GroupDesiredCapacity", {"AutoScalingGroupName": asg_name})
     agents = expression(plan.AGENTS_ID, plan.AGENTS_EXPRESSION, "Unclaimed slots the agents count")
     short = "Nodes short of busy + unclaimed"
+    cluster_dims = {d["Name"]: d["Value"] for d in metric.cluster_dimensions(cluster)}
+    live = stat(plan.LIVE_AGENTS_ID, metric.NAMESPACE, metric.LIVE_AGENTS, cluster_dims)
+    # Several groups: a job's fallback falling due while no agent is up (the agents' forecast).
+    fallback = [
+        stat(plan.FALLBACK_DUE_ID, metric.NAMESPACE, metric.FALLBACK_DUE_SLOTS, group_dims),
+        expression(plan.FALLBACK_WAITING_ID, plan.FALLBACK_WAITING_EXPRESSION, "Fallback slots due (1) or none (0)"),
+        expression(plan.FALLBACK_ID, plan.FALLBACK_EXPRESSION, "Fallback slots due while no agent is up"),
+    ]
     if queue_term is QueueTerm.NONE:  # another group's slots share the queue: its own counts only
-        return [*own, desired, agents, expression(plan.SHORTFALL_ID, plan.OWN_SHORTFALL_EXPRESSION, short, True)]
+        return [
+            *own,
+            live,
+            desired,
+            agents,
+            *fallback,
+            expression(plan.SHORTFALL_ID, plan.OWN_SHORTFALL_EXPRESSION, short, True),
+        ]
     # One message per unclaimed gang slot; SQS publishes it with no node up.
     queued = [
         stat(
@@ -94,16 +109,17 @@ def shortfall_queries(
             queued_expr,
             expression(plan.SHORTFALL_ID, plan.SHORTFALL_EXPRESSION, short, result=True),
         ]
-    cluster_dims = {d["Name"]: d["Value"] for d in metric.cluster_dimensions(cluster)}
     return [
         *own,
         *queued,
-        stat(plan.LIVE_AGENTS_ID, metric.NAMESPACE, metric.LIVE_AGENTS, cluster_dims),
+        live,
         desired,
         agents,
         queued_expr,
         expression(plan.WAITING_ID, plan.WAITING_EXPRESSION, "Any slot message visible (1) or none (0)"),
         expression(plan.WAKE_ID, plan.WAKE_EXPRESSION, "One node when slots wait and no agent is up"),
+        *fallback,
+        expression(plan.LATE_ID, plan.LATE_EXPRESSION, "Wake or fallback nodes with no agent up"),
         expression(plan.SHORTFALL_ID, plan.WAKE_SHORTFALL_EXPRESSION, short, result=True),
     ]
 

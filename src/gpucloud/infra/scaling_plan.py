@@ -53,6 +53,25 @@ counts (``QueueTerm.NONE``)::
     wake      = IF(waiting > live_agents, 1, 0)           gpucloud LiveAgents, Maximum, 60 s
     shortfall = FILL(busy_nodes, REPEAT) + IF(agents > wake, agents, wake) - FILL(desired, REPEAT)
 
+A fallback group with no agent anywhere. A job with ``--fallback-group`` counts for its fallback
+group once it has waited ``--fallback-after``; if by then every node is gone (a spot group lost all
+its nodes and AWS has no spot capacity), no agent publishes that count, and the first group's wake
+only asks the spot group again. So the agents forecast it: every publication carries, under the
+fallback group's dimension, the slots of each queued job whose fallback is not yet due, timestamped
+at the minutes it falls due (``FallbackDueSlots``, ``agent/backlog_metric.py``). Every alarm of a
+several-group cluster reads the forecast, and only while no agent is up (no ``LiveAgents``
+datapoint: nobody can have claimed the job since), so the fallback group adds the gang's nodes when
+the wait is over::
+
+    fallback_waiting = IF(FILL(fallback_due, 0) > 0, 1, 0)
+    fallback  = IF(fallback_waiting > live_agents, FILL(fallback_due, 0), 0)
+    shortfall = FILL(busy_nodes, REPEAT) + max(agents, wake, fallback) - FILL(desired, REPEAT)
+
+(``max`` written as two pointwise ``IF``s; the first group's alarm has the ``wake`` term, the others
+not). The forecast comes from the last agent that saw the job queued: an agent stopping for a
+notice publishes once more after its attempt is requeued. One killed without any chance to publish
+leaves no forecast; the job then waits for a node of its own group or a submit's wake.
+
 The cost of waking one node of the first group for another group's job on an empty cluster is
 that node's boot and idle minutes; a gang of that group's own waits one boot more than with the
 count. Group B at 0 nodes beside a busy group A scales out within a minute of the submit.
@@ -99,10 +118,25 @@ WAITING_ID = "waiting"
 WAKE_ID = "wake"
 WAITING_EXPRESSION = f"IF({QUEUED_ID} > 0, 1, 0)"
 WAKE_EXPRESSION = f"IF({WAITING_ID} > {LIVE_AGENTS_ID}, 1, 0)"  # a missing live_agents compares as 0
+# Several groups: the fallback forecast, read only while no agent is up (see the module docstring).
+FALLBACK_DUE_ID = "fallback_due"  # gpucloud FallbackDueSlots (group dimension), forecast by the agents
+FALLBACK_WAITING_ID = "fallback_waiting"
+FALLBACK_ID = "fallback"
+LATE_ID = "late"  # the larger of the wake and fallback terms (first group only)
+FALLBACK_WAITING_EXPRESSION = f"IF(FILL({FALLBACK_DUE_ID}, 0) > 0, 1, 0)"
+FALLBACK_EXPRESSION = f"IF({FALLBACK_WAITING_ID} > {LIVE_AGENTS_ID}, FILL({FALLBACK_DUE_ID}, 0), 0)"
+LATE_EXPRESSION = f"IF({WAKE_ID} > {FALLBACK_ID}, {WAKE_ID}, {FALLBACK_ID})"
 WAKE_SHORTFALL_EXPRESSION = (
-    f"FILL({BUSY_NODES_ID}, REPEAT) + IF({AGENTS_ID} > {WAKE_ID}, {AGENTS_ID}, {WAKE_ID}) - FILL({DESIRED_ID}, REPEAT)"
+    f"FILL({BUSY_NODES_ID}, REPEAT) + IF({AGENTS_ID} > {LATE_ID}, {AGENTS_ID}, {LATE_ID}) - FILL({DESIRED_ID}, REPEAT)"
 )
-OWN_SHORTFALL_EXPRESSION = f"FILL({BUSY_NODES_ID}, REPEAT) + {AGENTS_ID} - FILL({DESIRED_ID}, REPEAT)"
+OWN_SHORTFALL_EXPRESSION = (
+    f"FILL({BUSY_NODES_ID}, REPEAT) + IF({AGENTS_ID} > {FALLBACK_ID}, {AGENTS_ID}, {FALLBACK_ID})"
+    f" - FILL({DESIRED_ID}, REPEAT)"
+)
+# PutMetricAlarm: at most 10 queries that fetch a metric and 10 expressions per alarm
+# (CloudWatch API Reference, MetricDataQuery).
+MAX_ALARM_METRICS = 10
+MAX_ALARM_EXPRESSIONS = 10
 
 
 class QueueTerm(str, enum.Enum):
@@ -122,16 +156,24 @@ def queue_terms(groups: list[tuple[str, bool]]) -> dict[str, QueueTerm]:
 
 
 def shortfall(
-    term: QueueTerm, *, busy: int, agents_unclaimed: int, queued_visible: int, live_agents: int, desired: int
+    term: QueueTerm,
+    *,
+    busy: int,
+    agents_unclaimed: int,
+    queued_visible: int,
+    live_agents: int,
+    desired: int,
+    fallback_due: int = 0,
 ) -> int:
     """The alarm's value at one minute with every input present (the expressions above, in Python):
     how many nodes the policy adds when positive."""
     if term is QueueTerm.COUNT:
         return busy + max(agents_unclaimed, queued_visible) - desired
+    fallback = fallback_due if (1 if fallback_due > 0 else 0) > live_agents else 0
     if term is QueueTerm.WAKE:
         wake = 1 if (1 if queued_visible > 0 else 0) > live_agents else 0
-        return busy + max(agents_unclaimed, wake) - desired
-    return busy + agents_unclaimed - desired
+        return busy + max(agents_unclaimed, wake, fallback) - desired
+    return busy + max(agents_unclaimed, fallback) - desired
 
 
 QUEUE_NAMESPACE = "AWS/SQS"

@@ -224,6 +224,7 @@ class SharedFilesystem(pulumi.ComponentResource):
         self.dns_name = fs.dns_name
         self.mount_name = fs.mount_name
         self.file_system_id = fs.id
+        self.association = association  # the node groups wait for it: a node boots onto the linked path
         self.association_id = association.id
         self.export_path = export_path
         self.file_system_path = s.link_path

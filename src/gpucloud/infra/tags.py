@@ -17,13 +17,19 @@ NODE_GROUP_TAG = "gpucloud:node-group"
 # gpucloud:ttlHours: when `gpucloud sweep --expired` may delete the resource (ISO 8601 UTC)
 EXPIRES_AT_TAG = "gpucloud:expires-at"
 KEEP_TAG = "gpucloud:keep"  # "true": sweep never touches the resource
+# AWS's limits (https://docs.aws.amazon.com/tag-editor/latest/userguide/tagging.html): 50 tags on a
+# resource, 10 on an S3 object (https://docs.aws.amazon.com/AmazonS3/latest/userguide/object-tagging.html).
+MAX_RESOURCE_TAGS = 50
+MAX_OBJECT_TAGS = 10
+# What gpucloud adds to the user's tags on one resource at most: stack, cluster, Name, node group, expiry.
+OWN_TAGS_MAX = 5
 
 
 def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
-# The clock the program reads when it runs (each `pulumi up` moves expires-at forward); tests set it.
+# The clock the program reads when it runs (the first run's time is kept: infra/expiry.py); tests set it.
 clock: Callable[[], dt.datetime] = _utcnow
 
 
@@ -51,6 +57,7 @@ UNTAGGABLE_TYPES: frozenset[str] = frozenset(
         "aws:iam/rolePolicy:RolePolicy",
         "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
         "aws:autoscaling/policy:Policy",
+        "aws:autoscaling/lifecycleHook:LifecycleHook",
         "aws:autoscaling/schedule:Schedule",
         "aws:scheduler/schedule:Schedule",  # EventBridge Scheduler schedules take no tags
         "aws:ec2/volumeAttachment:VolumeAttachment",
@@ -77,13 +84,23 @@ class Tagging:
     stack: str
     cluster: str
     extra: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    expires_at: str | None = None  # EXPIRES_AT_TAG's value, from ``expires_at(spec.ttl_hours)``
+    # EXPIRES_AT_TAG's value: ``expires_at(spec.ttl_hours)``, or on a stack the value the first run
+    # stored (``infra/expiry.py``: a Pulumi output, hence Any)
+    expires_at: Any = None
 
-    def tags(self, name: str | None = None, **more: str) -> dict[str, str]:
+    def tags(self, name: str | None = None, **more: str) -> dict[str, Any]:
         """The tag set for one resource; ``name`` becomes the console-visible ``Name`` tag."""
-        out = {**self.extra, STACK_TAG: self.stack, CLUSTER_TAG: self.cluster, **more}
+        out: dict[str, Any] = {**self.extra, STACK_TAG: self.stack, CLUSTER_TAG: self.cluster, **more}
         if self.expires_at is not None:
             out[EXPIRES_AT_TAG] = self.expires_at
         if name is not None:
             out["Name"] = f"{self.cluster}-{name}"
+        return out
+
+    def object_tags(self) -> dict[str, Any]:
+        """An S3 object's tags: stack, cluster and the expiry only (S3 takes at most 10 on an object,
+        and the user's own would not fit beside them); the sweep finds it by these."""
+        out: dict[str, Any] = {STACK_TAG: self.stack, CLUSTER_TAG: self.cluster}
+        if self.expires_at is not None:
+            out[EXPIRES_AT_TAG] = self.expires_at
         return out

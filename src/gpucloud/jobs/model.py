@@ -158,8 +158,20 @@ class JobSpec(BaseModel):
             return True
         if self.fallback_group != group:
             return False
+        return queued_for >= self.fallback_after_seconds()
+
+    def fallback_after_seconds(self) -> float:
+        """How long an attempt waits before ``fallback_group`` may take it too."""
         after = DEFAULT_FALLBACK_AFTER_MINUTES if self.fallback_after_minutes is None else self.fallback_after_minutes
-        return queued_for >= after * 60
+        return after * 60
+
+    def backlog_group(self, *, queued_for: float, default_group: str | None = None) -> str | None:
+        """The one group whose scale-out this waiting job asks for: its fallback group once the
+        wait is over (its own group could not supply it for that long, and counting it for both
+        would buy the gang twice), else its own. Its own group's nodes may still take it."""
+        if self.fallback_group is not None and queued_for >= self.fallback_after_seconds():
+            return self.fallback_group
+        return self.group or default_group
 
 
 def spec_from_flags(**fields: Any) -> JobSpec:

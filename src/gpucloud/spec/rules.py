@@ -22,6 +22,7 @@ from gpucloud.infra.cost import GroupSizing, estimate_cost
 from gpucloud.infra.efa_layout import EFA_ONLY_FAMILIES, efa_only_documented
 from gpucloud.infra.monitoring_plan import monitor_instance_types
 from gpucloud.infra.scaling_plan import default_lead_minutes, minimum_lead_minutes, wind_down_time
+from gpucloud.infra.tags import MAX_RESOURCE_TAGS, OWN_TAGS_MAX
 from gpucloud.spec.decisions import efa_enabled, uses_placement_group
 from gpucloud.spec.model import RESERVED_CAPACITY, ClusterSpec, NodeGroup, S3Object
 from gpucloud.spec.problems import Problem, key_path
@@ -49,7 +50,6 @@ TAG_VALUE_MAX_CHARS = 256  # https://docs.aws.amazon.com/tag-editor/latest/userg
 MAX_GROUP_NODES = 5000  # far above any GPU quota; keeps cost and capacity arithmetic in range
 DRAIN_TIMEOUT_RANGE = (30, 7200)  # lifecycle hook heartbeat, seconds
 LEAD_MINUTES_MAX = 1440
-MAX_WEIGHT = 999  # ASG WeightedCapacity range, https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_LaunchTemplateOverrides.html
 EXPECTED_CHECKPOINT_GIB_MAX = 1_048_576  # 1 PiB: far above any job; keeps the arithmetic in range
 IPV4_PREFIX_RE = re.compile(r"\d{1,3}(\.\d{1,3}){3}/\d{1,2}")  # 10.0.0.0/16, not 10.0.0.0/255.255.0.0
 CIDR_PREFIX_RE = re.compile(r"[0-9A-Fa-f.:]+/\d{1,3}")  # IPv4 or IPv6 with a prefix length
@@ -165,10 +165,14 @@ def instance_mix(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
                     f"unknown instance type; known types: {known}",
                     choice.instance_type,
                 )
-            if not 1 <= choice.weight <= MAX_WEIGHT:
+            if choice.weight != 1:
+                # ASG would take 1 to 999 (LaunchTemplateOverrides.WeightedCapacity), but every count
+                # here is of nodes: the scale-out alarm adds busy + unclaimed - desired (desired in
+                # capacity units), the cost and the emergency-save plan price and size one node per unit.
                 yield Problem(
                     key_path("nodeGroups", i, "instanceTypes", j, "weight"),
-                    f"allowed: 1 to {MAX_WEIGHT} capacity units a node of this type counts for",
+                    "allowed: 1 (every node counts as one: the scale-out counts nodes against the group's "
+                    "desired capacity, and cost and emergency-save plans price and size one node per unit)",
                     choice.weight,
                 )
 
@@ -798,6 +802,21 @@ def agent_installable_offline(spec: ClusterSpec, catalog: Catalog) -> Iterator[P
         )
 
 
+def fsx_client_offline(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    """A DLAMI node installs the FSx for Lustre client at boot from AWS's package repository
+    (``scripts/node-bootstrap.sh``, install_lustre_client), which ``egress: endpoints`` cannot
+    reach: every node's bootstrap would fail at the mount. The gpucloud image brings the client."""
+    if spec.network.egress != "endpoints" or spec.network.existing or spec.storage.fsx is None:
+        return
+    if spec.ami.parameter is None and spec.ami.id is None:
+        yield Problem(
+            key_path("storage", "fsx"),
+            "egress 'endpoints' has no route to the FSx for Lustre client's package repository, which a "
+            "node booting the DLAMI (ami.flavour, the default) installs the client from; boot the gpucloud "
+            "image (ami.parameter), which has the client, or use egress 'nat'",
+        )
+
+
 def _wheelhouse_problems(key: str, package: str, bucket: str, prefix: str) -> Iterator[Problem]:
     if not BUCKET_RE.fullmatch(bucket) or "//" in prefix:
         yield Problem(
@@ -862,6 +881,34 @@ def tag_values(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     for key, value in spec.tags.items():
         if len(value) > TAG_VALUE_MAX_CHARS:
             yield Problem(key_path("tags", key), f"tag values are at most {TAG_VALUE_MAX_CHARS} characters", value)
+
+
+# The characters every AWS service accepts in tags (EC2 alone allows more): letters, digits and
+# white space in UTF-8, and + - = . _ : / @ (https://docs.aws.amazon.com/tag-editor/latest/userguide/tagging.html).
+TAG_CHARACTERS_RE = re.compile(r"[\w\s+\-=.:/@]*")
+
+
+def tag_characters(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    for key, value in spec.tags.items():
+        for what, text in (("key", key), ("value", value)):
+            if not TAG_CHARACTERS_RE.fullmatch(text):
+                yield Problem(
+                    key_path("tags", key),
+                    f"a tag {what} holds letters, digits, spaces and + - = . _ : / @ only (what every AWS "
+                    "service accepts)",
+                    text,
+                )
+
+
+def tag_count(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    """AWS takes 50 tags on a resource; gpucloud adds up to ``OWN_TAGS_MAX`` of its own."""
+    room = MAX_RESOURCE_TAGS - OWN_TAGS_MAX
+    if len(spec.tags) > room:
+        yield Problem(
+            key_path("tags"),
+            f"{len(spec.tags)} tags; at most {room}: AWS takes {MAX_RESOURCE_TAGS} on a resource and "
+            f"gpucloud adds up to {OWN_TAGS_MAX} (stack, cluster, Name, node group, expiry)",
+        )
 
 
 TTL_HOURS_MAX = 24 * 365  # a longer-lived stack is not a temporary one: leave ttlHours out
@@ -1188,8 +1235,11 @@ RULES: tuple[Rule, ...] = (
     image_pipeline_settings,
     agent_package,
     agent_installable_offline,
+    fsx_client_offline,
     tag_keys,
     tag_values,
+    tag_characters,
+    tag_count,
     ttl_hours,
     drill_needs_spot,
     printable_text,

@@ -161,3 +161,68 @@ def config(logdir: Path, checkpoint_uri: Path, *, integration: bool, pause_at: i
         "step_seconds": 0.1,
     }
     return {**base, **over}
+
+
+class Interrupted:
+    """One interrupted run: its events, and when the test announced, drained and reclaimed."""
+
+    def __init__(self, logdir: Path, notice_at: float, drained_at: float | None, deadline: float, reclaimed_at: float):
+        self.logdir = logdir
+        self.events = events(logdir)
+        self.notice_at = notice_at
+        self.drained_at = drained_at
+        self.deadline = deadline
+        self.reclaimed_at = reclaimed_at
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["event"] == kind]
+
+    def _later_runs(self) -> set[str]:
+        """The worker runs that started after the notice: the restarted group."""
+        return {e["run"] for e in self.of("start") if e["t"] > self.notice_at}
+
+    @property
+    def restarts(self) -> list[dict[str, Any]]:
+        return [e for e in self.of("start") if e["run"] in self._later_runs()]
+
+    @property
+    def trained_before_restart(self) -> int:
+        return max(e["step"] for e in self.of("step") if e["run"] not in self._later_runs())
+
+
+def _of(logdir: Path, kind: str) -> list[dict[str, Any]]:
+    return [e for e in events(logdir) if e["event"] == kind]
+
+
+def interrupted_run(
+    nodes: RayNodes, base: Path, *, lead_seconds: float, integration: bool = True, pause_at: int = 10, **over: Any
+) -> Interrupted:
+    """Train until the pause, announce a spot interruption on the node of rank 1, let training go
+    on, reclaim the node at the notice's deadline (as EC2 does) and wait for the run to finish."""
+    while len(nodes.nodes) < 3:
+        nodes.add(drainer=integration)  # the spare node the restarted group moves to
+    logdir = base / "log"
+    cfg = config(logdir, base / "ckpt", integration=integration, pause_at=pause_at, **over)
+    run = Run(trainer(cfg, base / "ray", "spot", max_failures=0 if integration else 1))
+    run.start()
+    wait_for(f"the pause at step {pause_at}", lambda: (logdir / "paused").exists(), timeout=300)
+    rank1_node = next(e["node"] for e in events(logdir) if e["event"] == "start" and e["rank"] == 1)
+    node = next(n for n in nodes.nodes if n.node_id == rank1_node)
+    notice_at = time.time()
+    node.notice(lead_seconds=lead_seconds)
+    deadline = notice_at + lead_seconds
+    drained_at = None
+    if node.drainer is not None:
+        drainer = node.drainer
+        drain = wait_for("the drain of the noticed node", lambda: drainer.sent and drainer.sent[0])
+        drained_at, deadline = drainer.sent_at[0], drain.deadline_ms / 1000
+    (logdir / "gate").write_text("go")
+    if integration:
+        # Every worker has handled the preemption (saved, or logged that it cannot) before the node
+        # goes, so the test is deterministic; EC2 itself does not wait, which the lead covers.
+        wait_for("the preemption at every rank", lambda: len(_of(logdir, "preempted")) == 2, timeout=120)
+    wait_for("the notice's deadline", lambda: time.time() >= deadline, timeout=lead_seconds + 60)
+    reclaimed_at = time.time()
+    nodes.reclaim(node)
+    run.outcome(timeout=600)
+    return Interrupted(logdir, notice_at, drained_at, deadline, reclaimed_at)

@@ -95,6 +95,8 @@ def _with_gpucloud(config: dict[str, Any], model: Any, optimizer: Any, events: _
             committed=spot.committed_on_preemption,
             skipped=spot.skipped_save,
             last_committed=session.last_committed,
+            seen_at=spot.preemption_seen_at,
+            committed_at=spot.committed_at,
         )
 
     spot = RaySpotSession(session, on_preemption=preempted)

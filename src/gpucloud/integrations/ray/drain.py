@@ -108,6 +108,7 @@ class NoticeDrainer:
         self._drain = drain
         self._clock = clock
         self.sent: list[DrainRequest] = []
+        self.sent_at: list[float] = []  # clock time each accepted drain came back
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -132,6 +133,7 @@ class NoticeDrainer:
             log.error("Ray rejected the drain of node %s: %s", self.node_id[:12], rejection or "no reason given")
             return None
         self.sent.append(request)
+        self.sent_at.append(self._clock())
         left = "no deadline" if not request.deadline_ms else f"{request.deadline_ms / 1000 - self._clock():.1f}s left"
         log.warning("%s: draining Ray node %s (reason PREEMPTION, %s)", notice.kind, self.node_id[:12], left)
         return request

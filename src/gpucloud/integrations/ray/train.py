@@ -71,6 +71,8 @@ class RaySpotSession:
         self.on_preemption = on_preemption
         self.preempted_at: int | None = None  # the step at which Ray's preemption was agreed
         self.committed_on_preemption: int | None = None
+        self.preemption_seen_at: float | None = None  # epoch s: this worker passed Ray's barrier with it
+        self.committed_at: float | None = None  # epoch s: the preemption save was durable
         self.skipped_save: str | None = None  # why the preemption save was not made
 
     def restore(self) -> int:
@@ -89,6 +91,7 @@ class RaySpotSession:
         if info is None or self.preempted_at is not None:
             return
         self.preempted_at = step
+        self.preemption_seen_at = time.time()
         seconds_left = None if info.deadline_ms is None else info.deadline_ms / 1000 - time.time()
         needed = self.seconds_needed()
         short = seconds_left is not None and seconds_left < needed
@@ -103,6 +106,7 @@ class RaySpotSession:
         else:
             self.session.save_now(step)
             self.committed_on_preemption = step
+            self.committed_at = time.time()
             log.warning(
                 "preemption of ranks %s: step %d committed to %s",
                 info.preempted_ranks,

@@ -101,7 +101,6 @@ class RayNodes:
 def trainer(config: dict[str, Any], storage: Path, name: str, *, max_failures: int) -> Any:
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
-
     from tests.integrations.ray_train_fn import train_func
 
     return TorchTrainer(

@@ -88,6 +88,7 @@ def _with_gpucloud(config: dict[str, Any], model: Any, optimizer: Any, events: _
         job_id=config["job_id"],
         data_from_step=True,
     )
+
     def preempted(spot: RaySpotSession) -> None:
         events.write(
             "preempted",

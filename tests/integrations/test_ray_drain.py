@@ -9,11 +9,11 @@ import sys
 import time
 
 import pytest
+from tests.signals import eventbridge_samples as samples
 
 from gpucloud.integrations.ray.drain import DrainRequest, NoticeDrainer, drain_request, validate_node_id
 from gpucloud.signals.eventbridge import parse_message
 from gpucloud.signals.events import Notice
-from tests.signals import eventbridge_samples as samples
 
 NODE = "ab" * 28
 

@@ -4,16 +4,19 @@ gpucloud's NoticeDrainer. One cluster for the module; each test adds the spare n
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("ray.train.torch")
 
-import ray  # noqa: E402
-import torch  # noqa: E402
-
-from tests.integrations import ray_cluster as rc  # noqa: E402
+import ray
+import torch
+from tests.integrations import ray_cluster as rc
 
 pytestmark = pytest.mark.slow
 
@@ -72,3 +75,52 @@ def test_a_notice_with_too_little_time_left_uses_the_last_committed_checkpoint(n
     assert 0 < resumed_at < step and resumed_at % 4 == 0, f"resumed at {resumed_at}, preempted at {step}"
     assert resumed_at >= max(e["last_committed"] or 0 for e in preempted)
     assert _bitwise_equal(_final(run.logdir), reference)
+
+
+def _spot_train(home: Path, ray_address: str, *args: str, **settings) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "GPUCLOUD_HOME": str(home),
+        "RAY_ADDRESS": ray_address,
+        "GPUCLOUD_TEST_RAY_CONFIG": json.dumps(settings),
+    }
+    gpucloud = [sys.executable, "-m", "gpucloud"]
+    return subprocess.Popen([*gpucloud, "spot-train", "--no-imds", *args], env=env, cwd=rc.ROOT, text=True)
+
+
+def test_a_lost_cluster_requeues_the_run_and_it_resumes_from_the_same_checkpoint(nodes, reference, tmp_path):
+    from gpucloud.checkpoint.store import latest_committed
+
+    logdir, ckpt = tmp_path / "log", tmp_path / "ckpt"
+    settings = {
+        "config": rc.config(logdir, ckpt, integration=True, pause_at=10),
+        "storage": str(tmp_path / "ray"),
+    }
+    doomed = rc.RayNodes()  # a cluster of its own, lost whole while attempt 1 trains on it
+    try:
+        for _ in range(2):
+            doomed.add(drainer=False)
+        driver = [sys.executable, "-m", "gpucloud.integrations.ray.driver", "--lost-after", "5", "--"]
+        driver += [sys.executable, str(rc.ROOT / "tests" / "integrations" / "ray_driver.py")]
+        first = _spot_train(
+            tmp_path,
+            doomed.cluster.address,
+            "--job-id",
+            "ray-lost",
+            "--checkpoint-uri",
+            str(ckpt),
+            "--",
+            *driver,
+            **settings,
+        )
+        rc.wait_for("attempt 1 at its pause", lambda: (logdir / "paused").exists(), timeout=300)
+        committed = 8  # the periodic save (every 4 steps) before the pause at step 10
+        rc.wait_for("the periodic commit", lambda: latest_committed(str(ckpt), "ray-lost") == committed)
+    finally:
+        doomed.shutdown()  # every node, head included: the whole cluster is gone
+    assert first.wait(timeout=120) == 75, "a lost cluster must requeue the run (spot-train exits 75)"
+    second = _spot_train(tmp_path, nodes.cluster.address, "--job-id", "ray-lost", **settings)
+    assert second.wait(timeout=400) == 0
+    resumed = [e for e in rc.events(logdir) if e["event"] == "start" and e["step"] > 0]
+    assert {e["step"] for e in resumed} == {committed}, resumed
+    assert _bitwise_equal(_final(logdir), reference)

@@ -4,6 +4,7 @@ runs against real Ray in test_ray_spot.py): which notices drain, with which dead
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -101,3 +102,44 @@ def test_the_node_daemon_refuses_a_bad_node_id_with_exit_2_and_one_line():
         "error: Ray node id 'n1' is not 56 hex digits (ray.get_runtime_context().get_node_id(), or NodeID in "
         "`ray list nodes`)"
     ]
+
+
+def test_the_driver_wrapper_passes_the_drivers_exit_on_while_the_cluster_answers(tmp_path):
+    from gpucloud.integrations.ray.driver import supervise
+
+    code = supervise([sys.executable, "-c", "raise SystemExit(3)"], "127.0.0.1:1", reachable=lambda _: True)
+    assert code == 3  # a failure on a live cluster stays a failure: spot-train's --max-attempts bounds it
+
+
+def test_the_driver_wrapper_turns_a_failure_on_a_vanished_cluster_into_a_requeue():
+    from gpucloud.integrations.ray.driver import supervise
+
+    answers = iter([True, False])
+    code = supervise(
+        [sys.executable, "-c", "raise SystemExit(1)"],
+        "127.0.0.1:1",
+        lost_after=5,
+        reachable=lambda _: next(answers, False),
+    )
+    assert code == 75
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--address", "auto", "--", "python", "d.py"], "--address must be the cluster's GCS as HOST:PORT"),
+        (["--address", "10.0.0.1:6379", "--lost-after", "0", "--", "python", "d.py"], "--lost-after must be > 0"),
+        (["--address", "10.0.0.1:6379"], "no driver command"),
+    ],
+)
+def test_the_driver_wrapper_refuses_bad_arguments_with_exit_2_and_one_line(args, says):
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpucloud.integrations.ray.driver", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},
+    )
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("error: ") and says in line

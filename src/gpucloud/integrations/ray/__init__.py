@@ -7,9 +7,9 @@
   ``ray.train.get_preemption_info()`` reports the drain, every worker saves the same step through
   ``TrainingSession`` (manifest, LATEST, durable), reports it to Ray as the checkpoint and waits
   for Ray to restart the worker group, which resumes from it.
-* ``gpucloud.integrations.ray.driver.fit_or_requeue``: when the whole Ray cluster is lost, the
-  driver exits 75 so ``gpucloud spot-train`` requeues the run; the next attempt resumes from the
-  same committed checkpoint.
+* ``python -m gpucloud.integrations.ray.driver -- python driver.py``: when the whole Ray cluster
+  is lost, the wrapper around the driver exits 75 so ``gpucloud spot-train`` requeues the run; the
+  next attempt resumes from the same committed checkpoint.
 
 Tested with the Ray pinned in the ``ray`` extra (``pip install 'gpucloud[ray]'``).
 """

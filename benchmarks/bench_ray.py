@@ -33,9 +33,9 @@ import ray
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
 
-from report import config_of, finish  # noqa: E402  (benchmarks/report.py)
-
 from tests.integrations import ray_cluster as rc  # noqa: E402
+
+from report import config_of, finish  # noqa: E402  (benchmarks/report.py)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "ray.json"
 
@@ -59,7 +59,8 @@ def _phases(run: rc.Interrupted) -> dict:
         "trained_before_restart": run.trained_before_restart,
         "resumed_step": resumed,
         "steps_lost": run.trained_before_restart - resumed,
-        "every_rank_agreed": sorted(e["rank"] for e in preempted) == [0, 1] and len({e["step"] for e in preempted}) == 1,
+        "every_rank_agreed": sorted(e["rank"] for e in preempted) == [0, 1]
+        and len({e["step"] for e in preempted}) == 1,
     }
 
 
@@ -96,10 +97,18 @@ def main() -> int:
     ours, plain = results["gpucloud"], results["plain_ray"]
     summary = {
         "steps_lost": {"gpucloud": ours["steps_lost"], "plain_ray": plain["steps_lost"]},
-        "notice_to_restarted_s": {"gpucloud": ours["notice_to_restarted_s"], "plain_ray": plain["notice_to_restarted_s"]},
+        "notice_to_restarted_s": {
+            "gpucloud": ours["notice_to_restarted_s"],
+            "plain_ray": plain["notice_to_restarted_s"],
+        },
         "gpucloud_phases_s": {
             k: ours[k]
-            for k in ("notice_to_drain_s", "notice_to_all_workers_agreed_s", "notice_to_committed_s", "notice_to_restarted_s")
+            for k in (
+                "notice_to_drain_s",
+                "notice_to_all_workers_agreed_s",
+                "notice_to_committed_s",
+                "notice_to_restarted_s",
+            )
         },
     }
     goals = {

@@ -97,9 +97,10 @@ class RaySpotSession:
         short = seconds_left is not None and seconds_left < needed
         (short_anywhere,) = self.session.ranks.agree_max([int(short)])  # clocks differ per node: one decision
         if short_anywhere:
+            left = f"{seconds_left:.1f}s" if short else "too little time"  # this rank's clock, or another's
             self.skipped_save = (
                 f"preemption of ranks {info.preempted_ranks} at step {step}: "
-                f"{'under' if seconds_left is None else f'{seconds_left:.1f}s'} left, a save needs {needed:.1f}s; "
+                f"{left} left, a save needs {needed:.1f}s; "
                 f"not saving, Ray restarts from committed step {self.session.last_committed or 0}"
             )
             log.warning("%s", self.skipped_save)

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Create the project virtualenv (.venv, the one Pulumi.yaml names) and install gpucloud into it.
 #   scripts/setup.sh          runtime + training + deploy extras (`gpucloud demo`, `gpucloud plan`, `pulumi up`)
-#   scripts/setup.sh --test   the same plus the test tools (pytest, moto server) and the s3 and frameworks extras the tests exercise
+#   scripts/setup.sh --test   the same plus the test tools (pytest, moto server) and the s3, frameworks and ray extras the tests exercise
 # Nodes install gpucloud without extras (scripts/node-bootstrap.sh): no Pulumi there.
 # Only python3 is required. torch is pinned to the CPU build so no CUDA packages are pulled.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="train,deploy,report"
-if [[ "${1:-}" == "--test" ]]; then extras="train,deploy,test,s3,frameworks,report"; fi
+if [[ "${1:-}" == "--test" ]]; then extras="train,deploy,test,s3,frameworks,ray,report"; fi
 # One line on stderr per step, so that the silent minutes of pip are not taken for a hang.
 step() { echo "setup: $*" >&2; }
 if [[ ! -x .venv/bin/python ]]; then

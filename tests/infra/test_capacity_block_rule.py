@@ -6,6 +6,7 @@ faithful there; moto accepts an ``aws.ec2`` source, real AWS would not from PutE
 from __future__ import annotations
 
 import json
+import time
 
 import boto3
 
@@ -15,7 +16,11 @@ from gpucloud.signals.interpret import parse_rfc3339
 
 RESERVATION = "cr-0123456789abcdef0"
 OTHER = "cr-0fedcba9876543210"  # a block of another cluster in the same account
-DETAIL = {"capacity-reservation-id": RESERVATION, "end-date": "2026-11-24T10:00:00Z"}
+# EC2 sends the warning 40 minutes before the block ends; an end already past would be a stale event.
+DETAIL = {
+    "capacity-reservation-id": RESERVATION,
+    "end-date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 40 * 60)),
+}
 
 
 def test_the_expiration_warning_reaches_the_events_queue_and_is_read_as_one(fresh_aws_account):

@@ -34,23 +34,13 @@ from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.queue import gang
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.spec import spec_from_config
+from infra.test_group_alarms import group
 from jobs.conftest import Inbox, spot_notice, wait_for
 
 from .test_group_alarms import alarm_of, evaluate
 
 CLUSTER = "fleet"
 LEASE = 2.0  # slot lease: the slot keeper renews (and publishes) every LEASE / 4 seconds
-
-
-def group(name: str, capacity: str) -> dict:
-    return {
-        "name": name,
-        "instanceType": "g6.xlarge",
-        "minNodes": 0,
-        "maxNodes": 8,
-        "capacity": {"type": capacity},
-        "scaling": {"idleMinutes": 10},
-    }
 
 
 def preview(groups: list[dict]) -> StackPreview:

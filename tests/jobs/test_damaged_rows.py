@@ -6,23 +6,13 @@ from __future__ import annotations
 
 import json
 import logging
-import sqlite3
 import sys
-from pathlib import Path
 
 import pytest
 
 from cli_run import one_line_error
 from cli_run import run_cli as run
-
-
-def _damage(db: Path, sql: str, *args: object) -> None:
-    raw = sqlite3.connect(db)
-    raw.execute("PRAGMA ignore_check_constraints = ON")
-    raw.execute(sql, args)
-    raw.commit()
-    raw.close()
-
+from jobs.test_damaged_queue import _damage
 
 BAD_IDS = ["../../escape", "../x", "/abs", "a/b", ".hidden", "x\n", "", "x" * 129, "é", "a b", "-rf"]
 

@@ -72,7 +72,9 @@ def test_a_notice_with_too_little_time_left_uses_the_last_committed_checkpoint(n
     resumed = {e["step"] for e in run.restarts}
     assert len(resumed) == 1, run.restarts
     (resumed_at,) = resumed
-    assert 0 < resumed_at < step and resumed_at % 4 == 0, f"resumed at {resumed_at}, preempted at {step}"
+    # The notice may fall on a periodic save's step (every 4): then that save is the last commit and
+    # nothing is lost; otherwise the run goes back to the last periodic save before the notice.
+    assert 0 < resumed_at <= step and resumed_at % 4 == 0, f"resumed at {resumed_at}, preempted at {step}"
     assert resumed_at >= max(e["last_committed"] or 0 for e in preempted)
     assert _bitwise_equal(_final(run.logdir), reference)
 

@@ -38,8 +38,8 @@ from tests.conftest import FAKE_AWS, NODE_ENV, moto_endpoint, reset_account  # n
 
 from gpucloud import control  # noqa: E402
 from gpucloud.agent.loop import EXIT_STOPPED  # noqa: E402
-from gpucloud.jobs.model import AttemptState  # noqa: E402
 from gpucloud.jobs.supervisor import SupervisorConfig  # noqa: E402
+from gpucloud.lifecycle.model import AttemptState  # noqa: E402
 from gpucloud.queue.sqlite import SqliteQueue  # noqa: E402
 from report import config_of, finish  # noqa: E402  (benchmarks/report.py)
 

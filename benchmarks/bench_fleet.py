@@ -54,7 +54,7 @@ from gpucloud import control  # noqa: E402
 from gpucloud.agent.fleet_view import fleet_state  # noqa: E402
 from gpucloud.agent.scaling import GroupBounds, desired_capacity  # noqa: E402
 from gpucloud.drill.local import AGENT_POLL_S, NODE_ENV, NODES  # noqa: E402
-from gpucloud.jobs.model import JobSpec, NodeRecord, NodeState  # noqa: E402
+from gpucloud.lifecycle.model import JobSpec, NodeRecord, NodeState  # noqa: E402
 from gpucloud.queue import gang  # noqa: E402
 from gpucloud.queue.locations import open_queue  # noqa: E402
 from gpucloud.queue.protocol import JobQueue  # noqa: E402

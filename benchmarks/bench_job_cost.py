@@ -37,8 +37,8 @@ from pathlib import Path
 
 from gpucloud.commands.jobs import render_cost, render_report
 from gpucloud.cost.job_cost import catalog_prices, job_cost
-from gpucloud.jobs.model import AttemptEnd, AttemptState, JobSpec
 from gpucloud.jobs.report import build_report
+from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobSpec
 from gpucloud.queue.sqlite import SqliteQueue
 from report import config_of, finish
 

@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 from tests.cost.report_seed import write_sqlite  # noqa: E402
 
 from gpucloud.cost.report import JobHistory  # noqa: E402
-from gpucloud.jobs.model import Attempt, AttemptState, Event, Job, JobSpec, JobState, NodeRecord, NodeState  # noqa: E402
+from gpucloud.lifecycle.model import Attempt, AttemptState, Event, Job, JobSpec, JobState, NodeRecord, NodeState  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "report.json"
 GROUPS = ("p5-spot", "p5-od")

@@ -32,11 +32,11 @@ from pathlib import Path
 
 from gpucloud.checkpoint.store import latest_committed
 from gpucloud.jobs.demo import SpotInjector, StepTap, imds_hub, training_command
-from gpucloud.jobs.model import JobSpec
 from gpucloud.jobs.process_group import ProcessGroup
 from gpucloud.jobs.report import build_report
 from gpucloud.jobs.runner import attempt_environment, supervise_job
 from gpucloud.jobs.supervisor import SupervisorConfig
+from gpucloud.lifecycle.model import JobSpec
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.imds_emulator import ImdsEmulator
 from report import config_of, finish  # benchmarks/report.py

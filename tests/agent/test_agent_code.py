@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpucloud.jobs.code.snapshot import build
-from gpucloud.jobs.model import CodeRef, JobSpec, JobState
+from gpucloud.lifecycle.model import CodeRef, JobSpec, JobState
 from gpucloud.queue.sqlite import SqliteQueue
 
 from .test_agent_loop import free_port, make_agent

@@ -14,8 +14,8 @@ from gpucloud.agent.asg_hooks import OfflineHooks
 from gpucloud.agent.identity import NodeIdentity
 from gpucloud.agent.loop import EXIT_STOPPED, Agent, AgentOptions
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import JobSpec, JobState, NodeState
 from gpucloud.jobs.supervisor import SupervisorConfig
+from gpucloud.lifecycle.model import JobSpec, JobState, NodeState
 from gpucloud.queue import gang
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.events import Notice, event_id_for

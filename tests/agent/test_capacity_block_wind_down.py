@@ -21,8 +21,8 @@ from gpucloud.agent.identity import NodeIdentity
 from gpucloud.agent.loop import EXIT_STOPPED, Agent, AgentOptions
 from gpucloud.checkpoint.store import latest_committed
 from gpucloud.jobs.demo import EXAMPLE
-from gpucloud.jobs.model import JobSpec, JobState
 from gpucloud.jobs.supervisor import SupervisorConfig
+from gpucloud.lifecycle.model import JobSpec, JobState
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.events import Notice, event_id_for
 from jobs.conftest import Inbox

@@ -10,7 +10,7 @@ import time
 from click.testing import CliRunner
 
 from gpucloud.commands.nodes import nodes
-from gpucloud.jobs.model import JobSpec, NodeRecord, NodeState
+from gpucloud.lifecycle.model import JobSpec, NodeRecord, NodeState
 from gpucloud.queue.sqlite import SqliteQueue
 
 from .conftest import CLI

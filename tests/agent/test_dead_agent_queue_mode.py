@@ -28,7 +28,7 @@ from gpucloud.agent.loop import EXIT_STOPPED
 from gpucloud.checkpoint.store import latest_committed
 from gpucloud.drill.local import free_port, start_agent
 from gpucloud.jobs.demo import EXAMPLE
-from gpucloud.jobs.model import AttemptState, Job, JobSpec, JobState, NodeState
+from gpucloud.lifecycle.model import AttemptState, Job, JobSpec, JobState, NodeState
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.imds_emulator import ImdsEmulator
 from signals import eventbridge_samples as samples  # the reference's EventBridge payloads

@@ -22,7 +22,7 @@ from gpucloud.agent.events_handler import (
     watch_events_queue,
 )
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import AttemptEnd, AttemptState, Job, JobSpec, JobState, NodeRecord, NodeState
+from gpucloud.lifecycle.model import AttemptEnd, AttemptState, Job, JobSpec, JobState, NodeRecord, NodeState
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.eventbridge import parse_message
 from signals import eventbridge_samples as s  # the reference's EventBridge payloads

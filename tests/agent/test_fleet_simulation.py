@@ -17,7 +17,7 @@ import pytest
 from gpucloud.drill import local
 from gpucloud.drill.local import NoticedGang
 from gpucloud.jobs.demo import weights_identical
-from gpucloud.jobs.model import JobState, NodeState
+from gpucloud.lifecycle.model import JobState, NodeState
 from gpucloud.queue.sqlite import SqliteQueue
 from jobqueue.aws_fixtures import aws_job_plane  # noqa: F401  (fixture: the job plane on the session moto server)
 
@@ -103,7 +103,7 @@ def test_a_noticed_gang_member_is_replaced_by_the_standby_and_the_job_ends_bitwi
         # checkpoint path must be declared shared for the next attempt's nodes to be allowed it.
         env = {**env, **os.environ, "GPUCLOUD_QUEUE": plane["uri"], "GPUCLOUD_SHARED_PATHS": str(tmp_path)}
     request.addfinalizer(queue.close)
-    from gpucloud.jobs.model import JobSpec
+    from gpucloud.lifecycle.model import JobSpec
 
     job = queue.submit(
         JobSpec(

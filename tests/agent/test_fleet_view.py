@@ -6,7 +6,7 @@ import sys
 
 from gpucloud.agent.fleet_view import fleet_state
 from gpucloud.agent.scaling import GroupBounds, WaitingGang, desired_capacity
-from gpucloud.jobs.model import JobSpec, NodeRecord, NodeState
+from gpucloud.lifecycle.model import JobSpec, NodeRecord, NodeState
 from gpucloud.queue import gang
 from gpucloud.queue.sqlite import SqliteQueue
 

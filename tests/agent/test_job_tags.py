@@ -17,8 +17,8 @@ from gpucloud.agent.asg_hooks import OfflineHooks
 from gpucloud.agent.identity import NodeIdentity
 from gpucloud.agent.job_tags import JOB_TAG, JobTagger, tagger_for
 from gpucloud.agent.loop import Agent, AgentOptions
-from gpucloud.jobs.model import JobSpec, JobState
 from gpucloud.jobs.supervisor import SupervisorConfig
+from gpucloud.lifecycle.model import JobSpec, JobState
 from gpucloud.queue.sqlite import SqliteQueue
 from jobs.conftest import Inbox
 

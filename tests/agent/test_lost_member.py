@@ -21,7 +21,7 @@ import pytest
 from gpucloud import control
 from gpucloud.drill.local import free_port
 from gpucloud.jobs.demo import EXAMPLE
-from gpucloud.jobs.model import AttemptState, JobSpec, JobState
+from gpucloud.lifecycle.model import AttemptState, JobSpec, JobState
 from gpucloud.queue.sqlite import SqliteQueue
 
 from .conftest import CLI, wait_for

@@ -25,7 +25,7 @@ from gpucloud.agent.metrics import (
     serve,
 )
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import NodeState
+from gpucloud.lifecycle.model import NodeState
 from gpucloud.training_metrics import STEP_SECONDS_BUCKETS, Histogram, SessionMeter, Snapshot
 
 from .conftest import CLI
@@ -189,8 +189,8 @@ def test_the_server_serves_the_registry_over_http_and_stops(tmp_path):
 
 
 def test_only_the_member_that_recorded_a_requeue_counts_it_with_the_steps_the_next_attempt_recomputes(tmp_path):
-    from gpucloud.jobs.model import AttemptEnd, AttemptState, Job, JobSpec, JobState
     from gpucloud.jobs.runner import AttemptResult
+    from gpucloud.lifecycle.model import AttemptEnd, AttemptState, Job, JobSpec, JobState
     from gpucloud.queue.protocol import Transition
 
     job = Job(

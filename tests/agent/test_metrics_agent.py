@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpucloud.agent.asg_hooks import OfflineHooks
 from gpucloud.agent.identity import NodeIdentity
 from gpucloud.agent.loop import Agent, AgentOptions, AgentSummary
-from gpucloud.jobs.model import JobSpec, JobState
 from gpucloud.jobs.supervisor import SupervisorConfig
+from gpucloud.lifecycle.model import JobSpec, JobState
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.events import Notice, event_id_for
 from gpucloud.signals.imds_emulator import ImdsEmulator

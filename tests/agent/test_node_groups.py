@@ -19,8 +19,8 @@ from gpucloud.agent.identity import NodeIdentity
 from gpucloud.agent.loop import Agent, AgentOptions
 from gpucloud.agent.node_groups import NodeGroups
 from gpucloud.agent.scaling import GroupBounds, desired_capacity
-from gpucloud.jobs.model import AttemptEnd, AttemptState, JobSpec, JobState, NodeRecord, NodeState
 from gpucloud.jobs.supervisor import SupervisorConfig
+from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobSpec, JobState, NodeRecord, NodeState
 from gpucloud.queue import gang
 from gpucloud.queue.sqlite import SqliteQueue
 from jobs.conftest import Inbox

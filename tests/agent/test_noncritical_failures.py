@@ -22,8 +22,8 @@ from agent.conftest import wait_for
 from gpucloud.agent.asg_hooks import AsgHooks, NodeSettings
 from gpucloud.agent.identity import NodeIdentity
 from gpucloud.agent.loop import Agent, AgentOptions
-from gpucloud.jobs.model import JobSpec, JobState, NodeRecord
 from gpucloud.jobs.supervisor import SupervisorConfig
+from gpucloud.lifecycle.model import JobSpec, JobState, NodeRecord
 from gpucloud.queue.sqlite import SqliteQueue
 from jobs.conftest import Inbox
 

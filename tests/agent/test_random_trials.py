@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.jobs.model import AttemptEnd, AttemptState, JobSpec, JobState
+from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobSpec, JobState
 from gpucloud.queue import gang
 from gpucloud.queue.sqlite import SqliteQueue
 from jobqueue.aws_fixtures import aws_job_plane  # noqa: F401  (fixture: the job plane on the session moto server)

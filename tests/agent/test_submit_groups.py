@@ -16,7 +16,7 @@ from fuzzing import fuzz_settings
 from gpucloud.agent.node_groups import GROUPS_ENV, NodeGroups
 from gpucloud.cli import main
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import NodeRecord, NodeState
+from gpucloud.lifecycle.model import NodeRecord, NodeState
 from gpucloud.queue.sqlite import SqliteQueue
 
 
@@ -149,7 +149,7 @@ def test_fuzz_group_flags_resolve_or_fail_in_one_line_and_a_job_runs_only_where_
     """Any flag text: a JobSpec that validates, or one UserError line. A resolved job runs on its
     own group always, on its fallback exactly once it has waited, and on no third group."""
     from gpucloud.agent.node_groups import resolve_job_groups
-    from gpucloud.jobs.model import JobSpec, spec_from_flags
+    from gpucloud.lifecycle.model import JobSpec, spec_from_flags
 
     cluster = NodeGroups(names=("a", "b"))
     try:

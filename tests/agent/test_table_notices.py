@@ -13,8 +13,8 @@ from gpucloud.agent.asg_hooks import OfflineHooks
 from gpucloud.agent.identity import NodeIdentity
 from gpucloud.agent.loop import Agent, AgentOptions
 from gpucloud.agent.table_notices import TableNotices, request_gang_stop
-from gpucloud.jobs.model import AttemptState, JobSpec, JobState
 from gpucloud.jobs.runner import run_attempt
+from gpucloud.lifecycle.model import AttemptState, JobSpec, JobState
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.events import Notice, event_id_for
 from jobs.conftest import Inbox  # the supervisor tests' hand-fed notice source

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gpucloud.jobs.model import AttemptEnd, AttemptState, JobSpec, JobState, SlotClaim
+from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobSpec, JobState, SlotClaim
 from gpucloud.queue import gang
 from gpucloud.queue.gang import GangQueue
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from gpucloud.cost.report import JobHistory
-from gpucloud.jobs.model import Attempt, AttemptState, Event, Job, JobSpec, JobState, NodeRecord, NodeState
+from gpucloud.lifecycle.model import Attempt, AttemptState, Event, Job, JobSpec, JobState, NodeRecord, NodeState
 from gpucloud.queue.sqlite import SqliteQueue
 
 

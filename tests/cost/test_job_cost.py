@@ -8,7 +8,7 @@ import datetime
 import pytest
 
 from gpucloud.cost.job_cost import catalog_prices, job_cost
-from gpucloud.jobs.model import Attempt, AttemptState, Event, Job, JobSpec, JobState
+from gpucloud.lifecycle.model import Attempt, AttemptState, Event, Job, JobSpec, JobState
 
 SPOT_A = {
     "worker": "i-a:1",

@@ -13,7 +13,7 @@ from cli_run import run_cli as run
 from gpucloud.cost.job_cost import catalog_prices, job_cost
 from gpucloud.cost.report import JobCost, JobHistory, Utilisation, build
 from gpucloud.cost.report_sources import parse_since, read_histories
-from gpucloud.jobs.model import NodeState
+from gpucloud.lifecycle.model import NodeState
 from gpucloud.queue.sqlite import SqliteQueue
 
 from .report_seed import interrupted_job, node, write_sqlite

@@ -24,7 +24,7 @@ from gpucloud.drill.contract import TARGET_TAG
 from gpucloud.drill.fis import SPOT_ACTION_ID, ExperimentUnsuccessful
 from gpucloud.drill.local import DrillAborted
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import AttemptEnd, AttemptState, JobState, NodeRecord, NodeState, Progress
+from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobState, NodeRecord, NodeState, Progress
 from gpucloud.queue.gang import GangQueue, claim_slot, gang_worker, start_gang
 from gpucloud.queue.locations import open_queue
 from gpucloud.queue.sqlite import SqliteQueue

@@ -10,7 +10,7 @@ import pytest
 
 from gpucloud.drill.run import DrillRun
 from gpucloud.drill.verdict import verdict_of
-from gpucloud.jobs.model import AttemptEnd, AttemptState, JobSpec
+from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobSpec
 from gpucloud.queue.sqlite import SqliteQueue
 
 T0 = 1_000_000.0  # the injection

@@ -29,8 +29,8 @@ from gpucloud.agent.loop import Agent, AgentOptions, _SlotKeeper
 from gpucloud.agent.node_groups import NodeGroups
 from gpucloud.infra import scaling_plan as plan
 from gpucloud.infra.preview import StackPreview, preview_stack
-from gpucloud.jobs.model import AttemptEnd, AttemptState, JobSpec, JobState, NodeRecord, NodeState
 from gpucloud.jobs.supervisor import SupervisorConfig
+from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobSpec, JobState, NodeRecord, NodeState
 from gpucloud.queue import gang
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.spec import spec_from_config

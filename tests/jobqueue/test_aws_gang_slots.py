@@ -15,7 +15,7 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from gpucloud.jobs.model import AttemptEnd, AttemptState, JobSpec, JobState
+from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobSpec, JobState
 from gpucloud.queue import gang
 from gpucloud.queue.aws.backend import AwsQueue
 from gpucloud.queue.aws.uri import parse_aws_uri

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import Job, JobSpec, JobState
+from gpucloud.lifecycle.model import Job, JobSpec, JobState
 from gpucloud.queue.aws import ops as aws_ops
 from gpucloud.queue.aws.items import item_to_job, job_item
 from gpucloud.queue.aws.messages import (

@@ -15,7 +15,7 @@ from botocore.config import Config
 
 from cli_run import run_cli as run
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import AttemptEnd, AttemptState, JobSpec, JobState
+from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobSpec, JobState
 from gpucloud.queue.aws.backend import AwsQueue
 from gpucloud.queue.aws.items import key
 from gpucloud.queue.aws.uri import parse_aws_uri

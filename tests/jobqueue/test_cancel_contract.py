@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from gpucloud.jobs.model import CANCEL_GRACE_S, AttemptEnd, AttemptState, JobSpec, JobState, SlotClaim
+from gpucloud.lifecycle.model import CANCEL_GRACE_S, AttemptEnd, AttemptState, JobSpec, JobState, SlotClaim
 from gpucloud.queue import gang
 from gpucloud.queue.protocol import NotCancellable, UnknownJob
 from gpucloud.queue.sqlite import _SCHEMA, SqliteQueue

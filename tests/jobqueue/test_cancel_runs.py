@@ -9,9 +9,9 @@ import textwrap
 import threading
 from pathlib import Path
 
-from gpucloud.jobs.model import AttemptState, JobSpec, JobState
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.jobs.supervisor import EXIT_CANCELLED, SupervisorConfig
+from gpucloud.lifecycle.model import AttemptState, JobSpec, JobState
 from jobs.conftest import Inbox, wait_for
 from jobs.test_runner import COOPERATIVE  # the spot-train side of the contract, as a cooperative script speaks it
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from gpucloud.agent.node_groups import NodeGroups
-from gpucloud.jobs.model import JobSpec
+from gpucloud.lifecycle.model import JobSpec
 from gpucloud.queue import gang
 
 CLUSTER = ("a", "b")  # a is the stack's first group: the default

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpucloud.cost.job_cost import job_cost
-from gpucloud.jobs.model import AttemptEnd, AttemptState, JobSpec
+from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobSpec
 from gpucloud.queue.protocol import JobQueue
 
 NODE_A = {

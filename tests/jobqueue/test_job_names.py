@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpucloud.jobs.model import JobSpec
+from gpucloud.lifecycle.model import JobSpec
 from gpucloud.queue.names import AmbiguousName, resolve_job
 from gpucloud.queue.protocol import UnknownJob
 

@@ -10,8 +10,8 @@ import threading
 import boto3
 
 from gpucloud.jobs import logs
-from gpucloud.jobs.model import JobSpec, JobState
 from gpucloud.jobs.runner import supervise_job
+from gpucloud.lifecycle.model import JobSpec, JobState
 from gpucloud.queue.locations import open_queue
 from jobs.conftest import Inbox, wait_for
 from jobs.test_cli import run

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 import time
 
-from gpucloud.jobs.model import AttemptEnd, AttemptState, JobSpec, JobState, Progress
+from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobSpec, JobState, Progress
 from gpucloud.queue.sqlite import _SCHEMA, SqliteQueue
 from jobs.conftest import wait_for
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import AttemptEnd, AttemptState, JobSpec, JobState
+from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobSpec, JobState
 from gpucloud.queue.protocol import UnknownJob
 
 from .conftest import wait_for
@@ -267,7 +267,7 @@ def test_unknown_timeline_kinds_are_refused(jq):
 
 # -- gangs: N slots per attempt (GangStore + jobs.gang) -------------------------------------------
 
-from gpucloud.jobs.model import NodeRecord, NodeState  # noqa: E402
+from gpucloud.lifecycle.model import NodeRecord, NodeState  # noqa: E402
 from gpucloud.queue import gang  # noqa: E402
 
 GANG = JobSpec(command=["torchrun", "train.py"], nodes=2, max_attempts=2)

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from gpucloud.jobs.model import AttemptEnd, AttemptState, JobSpec, JobState
+from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobSpec, JobState
 from gpucloud.queue.protocol import NotResumable, UnknownJob
 
 ONE = JobSpec(command=["python", "train.py"], max_attempts=1)

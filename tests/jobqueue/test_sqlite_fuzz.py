@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fuzzing import fuzz_settings
-from gpucloud.jobs.model import JobSpec
+from gpucloud.lifecycle.model import JobSpec
 from gpucloud.queue.sqlite import SqliteQueue
 
 _odd_values = st.one_of(

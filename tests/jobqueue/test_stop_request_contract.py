@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import AttemptEnd, AttemptState, JobSpec
+from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobSpec
 from gpucloud.queue.protocol import UnknownJob
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.events import Notice, event_id_for

@@ -7,9 +7,9 @@ import sys
 
 from gpucloud.agent.identity import discover
 from gpucloud.cost.job_cost import job_cost
-from gpucloud.jobs.model import JobSpec
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.jobs.supervisor import SupervisorConfig
+from gpucloud.lifecycle.model import JobSpec
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.imds_emulator import ImdsEmulator
 

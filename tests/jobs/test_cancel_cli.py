@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
-from gpucloud.jobs.model import AttemptEnd, AttemptState
+from gpucloud.lifecycle.model import AttemptEnd, AttemptState
 from gpucloud.queue.locations import open_queue
 
 from .test_cli import one_line_error, run

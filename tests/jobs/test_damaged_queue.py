@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import JobSpec
+from gpucloud.lifecycle.model import JobSpec
 from gpucloud.queue.sqlite import QueueBusy, SqliteQueue
 
 from .conftest import wait_for

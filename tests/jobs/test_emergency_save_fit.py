@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from gpucloud.cli import main
-from gpucloud.jobs.model import Event, JobSpec
 from gpucloud.jobs.report import build_report
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.jobs.supervisor import (
@@ -26,6 +25,7 @@ from gpucloud.jobs.supervisor import (
     save_fit,
     should_record_save,
 )
+from gpucloud.lifecycle.model import Event, JobSpec
 from gpucloud.queue.sqlite import SqliteQueue
 
 from .conftest import Inbox, spot_notice, wait_for

@@ -11,8 +11,8 @@ import threading
 import pytest
 
 from gpucloud.jobs.logs import END_MARKER, AttemptLog, LogReader, attempt_log_path, show_logs, sources
-from gpucloud.jobs.model import Attempt, AttemptState, Event, JobSpec, JobState
 from gpucloud.jobs.runner import supervise_job
+from gpucloud.lifecycle.model import Attempt, AttemptState, Event, JobSpec, JobState
 from gpucloud.queue.sqlite import SqliteQueue
 
 from .conftest import Inbox, spot_notice, wait_for

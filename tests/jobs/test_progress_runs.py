@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpucloud.jobs.model import JobSpec, JobState
 from gpucloud.jobs.report import build_report
+from gpucloud.lifecycle.model import JobSpec, JobState
 from gpucloud.queue.sqlite import SqliteQueue
 
 from .conftest import Inbox, wait_for

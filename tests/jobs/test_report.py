@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpucloud.jobs.model import Attempt, AttemptState, Event, Job, JobSpec, JobState
 from gpucloud.jobs.report import build_report, steps_lost
+from gpucloud.lifecycle.model import Attempt, AttemptState, Event, Job, JobSpec, JobState
 
 
 def ev(attempt: int, kind: str, at: float, /, **data) -> Event:

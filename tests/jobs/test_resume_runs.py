@@ -10,10 +10,10 @@ import textwrap
 import threading
 from pathlib import Path
 
-from gpucloud.jobs.model import AttemptState, JobSpec, JobState
 from gpucloud.jobs.report import build_report
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.jobs.supervisor import EXIT_CANCELLED, SupervisorConfig
+from gpucloud.lifecycle.model import AttemptState, JobSpec, JobState
 from gpucloud.queue.sqlite import SqliteQueue
 
 from .conftest import Inbox, wait_for

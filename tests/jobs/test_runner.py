@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from gpucloud import jobenv
-from gpucloud.jobs.model import AttemptState, JobSpec, JobState
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.jobs.supervisor import SupervisorConfig
+from gpucloud.lifecycle.model import AttemptState, JobSpec, JobState
 from gpucloud.queue.sqlite import SqliteQueue
 
 from .conftest import Inbox, spot_notice, wait_for

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from gpucloud.jobs.model import AttemptState
 from gpucloud.jobs.supervisor import (
     Phase,
     SupervisorConfig,
@@ -16,6 +15,7 @@ from gpucloud.jobs.supervisor import (
     spot_train_exit_code,
     tighten,
 )
+from gpucloud.lifecycle.model import AttemptState
 from gpucloud.signals.events import Notice
 
 CFG = SupervisorConfig(ack_timeout=30.0, stop_margin=5.0, exit_grace=10.0, kill_after=10.0)

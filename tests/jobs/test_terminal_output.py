@@ -22,7 +22,7 @@ from rich.console import Console
 
 from cli_run import run_cli as run
 from fuzzing import fuzz_settings
-from gpucloud.jobs.model import JobSpec
+from gpucloud.lifecycle.model import JobSpec
 from gpucloud.output import print_table
 from gpucloud.queue.sqlite import SqliteQueue
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from gpucloud.jobs.code.snapshot import build
-from gpucloud.jobs.model import JobSpec
+from gpucloud.lifecycle.model import JobSpec
 from gpucloud.queue.locations import open_queue
 from jobs.test_cli import one_line_error, run
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import boto3
 
-from gpucloud.jobs.model import JobState
 from gpucloud.jobs.runner import supervise_job
+from gpucloud.lifecycle.model import JobState
 from gpucloud.queue.locations import open_queue
 from jobqueue.aws_fixtures import aws_job_plane  # noqa: F401  (fixture)
 from jobs.conftest import Inbox

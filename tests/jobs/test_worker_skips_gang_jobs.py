@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
-from gpucloud.jobs.model import JobSpec, JobState
 from gpucloud.jobs.runner import claim_single_node_job
+from gpucloud.lifecycle.model import JobSpec, JobState
 from gpucloud.queue.sqlite import SqliteQueue
 from jobqueue.aws_fixtures import aws_job_plane  # noqa: F401  (fixture: the job plane on the session moto server)
 
@@ -63,7 +63,7 @@ def test_a_worker_is_refused_where_jobs_belong_to_node_groups(capsys, gpucloud_h
     import time
 
     from cli_run import one_line_error
-    from gpucloud.jobs.model import NodeRecord, NodeState
+    from gpucloud.lifecycle.model import NodeRecord, NodeState
 
     queue = SqliteQueue(gpucloud_home / "queue.db")
     try:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpucloud.infra.automation import StackOperationFailed, StackResource
-from gpucloud.jobs.model import AttemptEnd, AttemptState, Job, JobSpec
+from gpucloud.lifecycle.model import AttemptEnd, AttemptState, Job, JobSpec
 from gpucloud.queue.protocol import JobQueue
 from jobs.conftest import wait_for
 

@@ -13,7 +13,7 @@ from tests.teardown.teardown_fakes import BUCKET, SPEC, STACK, STATE, FakeStack,
 
 from gpucloud.infra import automation
 from gpucloud.infra.automation import StackResource
-from gpucloud.jobs.model import JobState
+from gpucloud.lifecycle.model import JobState
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.teardown.destroy import EXIT_DRAIN_TIMEOUT, EXIT_LEFT_OVER, EXIT_REFUSED
 

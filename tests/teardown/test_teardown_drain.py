@@ -11,7 +11,7 @@ import pytest
 from tests.jobqueue.aws_fixtures import aws_job_plane  # noqa: F401  (fixture)
 from tests.teardown.teardown_fakes import SPEC, STACK, SimulatedAgent, running_job
 
-from gpucloud.jobs.model import AttemptEnd, AttemptState, JobState
+from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobState
 from gpucloud.queue.locations import open_queue
 from gpucloud.queue.protocol import JobQueue
 from gpucloud.queue.sqlite import SqliteQueue
@@ -127,9 +127,9 @@ def test_a_real_supervisor_saves_its_step_and_requeues_on_the_drain(tmp_path: Pa
     import textwrap
     import threading
 
-    from gpucloud.jobs.model import JobSpec
     from gpucloud.jobs.runner import supervise_job
     from gpucloud.jobs.supervisor import SupervisorConfig
+    from gpucloud.lifecycle.model import JobSpec
     from jobs.conftest import Inbox
     from jobs.test_runner import COOPERATIVE
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from tests.teardown.teardown_fakes import SPEC, running_job
 
-from gpucloud.jobs.model import AttemptEnd, AttemptState
+from gpucloud.lifecycle.model import AttemptEnd, AttemptState
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.teardown.unfinished import CheckpointFate, checkpoint_fate, unfinished_jobs
 

@@ -49,7 +49,7 @@ from gpucloud.agent.events_queue import DEFAULT_VISIBILITY_TIMEOUT, EventsQueueC
 from gpucloud.agent.loop import REPLACE_KINDS
 from gpucloud.agent.table_notices import request_gang_stop
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import Job, JobState, NodeRecord, NodeState
+from gpucloud.lifecycle.model import Job, JobState, NodeRecord, NodeState
 from gpucloud.queue.gang import GangQueue
 from gpucloud.queue.protocol import UnknownJob
 from gpucloud.signals.eventbridge import CAPACITY_BLOCK_ACTION, QueueRules, ReservationExpiring, instance_of

@@ -21,7 +21,7 @@ import time
 from gpucloud.agent.backlog_metric import forecast_minutes
 from gpucloud.agent.node_groups import NodeGroups
 from gpucloud.agent.scaling import FleetState, WaitingGang
-from gpucloud.jobs.model import JobState, NodeState
+from gpucloud.lifecycle.model import JobState, NodeState
 from gpucloud.queue import gang
 from gpucloud.queue.gang import GangQueue
 

@@ -42,9 +42,9 @@ from gpucloud.agent.noncritical import NonCritical
 from gpucloud.agent.table_notices import TableNotices, request_gang_stop
 from gpucloud.agent.torchrun import DEFAULT_PORT, gang_argv
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import Job, JobState, NodeRecord, NodeState, SlotClaim
 from gpucloud.jobs.runner import AttemptResult, EventHook, NoticeSource, control_dir_for, run_attempt
 from gpucloud.jobs.supervisor import SupervisorConfig
+from gpucloud.lifecycle.model import Job, JobState, NodeRecord, NodeState, SlotClaim
 from gpucloud.queue import gang
 from gpucloud.queue.gang import GangQueue
 from gpucloud.signals.eventbridge import CAPACITY_BLOCK_ACTION

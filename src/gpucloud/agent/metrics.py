@@ -38,8 +38,8 @@ from prometheus_client.registry import Collector
 from gpucloud import control
 from gpucloud.agent.efa_metrics import EfaCollector
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import JobState, NodeState
 from gpucloud.jobs.report import steps_lost
+from gpucloud.lifecycle.model import JobState, NodeState
 from gpucloud.signals.events import STOP_KINDS, Notice, NoticeKind
 from gpucloud.training_metrics import SAVE_KINDS, Histogram, Snapshot
 

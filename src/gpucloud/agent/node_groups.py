@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import GROUP_NAME_RE, GROUP_NAME_RULE, JobSpec
+from gpucloud.lifecycle.model import GROUP_NAME_RE, GROUP_NAME_RULE, JobSpec
 
 GROUP_ENV = "GPUCLOUD_NODE_GROUP"
 GROUPS_ENV = "GPUCLOUD_NODE_GROUPS"

@@ -149,7 +149,7 @@ def submit(
     command,
 ) -> None:
     """Queue COMMAND as a training job; `gpucloud worker` runs it under the spot supervisor."""
-    from gpucloud.jobs.model import spec_from_flags
+    from gpucloud.lifecycle.model import spec_from_flags
     from gpucloud.queue.locations import checkpoint_uri_to_submit, default_queue_uri, open_queue
 
     if not command:
@@ -197,7 +197,7 @@ def _ship_workdir(workdir, max_size: str, *, checkpoint_uri: str | None, queue_u
 
     from gpucloud.jobs.code.snapshot import build, parse_size
     from gpucloud.jobs.code.store import store
-    from gpucloud.jobs.model import CodeRef
+    from gpucloud.lifecycle.model import CodeRef
 
     limit = parse_size(max_size)
     with tempfile.TemporaryDirectory(prefix="gpucloud-snapshot-") as scratch:
@@ -305,7 +305,7 @@ def jobs(queue_uri, states, output) -> None:
     \b
     Example: gpucloud jobs --state queued --state running --output json
     """
-    from gpucloud.jobs.model import JobState
+    from gpucloud.lifecycle.model import JobState
     from gpucloud.queue.locations import open_queue
 
     queue = open_queue(queue_uri)
@@ -387,7 +387,7 @@ def cancel(job_id, queue_uri, grace, output) -> None:
     Cancelling a cancelled job again changes nothing; a finished or failed job is refused.
     JOB is a job id or a unique `submit --name`.
     """
-    from gpucloud.jobs.model import CANCEL_GRACE_S, JobState
+    from gpucloud.lifecycle.model import CANCEL_GRACE_S, JobState
     from gpucloud.queue.locations import open_queue
     from gpucloud.queue.names import resolve_job
 
@@ -533,7 +533,7 @@ def resume(job_id, queue_uri, output) -> None:
     a finished job: its training loop ended, so there is nothing to resume; submit a new job to
     train further. JOB is a job id or a unique `submit --name`.
     """
-    from gpucloud.jobs.model import resume_refusal
+    from gpucloud.lifecycle.model import resume_refusal
     from gpucloud.queue.locations import open_queue
     from gpucloud.queue.names import resolve_job
     from gpucloud.queue.protocol import NotResumable

@@ -166,7 +166,7 @@ def _confirm(stack: str, resources, outputs: dict[str, Any], queue, own_queue: _
     """Ask on the terminal, showing what goes; no terminal: refuse (CI must say --yes)."""
     if not sys.stdin.isatty():
         raise UserError(f"refusing to destroy stack {stack} without --yes: there is no terminal to confirm on")
-    from gpucloud.jobs.model import JobState
+    from gpucloud.lifecycle.model import JobState
 
     real = [r for r in resources if not r.bookkeeping]
     click.echo(f"Stack {stack}: {len(real)} resources will be destroyed, among them:", err=True)

@@ -49,7 +49,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from gpucloud.catalog import Catalog
-from gpucloud.jobs.model import Attempt, AttemptState, Event, Job
+from gpucloud.lifecycle.model import Attempt, AttemptState, Event, Job
 
 SECONDS_PER_HOUR = 3600.0
 ON_DEMAND = "on-demand"

@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from pydantic import BaseModel
 
-from gpucloud.jobs.model import Attempt, Event, Job, NodeRecord, NodeState
 from gpucloud.jobs.report import build_report
+from gpucloud.lifecycle.model import Attempt, Event, Job, NodeRecord, NodeState
 
 SECONDS_PER_HOUR = 3600.0
 SECONDS_PER_DAY = 86400.0

@@ -16,7 +16,7 @@ from typing import Any
 
 from gpucloud.cost.report import IDLE_BELOW_PCT, SECONDS_PER_HOUR, CostFunction, JobCost, JobHistory, Utilisation
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import JobState, NodeRecord
+from gpucloud.lifecycle.model import JobState, NodeRecord
 from gpucloud.payload import parse_json, preview
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")

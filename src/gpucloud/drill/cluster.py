@@ -50,7 +50,7 @@ from gpucloud.drill.local import DrillAborted
 from gpucloud.drill.run import DrillRun
 from gpucloud.errors import UserError, error_line
 from gpucloud.jobs.demo import check_steps
-from gpucloud.jobs.model import CodeRef, Job, JobSpec, JobState, spec_from_flags
+from gpucloud.lifecycle.model import CodeRef, Job, JobSpec, JobState, spec_from_flags
 from gpucloud.queue.aws.uri import AwsQueueAddress, parse_aws_uri
 from gpucloud.queue.gang import GangQueue
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from gpucloud.drill.run import DrillRun
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import JobSpec, JobState
+from gpucloud.lifecycle.model import JobSpec, JobState
 from gpucloud.queue.gang import GangQueue
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.imds_emulator import ImdsEmulator

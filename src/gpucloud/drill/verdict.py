@@ -24,8 +24,8 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from gpucloud.drill.run import DrillRun
-from gpucloud.jobs.model import Attempt, Event, Job, JobState
 from gpucloud.jobs.report import Interruption, build_report
+from gpucloud.lifecycle.model import Attempt, Event, Job, JobState
 
 MAX_STEPS_LOST = 1
 

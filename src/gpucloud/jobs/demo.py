@@ -27,10 +27,10 @@ from typing import IO, Any
 from pydantic import BaseModel
 
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import JobSpec
 from gpucloud.jobs.report import JobReport, build_report
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.jobs.supervisor import SupervisorConfig
+from gpucloud.lifecycle.model import JobSpec
 from gpucloud.queue.protocol import JobQueue
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.hub import SignalHub

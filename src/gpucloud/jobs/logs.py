@@ -33,8 +33,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import Attempt, AttemptState, Event, Job
 from gpucloud.jobs.process_group import OutputSink
+from gpucloud.lifecycle.model import Attempt, AttemptState, Event, Job
 from gpucloud.regular_files import open_regular
 
 log = logging.getLogger("gpucloud.jobs")

@@ -13,7 +13,7 @@ import collections
 import dataclasses
 import math
 
-from gpucloud.jobs.model import Progress
+from gpucloud.lifecycle.model import Progress
 
 RATE_WINDOW_S = 60.0  # the rate is over the samples of the last minute: recent, yet smooth
 MIN_SPAN_S = 0.001  # samples closer than this give no rate (it would be noise, or overflow)

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pydantic import BaseModel
 
 from gpucloud.cost.job_cost import JobCost, PriceLookup, job_cost
-from gpucloud.jobs.model import CANCEL_SOURCE, Attempt, AttemptState, Event, Job
+from gpucloud.lifecycle.model import CANCEL_SOURCE, Attempt, AttemptState, Event, Job
 
 # The session counts completed steps (``step_done(n)`` after the n-th step; a fresh start restores
 # step 0), so "steps lost" is a plain difference.

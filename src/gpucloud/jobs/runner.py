@@ -29,7 +29,6 @@ from gpucloud.errors import UserError
 from gpucloud.jobs.code.attempt import CodeNotReady, lease_kept, node_cache_dir
 from gpucloud.jobs.code.attempt import prepare as prepare_code
 from gpucloud.jobs.logs import AttemptLog, open_attempt_log
-from gpucloud.jobs.model import RESUMABLE, AttemptEnd, AttemptState, Job, JobState, is_cancel
 from gpucloud.jobs.process_group import CommandNotFound, OutputSink, ProcessGroup
 from gpucloud.jobs.progress import StepRate
 from gpucloud.jobs.supervisor import (
@@ -46,6 +45,7 @@ from gpucloud.jobs.supervisor import (
     spot_train_exit_code,
     tighten,
 )
+from gpucloud.lifecycle.model import RESUMABLE, AttemptEnd, AttemptState, Job, JobState, is_cancel
 from gpucloud.queue.locations import checkpoint_uri_for, run_dir
 from gpucloud.queue.protocol import JobQueue, Transition
 from gpucloud.signals.events import Notice

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpucloud.jobenv import EXIT_OK, EXIT_REQUEUED
-from gpucloud.jobs.model import AttemptState, Event
+from gpucloud.lifecycle.model import AttemptState, Event
 from gpucloud.signals.events import Notice
 
 

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Collection
 from typing import Protocol
 
-from gpucloud.jobs.model import AttemptEnd, AttemptState, Job, JobState, SlotClaim, SlotOffer
+from gpucloud.lifecycle.model import AttemptEnd, AttemptState, Job, JobState, SlotClaim, SlotOffer
 from gpucloud.queue.protocol import GangStore, JobQueue, Transition, UnknownJob
 
 TAKE_RETRIES = 4

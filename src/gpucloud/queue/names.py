@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import Job
+from gpucloud.lifecycle.model import Job
 from gpucloud.queue.protocol import JobQueue, UnknownJob
 
 MAX_LISTED = 10  # matches named in the ambiguity error; the rest are counted

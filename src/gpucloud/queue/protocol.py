@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import (
+from gpucloud.lifecycle.model import (
     CANCEL_GRACE_S,
     Attempt,
     AttemptEnd,

@@ -19,7 +19,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 
-from gpucloud.jobs.model import Attempt, JobState, requested_stop_notice
+from gpucloud.lifecycle.model import Attempt, JobState, requested_stop_notice
 from gpucloud.queue.protocol import JobQueue
 from gpucloud.signals.events import Notice
 

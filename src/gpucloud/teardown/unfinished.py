@@ -13,7 +13,7 @@ import dataclasses
 import enum
 
 from gpucloud.checkpoint.placement import ClusterStorage
-from gpucloud.jobs.model import Job, JobState
+from gpucloud.lifecycle.model import Job, JobState
 from gpucloud.queue.protocol import JobQueue
 
 UNFINISHED_STATES = (JobState.RUNNING, JobState.QUEUED)

@@ -21,7 +21,7 @@ from gpucloud.jobs.code.setup_env import PRIVATE as PRIVATE_ENV
 from gpucloud.jobs.code.setup_env import SetupFailed, ensure_env, with_interpreter_first
 from gpucloud.jobs.code.store import CodeUnavailable
 from gpucloud.jobs.code.unpack import cached_tree, copy_tree
-from gpucloud.jobs.model import Job
+from gpucloud.lifecycle.model import Job
 
 WORKDIR = "workdir"
 CACHE_POLICY = PrunePolicy()  # a week unused, or a tenth of the disk free (prune.py)

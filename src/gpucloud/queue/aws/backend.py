@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 
 from gpucloud.checkpoint.layout import validate_job_id
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import (
+from gpucloud.lifecycle.model import (
     CANCEL_GRACE_S,
     EVENT_KINDS,
     Attempt,

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpucloud.errors import UserError
-from gpucloud.jobs.model import Attempt, AttemptState, Event, Job, JobSpec, JobState, NodeRecord, SlotClaim
+from gpucloud.lifecycle.model import Attempt, AttemptState, Event, Job, JobSpec, JobState, NodeRecord, SlotClaim
 from gpucloud.payload import parse_json
 from gpucloud.queue.aws.schema import HASH_KEY, RANGE_KEY, STATE_INDEX_HASH_KEY, STATE_INDEX_RANGE_KEY
 

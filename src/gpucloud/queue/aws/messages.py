@@ -37,7 +37,7 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpucloud.jobs.model import JOB_ID_PATTERN, Job, JobState
+from gpucloud.lifecycle.model import JOB_ID_PATTERN, Job, JobState
 from gpucloud.payload import PREVIEW_CHARS, parse_json, preview
 
 BODY_VERSION = 1

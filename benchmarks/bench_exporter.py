@@ -37,7 +37,8 @@ from typing import Any
 
 import torch
 
-from gpucloud.agent.metrics import MetricsServer, NodeLabels, NodeMetrics
+from gpucloud.agent.identity import NodeLabels
+from gpucloud.agent.metrics import MetricsServer, NodeMetrics
 from gpucloud.checkpoint import TrainingSession
 from gpucloud.training_metrics import SessionMeter
 from report import config_of, finish  # benchmarks/report.py

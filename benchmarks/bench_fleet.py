@@ -5,7 +5,7 @@
 
 **Interruption across nodes** (issue 4), ``--trials`` times: the fleet simulation of
 ``tests/agent/test_fleet_simulation.py`` (its ``run_noticed_gang``: ``gpucloud drill --local``'s fleet run,
-``src/gpucloud/drill/local.py``, with the test's gate, not a copy): three ``gpucloud agent``
+``src/gpucloud/offline/local_fleet.py``, with the test's gate, not a copy): three ``gpucloud agent``
 processes, each with its own IMDS emulator as its "node", run a 2-node gang job with real
 torchrun (gloo). While attempt 1 trains, the standby agent joins; then node a's emulator announces
 a spot interruption. Measured from that announcement:
@@ -53,10 +53,10 @@ from tests.agent.test_fleet_simulation import run_noticed_gang, train  # noqa: E
 from gpucloud import control  # noqa: E402
 from gpucloud.agent.fleet_view import fleet_state  # noqa: E402
 from gpucloud.agent.scaling import GroupBounds, desired_capacity  # noqa: E402
-from gpucloud.drill.local import AGENT_POLL_S, NODE_ENV, NODES  # noqa: E402
 from gpucloud.lifecycle.model import JobSpec, NodeRecord, NodeState  # noqa: E402
+from gpucloud.offline.local_fleet import AGENT_POLL_S, NODE_ENV, NODES  # noqa: E402
 from gpucloud.queue import gang  # noqa: E402
-from gpucloud.queue.locations import open_queue  # noqa: E402
+from gpucloud.queue.connect import open_queue  # noqa: E402
 from gpucloud.queue.protocol import JobQueue  # noqa: E402
 from gpucloud.queue.sqlite import SqliteQueue  # noqa: E402
 from report import config_of, finish  # noqa: E402  (benchmarks/report.py)

@@ -23,7 +23,7 @@ network interfaces, disks and file systems than this host.
 
 Per node: series = dcgm-exporter's + node_exporter's (defaults, scaled) + the agent's; scrape time = their sum (one after another) and their max
 (Prometheus scrapes targets concurrently). Goals: the node's series, and each source's, within the
-monitoring plan's estimate (``infra/monitoring_plan.py``, which sizes the monitor's TSDB disk and prices AMP ingestion:
+monitoring plan's estimate (``cluster/monitoring_plan.py``, which sizes the monitor's TSDB disk and prices AMP ingestion:
 an estimate below the truth under-sizes both), and every target's median scrape under 1 s.
 
 Writes benchmarks/results/scrape.json; exit 1 when a goal is missed. Needs Debian's prometheus and
@@ -49,7 +49,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from conftest import NODE_ENV  # noqa: E402  (tests/conftest.py)
 from gpucloud.catalog import load_catalog  # noqa: E402
-from gpucloud.infra import monitoring_plan as plan  # noqa: E402
+from gpucloud.cluster import monitoring_plan as plan  # noqa: E402
 from gpucloud.monitoring.names import AGENT_JOB, DCGM_JOB, NODE_JOB  # noqa: E402
 from monitoring_e2e.efa_sysfs import EFA_DEVICES, write_efa_sysfs  # noqa: E402
 from monitoring_e2e.scenario import JOB_ID, SCRAPE_INTERVAL, monitored_node  # noqa: E402

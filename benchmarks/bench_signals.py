@@ -21,8 +21,8 @@ import threading
 import time
 from pathlib import Path
 
+from gpucloud.offline.imds_emulator import ImdsEmulator
 from gpucloud.signals.imds import ImdsClient
-from gpucloud.signals.imds_emulator import ImdsEmulator
 from gpucloud.signals.poller import ImdsPoller
 
 

@@ -31,14 +31,14 @@ import time
 from pathlib import Path
 
 from gpucloud.checkpoint.store import latest_committed
-from gpucloud.jobs.demo import SpotInjector, StepTap, imds_hub, training_command
 from gpucloud.jobs.process_group import ProcessGroup
 from gpucloud.jobs.report import build_report
 from gpucloud.jobs.runner import attempt_environment, supervise_job
 from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.lifecycle.model import JobSpec
+from gpucloud.offline.demo import SpotInjector, StepTap, imds_hub, training_command
+from gpucloud.offline.imds_emulator import ImdsEmulator
 from gpucloud.queue.sqlite import SqliteQueue
-from gpucloud.signals.imds_emulator import ImdsEmulator
 from report import config_of, finish  # benchmarks/report.py
 
 RESULTS = Path(__file__).resolve().parent / "results" / "spot_train.json"

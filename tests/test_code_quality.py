@@ -1,4 +1,5 @@
-"""Lint, format and types are part of the test command: ruff and mypy, configured in pyproject.toml."""
+"""Lint, format, types and import layers are part of the test command: ruff, mypy and import-linter,
+configured in pyproject.toml."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ BIN = Path(sys.executable).parent  # the tools are installed beside this interpr
         pytest.param(["ruff", "check", "--no-cache", "."], id="ruff-lint"),
         pytest.param(["ruff", "format", "--check", "--no-cache", "."], id="ruff-format"),
         pytest.param(["mypy"], id="mypy"),
+        # the layers and the no-cycles rule of docs/architecture.md ([tool.importlinter] in pyproject.toml)
+        pytest.param(["lint-imports", "--no-cache"], id="import-layers"),
     ],
 )
 def test_the_tree_passes(command: list[str]) -> None:

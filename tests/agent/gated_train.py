@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from gpucloud.checkpoint import TrainingSession
-from gpucloud.jobs.demo import EXAMPLE
+from gpucloud.offline.demo import EXAMPLE
 
 
 def held_marker(gate: Path) -> Path:

@@ -161,7 +161,7 @@ def test_a_sigterm_stops_the_agent_without_detaching_a_healthy_node(tmp_path):
 
 
 def test_an_agent_runs_a_job_from_the_aws_queue(tmp_path, fresh_aws_account):
-    from gpucloud.queue.locations import open_queue
+    from gpucloud.queue.connect import open_queue
     from jobqueue.aws_fixtures import create_job_plane  # tests/jobqueue, a top-level package under pytest
 
     plane = create_job_plane(fresh_aws_account)

@@ -14,9 +14,9 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from gpucloud.agent.asg_hooks import BLOCK_ENDING_TAG
 from gpucloud.agent.events_handler import ec2_reservation_instances
 from gpucloud.agent.events_queue import EventsQueueConsumer
+from gpucloud.cluster.agent_contract import BLOCK_ENDING_TAG
 from gpucloud.signals.eventbridge import CAPACITY_BLOCK_ACTION
 from gpucloud.signals.interpret import format_rfc3339
 

@@ -20,9 +20,9 @@ from gpucloud.agent.asg_hooks import WIND_DOWN, AsgHooks, NodeSettings, OfflineH
 from gpucloud.agent.identity import NodeIdentity
 from gpucloud.agent.loop import EXIT_STOPPED, Agent, AgentOptions
 from gpucloud.checkpoint.store import latest_committed
-from gpucloud.jobs.demo import EXAMPLE
 from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.lifecycle.model import JobSpec, JobState
+from gpucloud.offline.demo import EXAMPLE
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.events import Notice, event_id_for
 from jobs.conftest import Inbox
@@ -204,7 +204,7 @@ def test_an_idle_node_of_a_block_marked_ending_takes_no_more_work_and_stays(tmp_
     Every other agent there sees the mark at its group check: an idle one claims nothing more (a
     just-requeued attempt would die with the block, unsaved) and does not leave: EC2 ends the block's
     instances itself, and the group would only launch a replacement into the dying block."""
-    from gpucloud.agent.asg_hooks import BLOCK_ENDING_TAG
+    from gpucloud.cluster.agent_contract import BLOCK_ENDING_TAG
     from gpucloud.signals.eventbridge import CAPACITY_BLOCK_ACTION
 
     for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}.items():

@@ -26,11 +26,11 @@ import pytest
 from gpucloud import control
 from gpucloud.agent.loop import EXIT_STOPPED
 from gpucloud.checkpoint.store import latest_committed
-from gpucloud.drill.local import free_port, start_agent
-from gpucloud.jobs.demo import EXAMPLE
 from gpucloud.lifecycle.model import AttemptState, Job, JobSpec, JobState, NodeState
+from gpucloud.offline.demo import EXAMPLE
+from gpucloud.offline.imds_emulator import ImdsEmulator
+from gpucloud.offline.local_fleet import free_port, start_agent
 from gpucloud.queue.sqlite import SqliteQueue
-from gpucloud.signals.imds_emulator import ImdsEmulator
 from signals import eventbridge_samples as samples  # the reference's EventBridge payloads
 
 from .conftest import wait_for

@@ -196,7 +196,7 @@ def jq(request, tmp_path):
     if request.param == "sqlite":
         q = SqliteQueue(tmp_path / "queue.db")
     else:
-        from gpucloud.queue.locations import open_queue
+        from gpucloud.queue.connect import open_queue
         from jobqueue.aws_fixtures import create_job_plane  # tests/jobqueue: the stack's job plane on moto
 
         plane = create_job_plane(request.getfixturevalue("fresh_aws_account"))

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.drill import local
-from gpucloud.drill.local import NoticedGang
-from gpucloud.jobs.demo import weights_identical
 from gpucloud.lifecycle.model import JobState, NodeState
+from gpucloud.offline import local_fleet as local
+from gpucloud.offline.demo import weights_identical
+from gpucloud.offline.local_fleet import NoticedGang
 from gpucloud.queue.sqlite import SqliteQueue
 from jobqueue.aws_fixtures import aws_job_plane  # noqa: F401  (fixture: the job plane on the session moto server)
 
@@ -59,7 +59,7 @@ def run_noticed_gang(
     exit_timeout: float = 300.0,
 ) -> NoticedGang:
     """The simulation (this test and ``benchmarks/bench_fleet.py``): ``gpucloud drill --local``'s
-    fleet run (``drill/local.py``) with attempt 1 held past ``notice_after_step`` until the notice is
+    fleet run (``offline/local_fleet.py``) with attempt 1 held past ``notice_after_step`` until the notice is
     out (``gated_train.py``; ``train()`` runs it): on a loaded machine the ranks could otherwise
     finish before the notice comes. The notice goes out once a rank waits at the gate, instead of
     once the queue shows the step."""
@@ -94,7 +94,7 @@ def test_a_noticed_gang_member_is_replaced_by_the_standby_and_the_job_ends_bitwi
     if backend == "sqlite":
         queue = SqliteQueue(gpucloud_home / "queue.db")
     else:
-        from gpucloud.queue.locations import open_queue
+        from gpucloud.queue.connect import open_queue
 
         plane = request.getfixturevalue("aws_job_plane")
         queue = open_queue(plane["uri"])

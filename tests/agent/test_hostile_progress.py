@@ -20,7 +20,8 @@ from prometheus_client import generate_latest
 
 from fuzzing import fuzz_settings
 from gpucloud import control
-from gpucloud.agent.metrics import NodeLabels, NodeMetrics, registry_for
+from gpucloud.agent.identity import NodeLabels
+from gpucloud.agent.metrics import NodeMetrics, registry_for
 from gpucloud.training_metrics import SessionMeter
 
 DEADLINE_S = 20.0  # a FIFO would block forever: anything under the deadline is "at once"

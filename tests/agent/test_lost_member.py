@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from gpucloud import control
-from gpucloud.drill.local import free_port
-from gpucloud.jobs.demo import EXAMPLE
 from gpucloud.lifecycle.model import AttemptState, JobSpec, JobState
+from gpucloud.offline.demo import EXAMPLE
+from gpucloud.offline.local_fleet import free_port
 from gpucloud.queue.sqlite import SqliteQueue
 
 from .conftest import CLI, wait_for

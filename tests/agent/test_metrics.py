@@ -13,12 +13,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from checkpoint.conftest import TinyJob
 from gpucloud import control
-from gpucloud.agent.identity import NodeIdentity
+from gpucloud.agent.identity import NodeIdentity, NodeLabels
 from gpucloud.agent.metrics import (
     CLUSTER_ADDRESS,
     OFFLINE_ADDRESS,
     MetricsServer,
-    NodeLabels,
     NodeMetrics,
     default_address,
     registry_for,
@@ -213,8 +212,8 @@ def test_only_the_member_that_recorded_a_requeue_counts_it_with_the_steps_the_ne
 
 def test_the_agents_default_port_is_the_one_the_monitor_scrapes_and_the_security_group_opens():
     from gpucloud.agent.metrics import DEFAULT_PORT
+    from gpucloud.cluster.monitoring_plan import AGENT_METRICS_PORT
     from gpucloud.commands.agent import agent
-    from gpucloud.infra.monitoring_plan import AGENT_METRICS_PORT
 
     (option,) = [p for p in agent.params if p.name == "metrics_port"]
     assert f"Default {DEFAULT_PORT}" in (option.help or "")  # resolved in agent.metrics.serve (port None)

@@ -20,9 +20,9 @@ from gpucloud.agent.identity import NodeIdentity
 from gpucloud.agent.loop import Agent, AgentOptions, AgentSummary
 from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.lifecycle.model import JobSpec, JobState
+from gpucloud.offline.imds_emulator import ImdsEmulator
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.events import Notice, event_id_for
-from gpucloud.signals.imds_emulator import ImdsEmulator
 from jobs.conftest import Inbox
 
 from .conftest import CLI, wait_for

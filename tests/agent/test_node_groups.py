@@ -2,7 +2,7 @@
 after a wait in the queue (item 7), on the SQLite backend.
 
 What a group's backlog alarm adds is ``BusyNodes + UnclaimedSlots - GroupDesiredCapacity`` of that
-group (``infra/scaling_plan.py``); the agents publish the two counts. An idle group must publish
+group (``cluster/scaling_plan.py``); the agents publish the two counts. An idle group must publish
 zeros while another group runs or waits, or its alarm scales it out for work it will never take.
 """
 
@@ -221,8 +221,8 @@ def test_the_agent_publishes_every_groups_counts_and_that_it_is_alive_in_one_cal
 def test_a_job_past_its_fallback_wait_is_the_fallback_groups_backlog_only(tmp_path) -> None:
     """Counted for both groups, a due gang of 3 would make both alarms add 3 nodes: 6 bought for 3.
     Before the wait it is a's backlog, with a forecast for b from the minute it falls due."""
-    from gpucloud.agent.backlog_metric import PERIOD_SECONDS
     from gpucloud.agent.fleet_view import group_backlog
+    from gpucloud.cluster.agent_contract import PERIOD_SECONDS
 
     queue = SqliteQueue(tmp_path / "queue.db")
     job = queue.submit(JobSpec(command=["train"], nodes=3, group="a", fallback_group="b", fallback_after_minutes=10))

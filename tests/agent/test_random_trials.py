@@ -69,7 +69,7 @@ def test_two_hundred_randomized_trials_lose_no_job_and_run_no_attempt_twice(tmp_
 
 @pytest.mark.slow
 def test_randomized_trials_on_the_aws_backend(aws_job_plane: dict[str, str]) -> None:
-    from gpucloud.queue.locations import open_queue
+    from gpucloud.queue.connect import open_queue
 
     # Seeds after the SQLite ones: other schedules. Agents die with -9 at the points that exist on
     # AWS (there is no database write lock to die holding).
@@ -96,7 +96,7 @@ def test_a_late_member_cannot_start_the_next_attempt_under_its_old_gang(
     if backend == "sqlite":
         queue = SqliteQueue(tmp_path / "late.db")
     else:
-        from gpucloud.queue.locations import open_queue
+        from gpucloud.queue.connect import open_queue
 
         queue = open_queue(request.getfixturevalue("aws_job_plane")["uri"])
     job = queue.submit(JobSpec(command=["train"], nodes=2), job_id="late")

@@ -6,7 +6,8 @@ import datetime
 
 import pytest
 
-from gpucloud.catalog import Catalog, NoPrice, SpotPoint, hourly_price, load_catalog
+from gpucloud.catalog import Catalog, SpotPoint, load_catalog
+from gpucloud.catalog.pricing import NoPrice, hourly_price
 from gpucloud.errors import UserError
 
 CUT_URL = "https://aws.amazon.com/blogs/aws/announcing-up-to-45-price-reduction-for-amazon-ec2-nvidia-gpu-accelerated-instances/"

@@ -10,8 +10,9 @@ from aws_responses import g6_xlarge, p5_48xlarge, price_list_entry, spot_entry
 from stubbed_aws import NOW, expect_describe, expect_prices, expect_spot, stubbed_clients
 
 from cli_run import run_cli
-from gpucloud.catalog import hourly_price, load_catalog
+from gpucloud.catalog import load_catalog
 from gpucloud.catalog import refresh as catalog_refresh
+from gpucloud.catalog.pricing import hourly_price
 from gpucloud.catalog.refresh import refresh_catalog
 
 TYPES = ["g6.xlarge", "p5.48xlarge"]

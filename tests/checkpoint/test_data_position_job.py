@@ -15,7 +15,7 @@ import pytest
 
 from conftest import REPO
 from gpucloud import control
-from gpucloud.signals.imds_emulator import ImdsEmulator
+from gpucloud.offline.imds_emulator import ImdsEmulator
 
 GPUCLOUD = [sys.executable, "-m", "gpucloud"]
 STEPS = 30

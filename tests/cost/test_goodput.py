@@ -33,7 +33,7 @@ from gpucloud.cost.goodput import (
     usd_per_useful_gpu_hour,
 )
 from gpucloud.errors import UserError
-from gpucloud.infra.planning import plan_cluster
+from gpucloud.planning.cluster_plan import plan_cluster
 from gpucloud.spec import load_stack_file, stack_file_for
 
 

@@ -17,7 +17,7 @@ from cli_run import run_cli
 from gpucloud.infra.monitoring_iam import monitor_policy_document
 from gpucloud.infra.monitoring_selfhosted import FILES_PREFIX, REPORTS_PREFIX, report_policy_document
 from gpucloud.lifecycle.model import JobSpec
-from gpucloud.queue.locations import open_queue
+from gpucloud.queue.connect import open_queue
 from iam_simulation import Call, denied, record_calls
 from jobqueue.aws_fixtures import REGION, create_job_plane
 

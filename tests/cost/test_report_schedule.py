@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pulumi
 
+from gpucloud.cluster.tags import Tagging
 from gpucloud.infra.monitoring_selfhosted import (
     REPORTS_PREFIX,
     DailyReport,
@@ -19,7 +20,6 @@ from gpucloud.infra.monitoring_selfhosted import (
     report_policy_document,
 )
 from gpucloud.infra.preview import mocked_runtime, recorded_resources
-from gpucloud.infra.tags import Tagging
 
 REPO = Path(__file__).resolve().parents[2]
 BOOTSTRAP = REPO / "scripts" / "monitor-bootstrap.sh"

@@ -13,7 +13,7 @@ import pytest
 
 from cli_run import run_cli as run
 from gpucloud.doctor.collect import probe_imds
-from gpucloud.signals.imds_emulator import ImdsEmulator
+from gpucloud.offline.imds_emulator import ImdsEmulator
 
 from .conftest import BROKEN, FIXTURES, MATRIX
 

@@ -18,15 +18,15 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
+from gpucloud.cluster.drill_contract import TARGET_TAG
 from gpucloud.drill import cluster
 from gpucloud.drill.cluster import DrillJob, run_on_cluster
-from gpucloud.drill.contract import TARGET_TAG
 from gpucloud.drill.fis import SPOT_ACTION_ID, ExperimentUnsuccessful
-from gpucloud.drill.local import DrillAborted
+from gpucloud.drill.run import DrillAborted
 from gpucloud.errors import UserError
 from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobState, NodeRecord, NodeState, Progress
+from gpucloud.queue.connect import open_queue
 from gpucloud.queue.gang import GangQueue, claim_slot, gang_worker, start_gang
-from gpucloud.queue.locations import open_queue
 from gpucloud.queue.sqlite import SqliteQueue
 from jobqueue.aws_fixtures import REGION, aws_job_plane  # noqa: F401  (fixture)
 from jobs.conftest import wait_for

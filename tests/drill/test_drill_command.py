@@ -59,7 +59,7 @@ def test_a_local_drill_without_a_stack_drills_the_shipped_drill_stack(capsys, mo
         asked["options"] = options
         raise UserError("recorded")
 
-    monkeypatch.setattr("gpucloud.drill.local.local_drill", record)
+    monkeypatch.setattr("gpucloud.offline.local_fleet.local_drill", record)
     code, _, err = run_cli(capsys, "drill", "--local")
     assert code == 2 and one_line_error(err) == "gpucloud: error: recorded"
     assert asked["options"].instance_type == "p4d.24xlarge"  # p4d-spot's spot group

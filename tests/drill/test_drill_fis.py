@@ -11,8 +11,8 @@ import pytest
 from botocore.stub import Stubber
 from tests.signals.helpers import FakeClock
 
+from gpucloud.cluster.drill_contract import TARGET_TAG
 from gpucloud.drill import fis
-from gpucloud.drill.contract import TARGET_TAG
 from gpucloud.errors import UserError
 
 from .fis_replies import EXPERIMENT_ID, TEMPLATE_ID, experiment

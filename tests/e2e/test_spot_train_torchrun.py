@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from gpucloud import control
-from gpucloud.jobs.demo import opening_lines, training_command, weights_identical
-from gpucloud.signals.imds_emulator import ImdsEmulator
+from gpucloud.offline.demo import opening_lines, training_command, weights_identical
+from gpucloud.offline.imds_emulator import ImdsEmulator
 
 GPUCLOUD = [sys.executable, "-m", "gpucloud"]
 STEPS = 30

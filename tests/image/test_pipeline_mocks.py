@@ -9,11 +9,11 @@ import pulumi
 import pytest
 
 from gpucloud.catalog import Catalog, load_catalog
+from gpucloud.cluster.tags import CLUSTER_TAG, STACK_TAG, UNTAGGABLE_TYPES, Tagging
 from gpucloud.errors import UserError
 from gpucloud.image.matrix import load_matrix
 from gpucloud.infra.image import ImagePipeline, ImagePipelineArgs, plan_image_pipeline
 from gpucloud.infra.preview import RecordedResource, mocked_runtime, recorded_resources
-from gpucloud.infra.tags import CLUSTER_TAG, STACK_TAG, UNTAGGABLE_TYPES, Tagging
 from gpucloud.policy.runner import run_policies
 
 from .conftest import SHIPPED_MATRIX, matrix_with

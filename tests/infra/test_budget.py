@@ -10,7 +10,7 @@ from typing import Any
 import pulumi
 import pytest
 
-from gpucloud.agent.budget_gate import ACCOUNT_ID_ENV, BUDGET_NAME_ENV
+from gpucloud.cluster.agent_contract import ACCOUNT_ID_ENV, BUDGET_NAME_ENV
 from gpucloud.infra.budget import budget_summary
 from gpucloud.infra.preview import ACCOUNT, mocked_runtime, preview_stack
 from gpucloud.infra.program import build_cluster

@@ -23,11 +23,11 @@ import pytest
 from botocore.stub import ANY, Stubber
 
 from gpucloud.agent.asg_hooks import AsgHooks, NodeSettings
-from gpucloud.agent.backlog_metric import PERIOD_SECONDS
 from gpucloud.agent.identity import NodeIdentity
 from gpucloud.agent.loop import Agent, AgentOptions, _SlotKeeper
 from gpucloud.agent.node_groups import NodeGroups
-from gpucloud.infra import scaling_plan as plan
+from gpucloud.cluster import scaling_plan as plan
+from gpucloud.cluster.agent_contract import PERIOD_SECONDS
 from gpucloud.infra.preview import StackPreview, preview_stack
 from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobSpec, JobState, NodeRecord, NodeState

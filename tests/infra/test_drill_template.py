@@ -15,9 +15,9 @@ import yaml
 from botocore.exceptions import ParamValidationError
 from tests.cli_run import one_line_error, run_cli
 
-from gpucloud.drill.contract import STACK_OUTPUT, TARGET_TAG, TARGET_VALUE
+from gpucloud.cluster.drill_contract import STACK_OUTPUT, TARGET_TAG, TARGET_VALUE
+from gpucloud.cluster.tags import EXPIRES_AT_TAG, STACK_TAG
 from gpucloud.infra.preview import ACCOUNT, StackPreview, preview_stack
-from gpucloud.infra.tags import EXPIRES_AT_TAG, STACK_TAG
 from gpucloud.policy.least_privilege import wildcard_actions
 from gpucloud.policy.tagging import is_taggable
 from gpucloud.spec import load_stack_file, stack_file_for

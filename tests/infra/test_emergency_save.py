@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fuzzing import fuzz_settings
-from gpucloud.infra import emergency_save as es
+from gpucloud.cluster import emergency_save as es
 from gpucloud.jobs.supervisor import SupervisorConfig
 
 P4D = es.Node("p4d.24xlarge", nvme_drives=8)

@@ -13,9 +13,9 @@ import re
 
 import pytest
 
-from gpucloud.infra import scaling_plan as plan
+from gpucloud.cluster import scaling_plan as plan
+from gpucloud.cluster.scaling_plan import QueueTerm, queue_terms
 from gpucloud.infra.preview import StackPreview, preview_stack
-from gpucloud.infra.scaling_plan import QueueTerm, queue_terms
 from gpucloud.spec import spec_from_config
 
 from .botocore_check import assert_valid_request

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
+from gpucloud.cluster.addressing import plan_subnets
 from gpucloud.errors import UserError
-from gpucloud.infra.addressing import plan_subnets
 from gpucloud.infra.preview import StackPreview, preview_stack
 from gpucloud.policy.pack import POLICIES
 from gpucloud.policy.runner import run_policies

@@ -17,7 +17,7 @@ import pulumi
 import pytest
 
 from gpucloud.catalog import load_catalog
-from gpucloud.infra import monitoring_plan as mp
+from gpucloud.cluster import monitoring_plan as mp
 from gpucloud.infra.preview import mocked_runtime, recorded_resources
 from gpucloud.infra.program import build_cluster
 from gpucloud.policy.runner import run_policies
@@ -452,7 +452,7 @@ def test_no_daily_report_without_a_package_for_the_monitor_to_install():
 def test_staged_monitoring_files_carry_only_the_tags_s3_allows() -> None:
     """S3 takes 10 tags on an object; a stack with a dozen tags of its own would fail every staged
     file's PutObject. They carry the stack, the cluster and the expiry: what the sweep finds them by."""
-    from gpucloud.infra.tags import CLUSTER_TAG, EXPIRES_AT_TAG, MAX_OBJECT_TAGS, STACK_TAG
+    from gpucloud.cluster.tags import CLUSTER_TAG, EXPIRES_AT_TAG, MAX_OBJECT_TAGS, STACK_TAG
 
     spec = spec_with("p4d-spot", mode="self-hosted").model_copy(
         update={"tags": {f"team{i}": "ml" for i in range(12)}, "ttl_hours": 6.0}

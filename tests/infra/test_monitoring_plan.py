@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from gpucloud.catalog import hourly_price, load_catalog
-from gpucloud.infra import monitoring_plan as mp
+from gpucloud.catalog import load_catalog
+from gpucloud.catalog.pricing import hourly_price
+from gpucloud.cluster import monitoring_plan as mp
 
 
 @pytest.fixture(scope="module")

@@ -143,7 +143,7 @@ def test_the_runtime_makes_the_tag_calls_it_is_granted() -> None:
 @pytest.mark.parametrize("stack", ["dev", "p5-capacity-block"])
 def test_only_a_stack_with_a_block_may_mark_its_groups_and_only_with_that_key(previews, stack: str) -> None:
     """agent/asg_hooks.py mark_block_ending: CreateOrUpdateTags of gpucloud:block-ending, this stack's groups."""
-    from gpucloud.agent.asg_hooks import BLOCK_ENDING_TAG
+    from gpucloud.cluster.agent_contract import BLOCK_ENDING_TAG
 
     marks = [s for s in statements(previews[stack]) if "autoscaling:CreateOrUpdateTags" in s["Action"]]
     if stack == "dev":

@@ -12,7 +12,7 @@ import yaml
 
 from gpucloud.catalog import load_catalog
 from gpucloud.cli import main
-from gpucloud.infra.planning import plan_cluster
+from gpucloud.planning.cluster_plan import plan_cluster
 from gpucloud.spec import load_stack_file, stack_file_for
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,9 +9,9 @@ import subprocess
 import pytest
 
 from gpucloud.catalog import InstanceType, NetworkCard, get_instance_type
-from gpucloud.infra.addressing import plan_subnets
-from gpucloud.infra.cost import GroupSizing, estimate_cost
-from gpucloud.infra.efa_layout import plan_network_interfaces, summarize
+from gpucloud.cluster.addressing import plan_subnets
+from gpucloud.cluster.efa_layout import plan_network_interfaces, summarize
+from gpucloud.cluster.hourly_cost import GroupSizing, estimate_cost
 from gpucloud.infra.iam import GroupScope, JobPlaneArns, node_policy_document
 from gpucloud.infra.userdata import USER_DATA_LIMIT, render_user_data
 

@@ -7,9 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.catalog import get_instance_type, hourly_price, load_catalog
+from gpucloud.catalog import get_instance_type, load_catalog
+from gpucloud.catalog.pricing import hourly_price
 from gpucloud.cli import main
-from gpucloud.infra.cost import GroupSizing, RootVolumes, estimate_cost, infrastructure_cost, infrastructure_prices
+from gpucloud.cluster.hourly_cost import (
+    GroupSizing,
+    RootVolumes,
+    estimate_cost,
+    infrastructure_cost,
+    infrastructure_prices,
+)
 from gpucloud.spec import stack_file_for
 
 LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"

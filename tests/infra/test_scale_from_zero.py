@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from gpucloud.agent import backlog_metric
-from gpucloud.infra import scaling_plan as plan
+from gpucloud.cluster import agent_contract
+from gpucloud.cluster import scaling_plan as plan
 from gpucloud.infra.preview import StackPreview
 
 from .botocore_check import assert_valid_request
@@ -81,7 +81,7 @@ def test_unclaimed_slots_come_from_the_job_queue_too(previews, stack: str) -> No
     assert queued["dimensions"] == {"QueueName": job_queue_name(previews[stack])}
     assert (queued["stat"], queued["period"]) == ("Maximum", 60)
     agents = queries[plan.AGENT_UNCLAIMED_ID]["metric"]
-    assert (agents["namespace"], agents["metricName"]) == (backlog_metric.NAMESPACE, backlog_metric.UNCLAIMED_SLOTS)
+    assert (agents["namespace"], agents["metricName"]) == (agent_contract.NAMESPACE, agent_contract.UNCLAIMED_SLOTS)
 
 
 @pytest.mark.parametrize("stack", SCALING_STACKS)
@@ -130,7 +130,7 @@ def test_groups_without_scaling_get_no_alarm(previews) -> None:
 
 def test_the_scaling_plan_stays_pure() -> None:
     code = (
-        "import sys, gpucloud.infra.scaling_plan\n"
+        "import sys, gpucloud.cluster.scaling_plan\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pulumi', 'pulumi_aws', 'boto3')))"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -13,10 +13,8 @@ import pytest
 
 from gpucloud.agent import backlog_metric
 from gpucloud.cli import main
-from gpucloud.infra.iam import GroupScope, JobPlaneArns, node_policy_document
-from gpucloud.infra.preview import StackPreview, mocked_runtime, preview_stack
-from gpucloud.infra.program import build_cluster
-from gpucloud.infra.scaling_plan import (
+from gpucloud.cluster import agent_contract
+from gpucloud.cluster.scaling_plan import (
     MAX_STEP_ADJUSTMENTS,
     SHORTFALL_EXPRESSION,
     ScaleOutStep,
@@ -26,6 +24,9 @@ from gpucloud.infra.scaling_plan import (
     schedule_timestamp,
     wind_down_time,
 )
+from gpucloud.infra.iam import GroupScope, JobPlaneArns, node_policy_document
+from gpucloud.infra.preview import StackPreview, mocked_runtime, preview_stack
+from gpucloud.infra.program import build_cluster
 from gpucloud.policy.pack import POLICIES
 from gpucloud.policy.runner import run_policies
 from gpucloud.spec import spec_from_config
@@ -225,7 +226,7 @@ def test_metric_names_in_the_alarm_come_from_the_shared_module(previews) -> None
     metrics = {
         q["metric"]["metricName"]
         for q in alarm.inputs["metricQueries"]
-        if "metric" in q and q["metric"]["namespace"] == backlog_metric.NAMESPACE
+        if "metric" in q and q["metric"]["namespace"] == agent_contract.NAMESPACE
     }
     assert metrics == {backlog_metric.UNCLAIMED_SLOTS, backlog_metric.BUSY_NODES}
 

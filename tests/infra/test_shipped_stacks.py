@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from gpucloud.cluster.tags import CLUSTER_TAG, STACK_TAG, UNTAGGABLE_TYPES
 from gpucloud.infra.preview import RecordedResource, StackPreview
-from gpucloud.infra.tags import CLUSTER_TAG, STACK_TAG, UNTAGGABLE_TYPES
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 ASG = "aws:autoscaling/group:Group"

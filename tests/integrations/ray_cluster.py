@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from gpucloud.integrations.ray.drain import GcsDrain, NoticeDrainer
-from gpucloud.signals.emulator_control import EmulatorControl
+from gpucloud.offline.emulator_control import EmulatorControl
+from gpucloud.offline.imds_emulator import ImdsEmulator
 from gpucloud.signals.hub import SignalHub
-from gpucloud.signals.imds_emulator import ImdsEmulator
 
 ROOT = Path(__file__).resolve().parents[2]
 # Ray Train's watcher polls draining nodes every 5 s by default; the tests poll faster.

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.jobs.demo import weights_identical
-from gpucloud.signals.imds_emulator import ImdsEmulator
+from gpucloud.offline.demo import weights_identical
+from gpucloud.offline.imds_emulator import ImdsEmulator
 
 GPUCLOUD = [sys.executable, "-m", "gpucloud"]
 HERE = Path(__file__).parent

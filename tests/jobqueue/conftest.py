@@ -27,7 +27,7 @@ def open_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[],
         if request.param == "sqlite":
             q: JobQueue = SqliteQueue(tmp_path / "contract.db")
         else:
-            from gpucloud.queue.locations import open_queue
+            from gpucloud.queue.connect import open_queue
 
             q = open_queue(plane["uri"])
         opened.append(q)

@@ -21,7 +21,7 @@ from gpucloud.queue.aws.messages import (
     visibility_seconds,
 )
 from gpucloud.queue.aws.uri import parse_aws_uri, uri_from_env
-from gpucloud.queue.locations import open_queue
+from gpucloud.queue.connect import open_queue
 
 QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/prod-jobs"
 GOOD = f"aws://us-east-1?table=prod-jobs&queue={QUEUE_URL}"

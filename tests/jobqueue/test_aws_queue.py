@@ -19,7 +19,7 @@ from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobSpec, JobState
 from gpucloud.queue.aws.backend import AwsQueue
 from gpucloud.queue.aws.items import key
 from gpucloud.queue.aws.uri import parse_aws_uri
-from gpucloud.queue.locations import default_queue_uri, open_queue
+from gpucloud.queue.connect import default_queue_uri, open_queue
 
 from .aws_fixtures import message_counts as _counts
 from .aws_fixtures import visible_messages as _visible

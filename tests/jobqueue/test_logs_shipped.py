@@ -12,7 +12,7 @@ import boto3
 from gpucloud.jobs import logs
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.lifecycle.model import JobSpec, JobState
-from gpucloud.queue.locations import open_queue
+from gpucloud.queue.connect import open_queue
 from jobs.conftest import Inbox, wait_for
 from jobs.test_cli import run
 from jobs.test_logs import SUPERVISOR_LINE, TICKING

@@ -178,7 +178,7 @@ def test_racing_requeues_from_threads_yield_exactly_one_new_attempt(open_backend
 
 
 def _requeue_in_child(queue_uri: str, job_id: str, barrier, results) -> None:
-    from gpucloud.queue.locations import open_queue
+    from gpucloud.queue.connect import open_queue
 
     q = open_queue(queue_uri)  # each process its own client, as separate supervisors would have
     barrier.wait()

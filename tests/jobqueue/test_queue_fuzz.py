@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from fuzzing import fuzz_settings
 from gpucloud.queue.aws.messages import MalformedMessage, SlotMessage, parse_slot_message
-from gpucloud.queue.locations import open_queue
+from gpucloud.queue.connect import open_queue
 
 from .aws_fixtures import message_counts
 

@@ -172,7 +172,7 @@ def test_a_corrupt_dynamodb_request_is_a_one_line_error(aws_job_plane):
     import boto3
 
     from gpucloud.queue.aws.items import key
-    from gpucloud.queue.locations import open_queue
+    from gpucloud.queue.connect import open_queue
 
     q = open_queue(aws_job_plane["uri"])
     job = running(q)

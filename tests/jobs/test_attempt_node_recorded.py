@@ -10,8 +10,8 @@ from gpucloud.cost.job_cost import job_cost
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.lifecycle.model import JobSpec
+from gpucloud.offline.imds_emulator import ImdsEmulator
 from gpucloud.queue.sqlite import SqliteQueue
-from gpucloud.signals.imds_emulator import ImdsEmulator
 
 from .conftest import Inbox
 

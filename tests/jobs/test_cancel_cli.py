@@ -7,7 +7,7 @@ import json
 import sys
 
 from gpucloud.lifecycle.model import AttemptEnd, AttemptState
-from gpucloud.queue.locations import open_queue
+from gpucloud.queue.connect import open_queue
 
 from .test_cli import one_line_error, run
 

@@ -18,11 +18,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fuzzing import fuzz_settings
+from gpucloud.checkpoint.defaults import default_checkpoint_uri
 from gpucloud.checkpoint.placement import ClusterStorage, refusal, unreadable_reason
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.lifecycle.model import AttemptState, JobState
-from gpucloud.queue.locations import default_checkpoint_uri, open_queue
+from gpucloud.queue.connect import open_queue
 from jobqueue.aws_fixtures import aws_job_plane  # noqa: F401  (fixture)
 
 from .conftest import Inbox, spot_notice, wait_for

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from gpucloud.catalog import hourly_price
+from gpucloud.catalog.pricing import hourly_price
 from gpucloud.queue.sqlite import SqliteQueue
 from jobqueue.test_job_cost_contract import NODE_A, record_interrupted_job
 

@@ -103,7 +103,7 @@ def test_a_missing_workdir_is_named(capsys, tmp_path):
     code, _, err = run(capsys, "submit", "--job-id", "w", "--workdir", str(missing), "--", "true")
     assert code == 2 and f"Directory '{missing}' does not exist" in one_line_error(err)
     # ... and a job whose node-side working directory is missing (recorded by an older submit) is named on the node
-    from gpucloud.queue.locations import open_queue
+    from gpucloud.queue.connect import open_queue
 
     open_queue().submit(JobSpec(command=["true"], workdir=str(missing)), job_id="w")
     run(capsys, "worker", "--no-imds", "--once")

@@ -4,7 +4,7 @@ import pytest
 import torch
 from tests.cli_run import one_line_error, run_cli
 
-from gpucloud.jobs.demo import DemoOptions, training_command
+from gpucloud.offline.demo import DemoOptions, training_command
 
 
 def test_cuda_runs_the_example_with_nccl_and_one_rank_per_gpu(tmp_path):

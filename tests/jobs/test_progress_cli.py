@@ -9,8 +9,8 @@ import re
 import subprocess
 import sys
 
-from gpucloud.jobs.demo import EXAMPLE
-from gpucloud.queue.locations import open_queue
+from gpucloud.offline.demo import EXAMPLE
+from gpucloud.queue.connect import open_queue
 
 from .conftest import wait_for
 from .test_cli import run

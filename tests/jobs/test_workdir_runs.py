@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gpucloud.jobs.code.snapshot import build
 from gpucloud.lifecycle.model import JobSpec
-from gpucloud.queue.locations import open_queue
+from gpucloud.queue.connect import open_queue
 from jobs.test_cli import one_line_error, run
 
 TRAIN = """\

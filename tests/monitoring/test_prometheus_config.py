@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gpucloud.infra import monitoring_plan
+from gpucloud.cluster import monitoring_plan
 from gpucloud.monitoring import StaticTarget, ec2_prometheus_config, render, static_prometheus_config
 from gpucloud.monitoring.names import AGENT_JOB, DCGM_JOB, EXPORTER_PORTS, NODE_JOB
 from gpucloud.monitoring.prometheus_config import meta_tag_label

@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from gpucloud.lifecycle.model import JobSpec
+from gpucloud.offline.imds_emulator import ImdsEmulator
 from gpucloud.queue.sqlite import SqliteQueue
-from gpucloud.signals.imds_emulator import ImdsEmulator
 
 from .dcgm_fixture import NODES, FixtureExporter, recording, served_text
 from .efa_sysfs import EFA_DEVICES, write_efa_sysfs

@@ -6,8 +6,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from gpucloud.offline.imds_emulator import ImdsEmulator
 from gpucloud.signals.imds import ImdsClient
-from gpucloud.signals.imds_emulator import ImdsEmulator
 from gpucloud.signals.poller import ImdsPoller
 
 from .helpers import FakeClock

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from gpucloud.signals.emulator_control import EmulatorControl
+from gpucloud.offline.emulator_control import EmulatorControl
 from gpucloud.signals.imds import ImdsClient
 from gpucloud.signals.poller import ImdsPoller
 

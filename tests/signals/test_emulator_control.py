@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from gpucloud.signals.emulator_control import EmulatorControl, EmulatorControlError
+from gpucloud.offline.emulator_control import EmulatorControl, EmulatorControlError
 from gpucloud.signals.imds import ImdsClient, ImdsUnavailable
 from gpucloud.signals.poller import ImdsPoller
 

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fuzzing import fuzz_settings
-from gpucloud.signals.imds_emulator import ImdsEmulator
+from gpucloud.offline.imds_emulator import ImdsEmulator
 
 NUMBERS = [
     b"1e308",

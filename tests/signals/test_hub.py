@@ -12,9 +12,9 @@ import time
 import pytest
 
 from gpucloud.errors import UserError
+from gpucloud.offline.imds_emulator import ImdsEmulator
 from gpucloud.signals.events import Notice, event_id_for
 from gpucloud.signals.hub import SignalHub
-from gpucloud.signals.imds_emulator import ImdsEmulator
 
 
 def queue_notice(payload: dict) -> Notice:

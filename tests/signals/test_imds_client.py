@@ -9,6 +9,7 @@ import logging
 import pytest
 
 from gpucloud.errors import UserError
+from gpucloud.offline.imds_emulator import ImdsEmulator
 from gpucloud.signals.imds import (
     DEFAULT_ENDPOINT,
     DEFAULT_ENDPOINT_IPV6,
@@ -16,7 +17,6 @@ from gpucloud.signals.imds import (
     ImdsUnavailable,
     resolve_endpoint,
 )
-from gpucloud.signals.imds_emulator import ImdsEmulator
 
 from .helpers import FakeClock
 

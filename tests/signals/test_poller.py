@@ -7,9 +7,9 @@ import time
 
 import pytest
 
+from gpucloud.offline.imds_emulator import ImdsEmulator
 from gpucloud.signals import interpret
 from gpucloud.signals.imds import ImdsClient
-from gpucloud.signals.imds_emulator import ImdsEmulator
 from gpucloud.signals.interpret import InterpretRules
 from gpucloud.signals.poller import ImdsPoller
 

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from fuzzing import fuzz_settings
 from gpucloud.errors import UserError
-from gpucloud.infra.planning import plan_cluster
+from gpucloud.planning.cluster_plan import plan_cluster
 from gpucloud.spec import load_stack_file
 from gpucloud.spec.loading import STACKS_DIR
 

@@ -10,7 +10,7 @@ import dataclasses
 import json
 from typing import Any
 
-from gpucloud.infra.tags import EXPIRES_AT_TAG, KEEP_TAG, STACK_TAG
+from gpucloud.cluster.tags import EXPIRES_AT_TAG, KEEP_TAG, STACK_TAG
 
 AMI = "ami-12c6146b"  # one of moto's built-in AMIs
 ASSUME_EC2 = json.dumps(

@@ -10,7 +10,7 @@ from typing import Any
 import boto3
 from botocore.stub import Stubber
 
-from gpucloud.infra.tags import KEEP_TAG, STACK_TAG
+from gpucloud.cluster.tags import KEEP_TAG, STACK_TAG
 from gpucloud.teardown.delete import Deleter
 from gpucloud.teardown.discover import Discovery
 from gpucloud.teardown.model import Found, kind_from_arn

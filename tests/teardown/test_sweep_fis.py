@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from gpucloud.infra.tags import KEEP_TAG, STACK_TAG
+from gpucloud.cluster.tags import KEEP_TAG, STACK_TAG
 from gpucloud.teardown.plan import Selection
 from gpucloud.teardown.sweep import sweep
 

@@ -9,7 +9,7 @@ import datetime as dt
 import pytest
 from tests.teardown.leaked_stack import AMI, ASSUME_EC2, tags_for
 
-from gpucloud.infra.tags import STACK_TAG
+from gpucloud.cluster.tags import STACK_TAG
 from gpucloud.teardown.model import Found
 from gpucloud.teardown.plan import Selection
 from gpucloud.teardown.sweep import sweep

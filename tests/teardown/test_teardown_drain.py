@@ -12,7 +12,7 @@ from tests.jobqueue.aws_fixtures import aws_job_plane  # noqa: F401  (fixture)
 from tests.teardown.teardown_fakes import SPEC, STACK, SimulatedAgent, running_job
 
 from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobState
-from gpucloud.queue.locations import open_queue
+from gpucloud.queue.connect import open_queue
 from gpucloud.queue.protocol import JobQueue
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.teardown.drain import TEARDOWN_SOURCE, drain

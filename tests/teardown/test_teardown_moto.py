@@ -13,9 +13,9 @@ from tests.cli_run import run_cli
 from tests.jobqueue.aws_fixtures import REGION, aws_job_plane  # noqa: F401  (fixture)
 from tests.teardown.teardown_fakes import SPEC, STACK, FakeStack, SimulatedAgent, running_job
 
+from gpucloud.cluster.tags import STACK_TAG
 from gpucloud.infra import automation
-from gpucloud.infra.tags import STACK_TAG
-from gpucloud.queue.locations import open_queue
+from gpucloud.queue.connect import open_queue
 from gpucloud.teardown.destroy import EXIT_LEFT_OVER
 
 BUCKET = "ckpt-teardown-test"

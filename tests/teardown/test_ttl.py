@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from gpucloud.cli import main
-from gpucloud.infra import tags
-from gpucloud.infra.tags import EXPIRES_AT_TAG, STACK_TAG, expires_at
+from gpucloud.cluster import tags
+from gpucloud.cluster.tags import EXPIRES_AT_TAG, STACK_TAG, expires_at
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = dt.datetime(2026, 11, 24, 8, 0, 0, tzinfo=dt.timezone.utc)

@@ -31,14 +31,13 @@ from typing import Any, Protocol
 
 from gpucloud.agent.asg import AutoScaling, ScaleIn
 from gpucloud.agent.backlog_metric import (
-    IDLE_MINUTES_ENV,
-    SCALE_IN_ENV,
     FallbackDue,
     GroupBacklog,
     put_metric_data_request,
 )
 from gpucloud.agent.budget_gate import AlarmSwitch, BudgetGate, gate_from_env, held
 from gpucloud.agent.scaling import idle_scale_in
+from gpucloud.cluster.agent_contract import BLOCK_ENDING_TAG, IDLE_MINUTES_ENV, SCALE_IN_ENV
 from gpucloud.errors import UserError
 from gpucloud.signals.eventbridge import CAPACITY_BLOCK_ACTION
 from gpucloud.signals.events import Notice, event_id_for
@@ -360,12 +359,6 @@ def wind_down_notice(group: dict[str, Any], instance_id: str, *, now: float, dra
             "reason": f"group {name} was wound down to 0 nodes (min/max/desired 0) while this node was busy",
         },
     )
-
-
-# On a group whose capacity block is ending: "<reservation id> <deadline, epoch seconds>". The group's
-# agents stop taking work until the deadline; after it the tag is stale (the block is over), so a
-# later block in the same group is not stopped by it.
-BLOCK_ENDING_TAG = "gpucloud:block-ending"
 
 
 def block_ending_notice(group: dict[str, Any], instance_id: str, *, now: float) -> Notice | None:

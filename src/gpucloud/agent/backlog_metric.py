@@ -4,7 +4,7 @@ The stack (``infra/scaling.py``) alarms on these names; the node agents send the
 ``put_metric_data_request``. Both import this module, so a renamed metric or dimension cannot
 leave the alarm watching nothing. A group with no node has no publisher: the alarm then reads the
 job queue's own ``AWS/SQS ApproximateNumberOfMessagesVisible`` (one message per unclaimed slot),
-which SQS publishes by itself (see ``infra/scaling_plan.py``).
+which SQS publishes by itself (see ``cluster/scaling_plan.py``).
 
 Per node group and minute, two group-wide counts:
 
@@ -21,7 +21,7 @@ long enough) and the nodes whose agents serve it. Every agent publishes the coun
 group of the cluster (each reads the same job table), so a group at 0 nodes still gets its backlog
 published by the others, and an idle group's datapoints say 0 while another group is busy.
 ``LiveAgents`` (cluster dimension only) tells the wake-up term of the alarms that some agent is up
-and publishing, so the job queue's own metric is not needed then (``infra/scaling_plan.py``).
+and publishing, so the job queue's own metric is not needed then (``cluster/scaling_plan.py``).
 
 Busy agents publish too (at most once a period), not only idle ones: with every node busy, a
 missing ``BusyNodes`` would read as 0 and the alarm would compute ``0 + queued - desired``, a
@@ -47,33 +47,21 @@ import dataclasses
 import datetime as dt
 from typing import Any
 
-NAMESPACE = "gpucloud"
-UNCLAIMED_SLOTS = "UnclaimedSlots"
-BUSY_NODES = "BusyNodes"
-LIVE_AGENTS = "LiveAgents"  # 1 from every running agent: someone publishes the groups' counts
-FALLBACK_DUE_SLOTS = "FallbackDueSlots"  # forecast: slots falling due for a fallback group, by minute
+from gpucloud.cluster.agent_contract import (
+    BUSY_NODES,
+    FALLBACK_DUE_SLOTS,
+    LIVE_AGENTS,
+    NAMESPACE,
+    PERIOD_SECONDS,
+    UNCLAIMED_SLOTS,
+    cluster_dimensions,
+    dimensions,
+)
+
 FORECAST_MINUTES = 15  # each forecast covers this many minutes from its due time (late alarm evaluations)
 MAX_FORECAST_SECONDS = 2 * 3600  # CloudWatch refuses datapoints more than two hours in the future
 MAX_DATUMS = 1000  # PutMetricData: at most 1000 metric datums per request
-CLUSTER_DIMENSION = "ClusterName"
-NODE_GROUP_DIMENSION = "NodeGroup"
-STATISTIC = "Maximum"
-PERIOD_SECONDS = 60  # standard resolution: one datapoint per minute is all the alarm evaluates
 UNIT = "Count"
-
-# Node settings for the agent's own scale-in (written to /etc/gpucloud/node.env by the stack).
-IDLE_MINUTES_ENV = "GPUCLOUD_IDLE_MINUTES"  # terminate this node, decrementing desired, after this idle time
-SCALE_IN_ENV = "GPUCLOUD_SCALE_IN"  # "1": idle agents scale in; "0": the group keeps its size
-
-
-def cluster_dimensions(cluster: str) -> list[dict[str, str]]:
-    """``LiveAgents``' dimension: the cluster alone (any agent of any group counts)."""
-    return [{"Name": CLUSTER_DIMENSION, "Value": cluster}]
-
-
-def dimensions(cluster: str, node_group: str) -> list[dict[str, str]]:
-    """The metric's dimensions, in the ``[{"Name", "Value"}]`` form CloudWatch APIs take."""
-    return [{"Name": CLUSTER_DIMENSION, "Value": cluster}, {"Name": NODE_GROUP_DIMENSION, "Value": node_group}]
 
 
 @dataclasses.dataclass(frozen=True)

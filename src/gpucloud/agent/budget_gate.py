@@ -15,7 +15,7 @@ backlog the alarm reads, ``backlog_metric.py``), so they are where it stops:
 - every agent also reads the gate at its group check (``AsgHooks.group_ending``, every minute,
   running or idle), and publishes no fallback forecast while over budget;
 - the alarm of a one-group cluster also counts the job queue's own visible messages
-  (``infra/scaling_plan.py``), which no agent can zero; so the agent also suspends its group's
+  (``cluster/scaling_plan.py``), which no agent can zero; so the agent also suspends its group's
   ``AlarmNotification`` process (the alarm's scaling policies no longer run; launches that replace
   an interrupted node, the agents' own scale-in and scheduled actions go on:
   https://docs.aws.amazon.com/autoscaling/ec2/userguide/as-suspend-resume-processes.html) and
@@ -37,13 +37,11 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from gpucloud.agent.backlog_metric import GroupBacklog
+from gpucloud.cluster.agent_contract import ACCOUNT_ID_ENV, ALARM_PROCESS, BUDGET_NAME_ENV
 
 log = logging.getLogger("gpucloud.agent")
 
-BUDGET_NAME_ENV = "GPUCLOUD_BUDGET_NAME"  # set by the stack only with onExceeded: stop-scale-out
-ACCOUNT_ID_ENV = "GPUCLOUD_ACCOUNT_ID"  # DescribeBudget takes the account explicitly
 CHECK_SECONDS = 600.0
-ALARM_PROCESS = "AlarmNotification"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +136,7 @@ class AlarmSwitch:
         https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_DescribeAutoScalingGroups.html)."""
         if self.cluster is None:
             return [self.asg_name]
-        from gpucloud.infra.tags import CLUSTER_TAG  # the tag key the stack writes (a pure module)
+        from gpucloud.cluster.tags import CLUSTER_TAG  # the tag key the stack writes (a pure module)
 
         pages = self._client.get_paginator("describe_auto_scaling_groups").paginate(
             Filters=[{"Name": f"tag:{CLUSTER_TAG}", "Values": [self.cluster]}]

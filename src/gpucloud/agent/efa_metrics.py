@@ -20,13 +20,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from gpucloud.agent.metrics import NodeLabels
+from gpucloud.agent.identity import NodeLabels
 
 log = logging.getLogger("gpucloud.agent.efa_metrics")
 

@@ -65,3 +65,24 @@ def discover(imds_endpoint: str | None, *, address: str | None = None, give_up_e
         availability_zone=facts.get("availability_zone"),
         region=facts.get("region"),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeLabels:
+    """The node's labels: on every series (``instance_id``, ``node_group``) and on the info gauge."""
+
+    instance_id: str  # the EC2 instance id; the agent's worker id off EC2
+    node_group: str  # the group the agent serves; "" (no label) off a cluster
+    instance_type: str = ""
+    lifecycle: str = ""  # spot | on-demand
+    worker: str = ""
+
+    @classmethod
+    def of(cls, identity: NodeIdentity, node_group: str | None) -> NodeLabels:
+        return cls(
+            instance_id=identity.instance_id or identity.worker,
+            node_group=node_group or "",
+            instance_type=identity.instance_type or "",
+            lifecycle=identity.lifecycle or "",
+            worker=identity.worker,
+        )

@@ -25,8 +25,7 @@ import os
 from typing import Any
 
 from gpucloud.agent.identity import NodeIdentity
-
-JOB_TAG = "gpucloud:job-id"
+from gpucloud.cluster.agent_contract import JOB_TAG
 
 
 class JobTagger:

@@ -32,15 +32,15 @@ from typing import Any
 
 from gpucloud.agent.asg import InstanceNotInGroup
 from gpucloud.agent.asg_hooks import WIND_DOWN, FleetHooks
-from gpucloud.agent.backlog_metric import PERIOD_SECONDS
 from gpucloud.agent.fleet_view import fleet_state, group_backlog
-from gpucloud.agent.identity import NodeIdentity
+from gpucloud.agent.identity import NodeIdentity, NodeLabels
 from gpucloud.agent.job_tags import JOB_TAG, JobTagger, tagger_for
-from gpucloud.agent.metrics import NodeLabels, NodeMetrics
+from gpucloud.agent.metrics import NodeMetrics
 from gpucloud.agent.node_groups import NodeGroups
 from gpucloud.agent.noncritical import NonCritical
 from gpucloud.agent.table_notices import TableNotices, request_gang_stop
 from gpucloud.agent.torchrun import DEFAULT_PORT, gang_argv
+from gpucloud.cluster.agent_contract import PERIOD_SECONDS
 from gpucloud.errors import UserError
 from gpucloud.jobs.runner import AttemptResult, EventHook, NoticeSource, control_dir_for, run_attempt
 from gpucloud.jobs.supervisor import SupervisorConfig

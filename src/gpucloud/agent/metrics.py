@@ -44,7 +44,7 @@ from gpucloud.signals.events import STOP_KINDS, Notice, NoticeKind
 from gpucloud.training_metrics import SAVE_KINDS, Histogram, Snapshot
 
 if TYPE_CHECKING:
-    from gpucloud.agent.identity import NodeIdentity
+    from gpucloud.agent.identity import NodeIdentity, NodeLabels
     from gpucloud.jobs.runner import AttemptResult
 
 log = logging.getLogger("gpucloud.agent.metrics")
@@ -60,7 +60,7 @@ CLUSTER_ADDRESS = "0.0.0.0"
 NOTICE_TO_COMMIT_BUCKETS = (1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0)
 NOTICE_KINDS: tuple[str, ...] = get_args(NoticeKind)
 # After a notice stopped the agent, /metrics stays up this long (``--metrics-linger``): two scrapes at
-# the monitor's 15 s interval (infra/monitoring_plan.py), so Prometheus sees the notice, the emergency
+# the monitor's 15 s interval (cluster/monitoring_plan.py), so Prometheus sees the notice, the emergency
 # save and notice-to-commit, which all happen in the ~2 s before the agent would otherwise exit.
 DEFAULT_LINGER_SECONDS = 30.0
 _SEEN_NOTICES = 1024  # event ids remembered for deduplication (a hub already deduplicates; this is cheap)
@@ -81,27 +81,6 @@ def default_address(identity: NodeIdentity) -> str:
     """Where /metrics listens unless ``--metrics-address`` says: every interface on an EC2 instance
     (Prometheus on the monitor reaches it over the VPC), loopback off EC2."""
     return CLUSTER_ADDRESS if identity.instance_id else OFFLINE_ADDRESS
-
-
-@dataclasses.dataclass(frozen=True)
-class NodeLabels:
-    """The node's labels: on every series (``instance_id``, ``node_group``) and on the info gauge."""
-
-    instance_id: str  # the EC2 instance id; the agent's worker id off EC2
-    node_group: str  # the group the agent serves; "" (no label) off a cluster
-    instance_type: str = ""
-    lifecycle: str = ""  # spot | on-demand
-    worker: str = ""
-
-    @classmethod
-    def of(cls, identity: NodeIdentity, node_group: str | None) -> NodeLabels:
-        return cls(
-            instance_id=identity.instance_id or identity.worker,
-            node_group=node_group or "",
-            instance_type=identity.instance_type or "",
-            lifecycle=identity.lifecycle or "",
-            worker=identity.worker,
-        )
 
 
 @dataclasses.dataclass

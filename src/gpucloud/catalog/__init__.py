@@ -189,13 +189,6 @@ def save_catalog(catalog: Catalog, path: Path) -> None:
     tmp.replace(path)
 
 
-# re-exported: ``from gpucloud.catalog import hourly_price, Price``; imported here because pricing needs Catalog
-from gpucloud.catalog.pricing import NoPrice as NoPrice  # noqa: E402
-from gpucloud.catalog.pricing import Price as Price  # noqa: E402
-from gpucloud.catalog.pricing import PriceSource as PriceSource  # noqa: E402
-from gpucloud.catalog.pricing import hourly_price as hourly_price  # noqa: E402
-
-
 def get_instance_type(name: str, catalog: Catalog | None = None) -> InstanceType:
     """The catalog entry for ``name``; a UserError listing the known types otherwise."""
     catalog = catalog or load_catalog()

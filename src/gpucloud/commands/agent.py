@@ -176,12 +176,12 @@ def agent(
     under the spot supervisor, repeat. Status changes are printed as they happen (JSON Lines with
     --output json: one status object per change, then the summary)."""
     from gpucloud.agent.asg_hooks import OfflineHooks, hooks_for
-    from gpucloud.agent.identity import discover
+    from gpucloud.agent.identity import NodeLabels, discover
     from gpucloud.agent.loop import Agent, AgentOptions
-    from gpucloud.agent.metrics import NodeLabels, NodeMetrics, default_address, linger_seconds, serve
+    from gpucloud.agent.metrics import NodeMetrics, default_address, linger_seconds, serve
     from gpucloud.agent.node_groups import NodeGroups
     from gpucloud.jobs.node import start_signal_hub
-    from gpucloud.queue.locations import open_queue
+    from gpucloud.queue.connect import open_queue
     from gpucloud.signals.imds import resolve_endpoint
 
     config = supervisor_config(ack_timeout=ack_timeout, stop_margin=stop_margin, kill_after=kill_after, grace=grace)

@@ -24,7 +24,7 @@ def _spot_label(price) -> str:
 
 def _region_rows(data, region: str) -> tuple[list[tuple], dict[str, dict]]:
     """Table rows and JSON entries of ``region``'s prices: each figure with its kind and as-of date."""
-    from gpucloud.catalog import NoPrice, hourly_price
+    from gpucloud.catalog.pricing import NoPrice, hourly_price
 
     def price(name: str, lifecycle: str):
         try:

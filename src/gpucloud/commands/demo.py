@@ -67,7 +67,7 @@ def demo(steps, notice_at_step, step_seconds, seed, poll_interval, workdir, keep
 
     Exits 0 when the weights are bitwise identical and at most one step was lost, 1 otherwise.
     """
-    from gpucloud.jobs.demo import DemoOptions, run_demo
+    from gpucloud.offline.demo import DemoOptions, run_demo
 
     options = DemoOptions(
         steps=steps,
@@ -94,8 +94,8 @@ def _run_with_progress(options):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from gpucloud.jobs.demo import run_demo
     from gpucloud.jobs.node import describe_event
+    from gpucloud.offline.demo import run_demo
 
     console = Console(stderr=True)
     with Progress(

@@ -91,8 +91,8 @@ def drill(stack, stack_file, local, steps, notice_at_step, step_seconds, timeout
     interruption to one node of the drill's own job; with --local, IMDS emulators stand in for FIS.
     The same verdict code judges both.
     """
+    from gpucloud.drill.run import check_steps
     from gpucloud.drill.verdict import verdict_of
-    from gpucloud.jobs.demo import check_steps
     from gpucloud.spec import load_stack_file
     from gpucloud.spec.rules import drillable_groups
 
@@ -115,7 +115,7 @@ def drill(stack, stack_file, local, steps, notice_at_step, step_seconds, timeout
 
     started = time.monotonic()
     if local:
-        from gpucloud.drill.local import LocalDrillOptions, local_drill
+        from gpucloud.offline.local_fleet import LocalDrillOptions, local_drill
 
         options = LocalDrillOptions(
             steps=steps,

@@ -16,7 +16,7 @@ from gpucloud.errors import UserError
 from gpucloud.output import output_option, print_json
 
 if TYPE_CHECKING:  # the module itself is imported only when the command runs
-    from gpucloud.signals.imds_emulator import ImdsEmulator
+    from gpucloud.offline.imds_emulator import ImdsEmulator
 
 
 def _seconds(value: float | None, flag: str) -> float | None:
@@ -194,9 +194,9 @@ def imds_emulator(
     Another process can change the scenario while it runs, e.g.
     `curl -X POST -d '{"after": 5}' $AWS_EC2_METADATA_SERVICE_ENDPOINT/gpucloud/emulator/spot-interruption`
     (see docs/signals.md for the control API), or from Python with
-    gpucloud.signals.emulator_control.EmulatorControl.
+    gpucloud.offline.emulator_control.EmulatorControl.
     """
-    from gpucloud.signals.imds_emulator import ImdsEmulator
+    from gpucloud.offline.imds_emulator import ImdsEmulator
 
     for value, flag in (
         (spot_notice_after, "--spot-notice-after"),

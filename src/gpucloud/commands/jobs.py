@@ -149,8 +149,9 @@ def submit(
     command,
 ) -> None:
     """Queue COMMAND as a training job; `gpucloud worker` runs it under the spot supervisor."""
+    from gpucloud.checkpoint.defaults import checkpoint_uri_to_submit
     from gpucloud.lifecycle.model import spec_from_flags
-    from gpucloud.queue.locations import checkpoint_uri_to_submit, default_queue_uri, open_queue
+    from gpucloud.queue.connect import default_queue_uri, open_queue
 
     if not command:
         raise UserError("missing command after --; e.g. gpucloud submit -- torchrun --nproc-per-node 2 train.py")
@@ -306,7 +307,7 @@ def jobs(queue_uri, states, output) -> None:
     Example: gpucloud jobs --state queued --state running --output json
     """
     from gpucloud.lifecycle.model import JobState
-    from gpucloud.queue.locations import open_queue
+    from gpucloud.queue.connect import open_queue
 
     queue = open_queue(queue_uri)
     found = queue.list_jobs([JobState(s) for s in states] if states else None)
@@ -388,7 +389,7 @@ def cancel(job_id, queue_uri, grace, output) -> None:
     JOB is a job id or a unique `submit --name`.
     """
     from gpucloud.lifecycle.model import CANCEL_GRACE_S, JobState
-    from gpucloud.queue.locations import open_queue
+    from gpucloud.queue.connect import open_queue
     from gpucloud.queue.names import resolve_job
 
     queue = open_queue(queue_uri)
@@ -427,7 +428,7 @@ def show(job_id, queue_uri, output) -> None:
     """
     from gpucloud.cost.job_cost import catalog_prices
     from gpucloud.jobs.report import build_report
-    from gpucloud.queue.locations import open_queue
+    from gpucloud.queue.connect import open_queue
     from gpucloud.queue.names import resolve_job
 
     queue = open_queue(queue_uri)
@@ -485,7 +486,7 @@ def logs(job_id, queue_uri, attempt, follow) -> None:
     import sys
 
     from gpucloud.jobs.logs import show_logs
-    from gpucloud.queue.locations import open_queue
+    from gpucloud.queue.connect import open_queue
     from gpucloud.queue.names import resolve_job
 
     queue = open_queue(queue_uri)
@@ -534,7 +535,7 @@ def resume(job_id, queue_uri, output) -> None:
     train further. JOB is a job id or a unique `submit --name`.
     """
     from gpucloud.lifecycle.model import resume_refusal
-    from gpucloud.queue.locations import open_queue
+    from gpucloud.queue.connect import open_queue
     from gpucloud.queue.names import resolve_job
     from gpucloud.queue.protocol import NotResumable
 
@@ -559,8 +560,8 @@ def resume(job_id, queue_uri, output) -> None:
 
 def _newest_committed(job) -> tuple[int | None, str | None]:
     """(the step the next attempt restores, None) or (None, why it cannot be read from here)."""
+    from gpucloud.checkpoint.defaults import checkpoint_uri_for
     from gpucloud.checkpoint.store import latest_committed
-    from gpucloud.queue.locations import checkpoint_uri_for
 
     try:
         return latest_committed(checkpoint_uri_for(job.spec.checkpoint_uri), job.id), None

@@ -40,7 +40,7 @@ says what closed a record another agent closed (an interruption for a node whose
 def nodes(queue_uri, show_all, stale_after, output) -> None:
     """List the node agents recorded in the queue: state, instance type, life cycle (spot or
     on-demand) and the job, attempt and slot each one holds."""
-    from gpucloud.queue.locations import open_queue
+    from gpucloud.queue.connect import open_queue
 
     queue = open_queue(queue_uri)
     try:

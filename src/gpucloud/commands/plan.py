@@ -49,9 +49,9 @@ def plan(stack: str | None, stack_file: Path | None, catalog_file: Path | None, 
     warnings = _stack_warnings(spec)
 
     _require_deploy_extra()
+    from gpucloud.cluster.tags import recorded_expires_at
     from gpucloud.infra.budget import budget_json, budget_summary
     from gpucloud.infra.preview import preview_stack
-    from gpucloud.infra.tags import recorded_expires_at
     from gpucloud.policy.runner import run_policies
 
     source = {
@@ -244,7 +244,7 @@ def _print_emergency_save(plans: list[Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from gpucloud.infra.emergency_save import NOTICE_LEAD_SECONDS, STOP_MARGIN_SECONDS, budget_seconds
+    from gpucloud.cluster.emergency_save import NOTICE_LEAD_SECONDS, STOP_MARGIN_SECONDS, budget_seconds
 
     table = Table(
         title=f"Emergency save: largest checkpoint committed within the {NOTICE_LEAD_SECONDS:g} s notice "

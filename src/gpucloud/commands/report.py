@@ -60,7 +60,7 @@ def report(queue_uri, since, output, out_path, prometheus_url) -> None:
     """The training-efficiency report over a window: what each job cost, and how much was wasted."""
     from gpucloud.cost import report as model
     from gpucloud.cost.report_sources import job_cost_function, parse_since, read_histories, read_utilisation
-    from gpucloud.queue.locations import open_queue
+    from gpucloud.queue.connect import open_queue
 
     now = time.time()
     start = parse_since(since, now=now)

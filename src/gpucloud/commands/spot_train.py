@@ -181,10 +181,11 @@ def spot_train(
     A command that ignores the training API still gets SIGTERM (then SIGKILL) before the deadline.
     Crashes are retried here from the last committed checkpoint until --max-attempts attempts crashed.
     """
+    from gpucloud.checkpoint.defaults import checkpoint_uri_to_submit
     from gpucloud.jobs.node import start_signal_hub
     from gpucloud.jobs.runner import supervise_job
     from gpucloud.lifecycle.model import spec_from_flags
-    from gpucloud.queue.locations import checkpoint_uri_to_submit, default_queue_uri, open_queue
+    from gpucloud.queue.connect import default_queue_uri, open_queue
     from gpucloud.signals.imds import resolve_endpoint
 
     config = supervisor_config(ack_timeout=ack_timeout, stop_margin=stop_margin, kill_after=kill_after, grace=grace)

@@ -153,7 +153,7 @@ class _Aws:
 
 
 def _open_drain_queue(queue_uri: str | None, outputs: dict[str, Any], aws: _Aws):
-    from gpucloud.queue.locations import open_queue
+    from gpucloud.queue.connect import open_queue
     from gpucloud.teardown.destroy import queue_uri_from_outputs
 
     uri = queue_uri or queue_uri_from_outputs(outputs, aws.region)
@@ -204,7 +204,7 @@ class _OwnQueue:
 
     def get(self):
         if self._queue is None:
-            from gpucloud.queue.locations import open_queue
+            from gpucloud.queue.connect import open_queue
             from gpucloud.teardown.destroy import queue_uri_from_outputs
 
             uri = queue_uri_from_outputs(self._outputs, self._aws.region)

@@ -60,7 +60,7 @@ def worker(
     from gpucloud.commands.spot_train import node_placement
     from gpucloud.jobs.node import start_signal_hub
     from gpucloud.jobs.runner import claim_single_node_job, default_worker_id, supervise_job
-    from gpucloud.queue.locations import open_queue
+    from gpucloud.queue.connect import open_queue
     from gpucloud.signals.imds import resolve_endpoint
 
     config = supervisor_config(ack_timeout=ack_timeout, stop_margin=stop_margin, kill_after=kill_after, grace=grace)

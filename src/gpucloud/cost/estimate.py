@@ -3,11 +3,11 @@
 Pure: the stack spec and the catalog in, one ``GroupEstimate`` per node group out. Every input the
 model needs comes from what ``gpucloud plan`` already computes, so the two never disagree:
 
-* the save time ``C``: the emergency-save model (``infra/emergency_save.py`` through
+* the save time ``C``: the emergency-save model (``cluster/emergency_save.py`` through
   ``infra/planning.plan_emergency_save``) for the group's fastest durable tier, the whole checkpoint
   written by all ``maxNodes`` nodes at once; whether it fits in the notice comes from there too;
 * the price: the group's hourly price as ``plan`` shows it ("as configured": spot groups pay spot for
-  their spot nodes and on-demand for ``onDemandBase``; other capacity types as ``infra/cost.py`` says),
+  their spot nodes and on-demand for ``onDemandBase``; other capacity types as ``cluster/hourly_cost.py`` says),
   at ``maxNodes``;
 * the interruption rate: ``--interruptions-per-hour``, else a default per capacity type (below).
 
@@ -23,11 +23,11 @@ from collections.abc import Iterable
 
 from gpucloud.catalog import Catalog
 from gpucloud.checkpoint.policy import SavePolicy
+from gpucloud.cluster.emergency_save import SaveEstimate
+from gpucloud.cluster.hourly_cost import GroupCost
 from gpucloud.cost.goodput import JobModel, Rates, StrategyEstimate, notice_driven, periodic_only
 from gpucloud.errors import UserError
-from gpucloud.infra.cost import GroupCost
-from gpucloud.infra.emergency_save import SaveEstimate
-from gpucloud.infra.planning import GroupPlan, plan_cluster, plan_emergency_save
+from gpucloud.planning.cluster_plan import GroupPlan, plan_cluster, plan_emergency_save
 from gpucloud.spec.model import ClusterSpec
 
 # Spot interruptions of a job per hour when none is given [assumption]. AWS publishes no per-hour

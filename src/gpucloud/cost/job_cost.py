@@ -422,7 +422,7 @@ class CatalogPrices:
     def __call__(
         self, instance_type: str, region: str, lifecycle: str, az: str | None = None, at: float | None = None
     ) -> PriceLike:
-        from gpucloud.catalog import hourly_price
+        from gpucloud.catalog.pricing import hourly_price
 
         return hourly_price(instance_type, region, lifecycle, az=az, at=_utc(at), catalog=self.catalog)
 

@@ -44,12 +44,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gpucloud.cluster.drill_contract import STACK_OUTPUT
 from gpucloud.drill import fis as fis_calls
-from gpucloud.drill.contract import STACK_OUTPUT
-from gpucloud.drill.local import DrillAborted
-from gpucloud.drill.run import DrillRun
+from gpucloud.drill.run import EXAMPLE, DrillAborted, DrillRun, check_steps
 from gpucloud.errors import UserError, error_line
-from gpucloud.jobs.demo import check_steps
 from gpucloud.lifecycle.model import CodeRef, Job, JobSpec, JobState, spec_from_flags
 from gpucloud.queue.aws.uri import AwsQueueAddress, parse_aws_uri
 from gpucloud.queue.gang import GangQueue
@@ -160,15 +158,13 @@ def drill_spec(job: DrillJob, *, bucket: str | None, queue_uri: str) -> JobSpec:
         command = list(job.command)
         code = ship(job.workdir, bucket=bucket, queue_uri=queue_uri) if job.workdir is not None else None
     else:
-        from gpucloud.jobs.demo import EXAMPLE
-
         if not EXAMPLE.exists():
             raise UserError(f"the drill ships the example {EXAMPLE}; run gpucloud drill from a source checkout")
         with tempfile.TemporaryDirectory(prefix="gpucloud-drill-code-") as tree:
             shutil.copyfile(EXAMPLE, Path(tree) / EXAMPLE.name)
             code = ship(Path(tree), bucket=bucket, queue_uri=queue_uri)
         command = example_command(job)
-    # No checkpoint URI: each node resolves the cluster's bucket itself (queue/locations.py).
+    # No checkpoint URI: each node resolves the cluster's bucket itself (queue/connect.py).
     return spec_from_flags(
         command=command,
         name=JOB_NAME,
@@ -263,7 +259,7 @@ def run_on_cluster(
     poll_interval_s: float = 5.0,
 ) -> DrillRun:
     """Run the drill on the stack's cluster (see the module's docstring)."""
-    from gpucloud.queue.locations import open_queue
+    from gpucloud.queue.connect import open_queue
 
     job.validate()
     cluster = read_outputs(stack, outputs, region)

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpucloud.drill.contract import LEAD_PARAMETER, SPOT_ACTION_ID, TARGET_TAG, TARGET_VALUE
+from gpucloud.cluster.drill_contract import LEAD_PARAMETER, SPOT_ACTION_ID, TARGET_TAG, TARGET_VALUE
 from gpucloud.errors import UserError, error_line
 
 DEFAULT_LEAD_SECONDS = 120.0  # a real spot reclaim's two minutes, and the action's documented default

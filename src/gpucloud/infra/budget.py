@@ -36,11 +36,11 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from gpucloud.agent.budget_gate import ACCOUNT_ID_ENV, ALARM_PROCESS, BUDGET_NAME_ENV
+from gpucloud.cluster.agent_contract import ACCOUNT_ID_ENV, ALARM_PROCESS, BUDGET_NAME_ENV
+from gpucloud.cluster.tags import STACK_TAG, Tagging
 from gpucloud.infra import budget_stop_lambda as stop_lambda
 from gpucloud.infra.iam import GroupScope
 from gpucloud.infra.monitoring_iam import publisher_key_policy_document
-from gpucloud.infra.tags import STACK_TAG, Tagging
 from gpucloud.spec.model import Budget
 
 BUDGETS_PRINCIPAL = "budgets.amazonaws.com"

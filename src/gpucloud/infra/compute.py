@@ -21,8 +21,9 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_aws as aws
 
-from gpucloud.infra.efa_layout import NicPlan
-from gpucloud.infra.instance_mix import TemplatePlan
+from gpucloud.cluster.efa_layout import NicPlan
+from gpucloud.cluster.scaling_plan import QueueTerm, default_lead_minutes
+from gpucloud.cluster.tags import NODE_GROUP_TAG, Tagging
 from gpucloud.infra.scaling import (
     GROUP_METRICS,
     BacklogScaling,
@@ -30,8 +31,7 @@ from gpucloud.infra.scaling import (
     CapacityBlockWindDown,
     CapacityBlockWindDownArgs,
 )
-from gpucloud.infra.scaling_plan import QueueTerm, default_lead_minutes
-from gpucloud.infra.tags import NODE_GROUP_TAG, Tagging
+from gpucloud.planning.instance_mix import TemplatePlan
 from gpucloud.spec.model import NodeGroup as NodeGroupSpec
 
 DRAIN_HOOK = "gpucloud-drain"  # the agent completes this lifecycle action once the job is saved
@@ -70,7 +70,7 @@ class NodeGroupArgs:
     tagging: Tagging
     group: NodeGroupSpec
     # one launch template per distinct interface layout of the group's instance types; the first
-    # holds the primary type (``infra/instance_mix.py``)
+    # holds the primary type (``planning/instance_mix.py``)
     templates: Sequence[TemplatePlan]
     placement_group: bool
     subnet_ids: pulumi.Input[Sequence[str]]

@@ -39,8 +39,8 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from gpucloud.drill.contract import LEAD_PARAMETER, SPOT_ACTION_ID, TARGET_TAG, TARGET_VALUE
-from gpucloud.infra.tags import CLUSTER_TAG, Tagging
+from gpucloud.cluster.drill_contract import LEAD_PARAMETER, SPOT_ACTION_ID, TARGET_TAG, TARGET_VALUE
+from gpucloud.cluster.tags import CLUSTER_TAG, Tagging
 
 ACTION_NAME = "interrupt-one-spot-node"
 ACTION_TARGET_KEY = "SpotInstances"  # the action's name for its target (actions reference)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from gpucloud.infra.tags import Tagging, expires_at
+from gpucloud.cluster.tags import Tagging, expires_at
 
 
 def parameter_name(stack: str, ttl_hours: float) -> str:

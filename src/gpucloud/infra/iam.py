@@ -16,10 +16,9 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from gpucloud.agent.asg_hooks import BLOCK_ENDING_TAG
-from gpucloud.agent.backlog_metric import NAMESPACE as METRIC_NAMESPACE
-from gpucloud.agent.job_tags import JOB_TAG
-from gpucloud.infra.tags import CLUSTER_TAG, STACK_TAG, Tagging
+from gpucloud.cluster.agent_contract import BLOCK_ENDING_TAG, JOB_TAG
+from gpucloud.cluster.agent_contract import NAMESPACE as METRIC_NAMESPACE
+from gpucloud.cluster.tags import CLUSTER_TAG, STACK_TAG, Tagging
 
 SSM_CORE_POLICY = "policy/AmazonSSMManagedInstanceCore"
 

@@ -19,6 +19,7 @@ import pulumi
 import pulumi_aws as aws
 
 from gpucloud.catalog import Catalog, get_instance_type
+from gpucloud.cluster.tags import Tagging
 from gpucloud.errors import UserError
 from gpucloud.image.matrix import VersionMatrix
 from gpucloud.image.render import (
@@ -29,7 +30,6 @@ from gpucloud.image.render import (
     wheel_parameters,
 )
 from gpucloud.image.rules import check_matrix, failed
-from gpucloud.infra.tags import Tagging
 
 # AWS managed policies Image Builder documents for its build instances (AWSTOE needs SSM to run).
 BUILDER_MANAGED_POLICIES = ("policy/EC2InstanceProfileForImageBuilder", "policy/AmazonSSMManagedInstanceCore")

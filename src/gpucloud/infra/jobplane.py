@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_aws as aws
 
-from gpucloud.infra.tags import Tagging
+from gpucloud.cluster.tags import Tagging
 from gpucloud.queue.aws import schema as aws_schema
 from gpucloud.signals.eventbridge import CAPACITY_BLOCK_WARNINGS
 

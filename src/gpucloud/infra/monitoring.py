@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 
 import pulumi
 
-from gpucloud.infra.monitoring_plan import AGENT_METRICS_PORT, cluster_series
-from gpucloud.infra.planning import ClusterPlan
-from gpucloud.infra.tags import Tagging
+from gpucloud.cluster.monitoring_plan import AGENT_METRICS_PORT, cluster_series
+from gpucloud.cluster.tags import Tagging
+from gpucloud.planning.cluster_plan import ClusterPlan
 from gpucloud.queue.aws.uri import AwsQueueAddress
 from gpucloud.spec.model import ClusterSpec
 

@@ -18,12 +18,12 @@ from collections.abc import Callable, Mapping, Sequence
 import pulumi
 import pulumi_aws as aws
 
+from gpucloud.cluster.tags import Tagging
 from gpucloud.infra.monitoring_iam import (
     alert_topic_policy_document,
     publisher_key_policy_document,
     remote_write_policy_document,
 )
-from gpucloud.infra.tags import Tagging
 
 RenderFiles = Callable[[str, str], Mapping[str, str]]  # (topic ARN, remote-write URL) -> {path: text}
 

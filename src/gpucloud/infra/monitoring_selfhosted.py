@@ -25,11 +25,11 @@ from pathlib import Path
 import pulumi
 import pulumi_aws as aws
 
+from gpucloud.cluster.monitoring_plan import ROOT_VOLUME_GIB, data_volume_gib, retention_size_gib
+from gpucloud.cluster.tags import Tagging
 from gpucloud.infra.iam import SSM_CORE_POLICY
 from gpucloud.infra.monitoring_iam import monitor_policy_document
-from gpucloud.infra.monitoring_plan import ROOT_VOLUME_GIB, data_volume_gib, retention_size_gib
 from gpucloud.infra.security import allow_scrapes
-from gpucloud.infra.tags import Tagging
 from gpucloud.infra.userdata import user_data_output
 from gpucloud.spec.model import S3Object
 

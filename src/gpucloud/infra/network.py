@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_aws as aws
 
-from gpucloud.infra.addressing import plan_subnets
+from gpucloud.cluster.addressing import plan_subnets
+from gpucloud.cluster.tags import Tagging
 from gpucloud.infra.security import patient_delete
-from gpucloud.infra.tags import Tagging
 
 # Every AWS API a node calls must be reachable when the VPC has no route to the internet
 # (egress: endpoints). tests/infra/test_endpoints.py finds the runtime's boto3 clients and checks

@@ -21,11 +21,11 @@ from pulumi.runtime import MockCallArgs, MockResourceArgs, Mocks, set_all_config
 from pulumi.runtime.mocks import MockMonitor
 
 from gpucloud.catalog import Catalog
-from gpucloud.infra.cost import CostEstimate, RootVolumes, infrastructure_cost, infrastructure_prices
-from gpucloud.infra.efa_layout import EfaLayoutSummary
-from gpucloud.infra.instance_mix import group_zone_indices, plan_instance_mix
-from gpucloud.infra.monitoring_plan import MonitorCost, cluster_series, monitor_cost
-from gpucloud.infra.planning import EmergencySavePlan, GroupPlan
+from gpucloud.cluster.efa_layout import EfaLayoutSummary
+from gpucloud.cluster.hourly_cost import CostEstimate, RootVolumes, infrastructure_cost, infrastructure_prices
+from gpucloud.cluster.monitoring_plan import MonitorCost, cluster_series, monitor_cost
+from gpucloud.planning.cluster_plan import EmergencySavePlan, GroupPlan
+from gpucloud.planning.instance_mix import group_zone_indices, plan_instance_mix
 from gpucloud.spec.model import ClusterSpec
 
 PROJECT = "gpucloud"

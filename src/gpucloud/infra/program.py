@@ -13,25 +13,25 @@ from typing import TYPE_CHECKING
 import pulumi
 import pulumi_aws as aws
 
-from gpucloud.agent import backlog_metric
 from gpucloud.catalog import Catalog
-from gpucloud.drill.contract import STACK_OUTPUT as DRILL_OUTPUT
+from gpucloud.cluster import agent_contract
+from gpucloud.cluster.drill_contract import STACK_OUTPUT as DRILL_OUTPUT
+from gpucloud.cluster.scaling_plan import QueueTerm, queue_terms
+from gpucloud.cluster.tags import Tagging
 from gpucloud.infra.ami import resolve_image
 from gpucloud.infra.budget import BudgetNodeAccess, ClusterBudget, ClusterBudgetArgs, budget_node_settings
 from gpucloud.infra.compute import DRAIN_HOOK, NodeGroup, NodeGroupArgs
 from gpucloud.infra.drill import SpotDrill, SpotDrillArgs
 from gpucloud.infra.expiry import stack_expiry
 from gpucloud.infra.iam import NodeAccessPolicy, NodeAccessPolicyArgs, NodeIdentity, NodeIdentityArgs
-from gpucloud.infra.instance_mix import group_zone_indices, plan_instance_mix, plan_templates
 from gpucloud.infra.jobplane import InterruptionEvents, InterruptionEventsArgs, JobPlane, JobPlaneArgs
 from gpucloud.infra.monitoring import MonitoringArgs, Render, build_monitoring
 from gpucloud.infra.network import ClusterNetwork, ClusterNetworkArgs
-from gpucloud.infra.planning import ClusterPlan, plan_cluster
-from gpucloud.infra.scaling_plan import QueueTerm, queue_terms
 from gpucloud.infra.security import ClusterSecurity, ClusterSecurityArgs
 from gpucloud.infra.storage import CheckpointStore, CheckpointStoreArgs, SharedFilesystem, SharedFilesystemArgs
-from gpucloud.infra.tags import Tagging
 from gpucloud.infra.userdata import user_data_output
+from gpucloud.planning.cluster_plan import ClusterPlan, plan_cluster
+from gpucloud.planning.instance_mix import group_zone_indices, plan_instance_mix, plan_templates
 from gpucloud.spec.model import ClusterSpec
 
 if TYPE_CHECKING:
@@ -76,9 +76,9 @@ class ClusterOutputs:
         pulumi.export(
             "backlogMetric",
             {
-                "namespace": backlog_metric.NAMESPACE,
-                "metrics": [backlog_metric.UNCLAIMED_SLOTS, backlog_metric.BUSY_NODES],
-                "dimensions": [backlog_metric.CLUSTER_DIMENSION, backlog_metric.NODE_GROUP_DIMENSION],
+                "namespace": agent_contract.NAMESPACE,
+                "metrics": [agent_contract.UNCLAIMED_SLOTS, agent_contract.BUSY_NODES],
+                "dimensions": [agent_contract.CLUSTER_DIMENSION, agent_contract.NODE_GROUP_DIMENSION],
             },
         )
         if self.capacity_block_scale_down:
@@ -256,8 +256,8 @@ def build_cluster(
             "GPUCLOUD_SCRATCH_PATH": spec.storage.scratch_path,
             # empty: the AMI brings gpucloud (the validators require a package on a DLAMI)
             "GPUCLOUD_PACKAGE": spec.agent.package or "",
-            backlog_metric.SCALE_IN_ENV: "1" if gp.group.scaling.enabled else "0",
-            backlog_metric.IDLE_MINUTES_ENV: str(gp.group.scaling.idle_minutes),
+            agent_contract.SCALE_IN_ENV: "1" if gp.group.scaling.enabled else "0",
+            agent_contract.IDLE_MINUTES_ENV: str(gp.group.scaling.idle_minutes),
             **monitoring.node_settings,  # which exporters the node starts, and where managed nodes write
             **budget_node_settings(stack_name, budget_ids[1], spec.budget),
         }

@@ -22,10 +22,10 @@ import datetime as dt
 import pulumi
 import pulumi_aws as aws
 
-from gpucloud.agent import backlog_metric as metric
-from gpucloud.infra import scaling_plan as plan
-from gpucloud.infra.scaling_plan import QueueTerm, scale_out_steps, schedule_timestamp, wind_down_time
-from gpucloud.infra.tags import Tagging
+from gpucloud.cluster import agent_contract as metric
+from gpucloud.cluster import scaling_plan as plan
+from gpucloud.cluster.scaling_plan import QueueTerm, scale_out_steps, schedule_timestamp, wind_down_time
+from gpucloud.cluster.tags import Tagging
 
 # The ASG's own group metrics the alarm reads (collected at 1-minute granularity, free of charge);
 # the others are for operators' dashboards.

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_aws as aws
 
-from gpucloud.infra.monitoring_plan import AGENT_METRICS_PORT, DCGM_EXPORTER_PORT, NODE_EXPORTER_PORT
-from gpucloud.infra.tags import Tagging
+from gpucloud.cluster.monitoring_plan import AGENT_METRICS_PORT, DCGM_EXPORTER_PORT, NODE_EXPORTER_PORT
+from gpucloud.cluster.tags import Tagging
 
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
 # How long a destroy retries deleting a security group or subnet that interfaces still use: those of

@@ -18,8 +18,8 @@ import dataclasses
 import pulumi
 import pulumi_aws as aws
 
+from gpucloud.cluster.tags import Tagging
 from gpucloud.infra.fsx_export import export_hook
-from gpucloud.infra.tags import Tagging
 from gpucloud.spec.model import CheckpointBucket as BucketSettings
 from gpucloud.spec.model import Fsx as FsxSettings
 

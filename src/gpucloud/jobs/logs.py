@@ -45,7 +45,7 @@ _TIME_PREFIX = re.compile(r"^\[\d\d:\d\d:\d\d\] ")
 
 
 def logs_root() -> Path:
-    from gpucloud.queue.locations import gpucloud_home
+    from gpucloud.home import gpucloud_home
 
     return gpucloud_home() / "logs"
 

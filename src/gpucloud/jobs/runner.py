@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpucloud import control, jobenv
+from gpucloud.checkpoint.defaults import checkpoint_uri_for
 from gpucloud.errors import UserError
+from gpucloud.home import gpucloud_home
 from gpucloud.jobs.code.attempt import CodeNotReady, lease_kept, node_cache_dir
 from gpucloud.jobs.code.attempt import prepare as prepare_code
 from gpucloud.jobs.logs import AttemptLog, open_attempt_log
@@ -46,7 +48,6 @@ from gpucloud.jobs.supervisor import (
     tighten,
 )
 from gpucloud.lifecycle.model import RESUMABLE, AttemptEnd, AttemptState, Job, JobState, is_cancel
-from gpucloud.queue.locations import checkpoint_uri_for, run_dir
 from gpucloud.queue.protocol import JobQueue, Transition
 from gpucloud.signals.events import Notice
 
@@ -171,7 +172,7 @@ def run_attempt(
 def control_dir_for(job_id: str, attempt: int, run_root: Path | None = None) -> Path:
     """Where attempt ``attempt`` of ``job_id`` keeps its control files on this node (the agent's
     exporter reads the session's ``progress`` there)."""
-    return (run_root / job_id / f"attempt-{attempt}" if run_root else run_dir(job_id, attempt)) / "control"
+    return (run_root or gpucloud_home() / "run") / job_id / f"attempt-{attempt}" / "control"
 
 
 def _run_logged(

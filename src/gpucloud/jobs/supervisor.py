@@ -22,6 +22,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from gpucloud.cluster.emergency_save import STOP_MARGIN_SECONDS
 from gpucloud.jobenv import EXIT_OK, EXIT_REQUEUED
 from gpucloud.lifecycle.model import AttemptState, Event
 from gpucloud.signals.events import Notice
@@ -31,7 +32,7 @@ from gpucloud.signals.events import Notice
 class SupervisorConfig:
     tick: float = 0.05  # how often the supervisor looks at control files and the process group
     ack_timeout: float = 30.0  # longest wait for the session's ack; never past the deadline
-    stop_margin: float = 5.0  # the commit must land this long before the notice deadline
+    stop_margin: float = STOP_MARGIN_SECONDS  # the commit must land this long before the notice deadline
     exit_grace: float = 10.0  # after the commit, time for the ranks to exit 75 by themselves
     kill_after: float = 10.0  # SIGTERM -> SIGKILL escalation
     lease_seconds: float = 60.0  # worker lease on the job; renewed every lease_seconds / 4

@@ -8,7 +8,7 @@ metrics").
 
 from __future__ import annotations
 
-from gpucloud.infra.monitoring_plan import AGENT_METRICS_PORT, DCGM_EXPORTER_PORT, NODE_EXPORTER_PORT
+from gpucloud.cluster.monitoring_plan import AGENT_METRICS_PORT, DCGM_EXPORTER_PORT, NODE_EXPORTER_PORT
 
 # Labels every node series carries (set by service discovery's relabelling, or by static_configs offline).
 INSTANCE_ID = "instance_id"
@@ -19,7 +19,7 @@ DCGM_JOB = "dcgm-exporter"
 NODE_JOB = "node-exporter"
 AGENT_JOB = "gpucloud-agent"
 # The ports the monitor's security group opens and the bootstrap starts the exporters on: one definition
-# (infra/monitoring_plan.py; the agent's is `gpucloud agent --metrics-port`'s default).
+# (cluster/monitoring_plan.py; the agent's is `gpucloud agent --metrics-port`'s default).
 EXPORTER_PORTS: dict[str, int] = {
     DCGM_JOB: DCGM_EXPORTER_PORT,
     NODE_JOB: NODE_EXPORTER_PORT,

@@ -31,7 +31,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from gpucloud.infra.tags import CLUSTER_TAG, NODE_GROUP_TAG
+from gpucloud.cluster.tags import CLUSTER_TAG, NODE_GROUP_TAG
 from gpucloud.monitoring.names import (
     AGENT_JOB,
     ALERTMANAGER_ADDRESS,

@@ -21,7 +21,7 @@ from gpucloud.policy import resource_types as rt
 from gpucloud.policy.props import as_mappings, is_true
 
 STACK_TAG = "gpucloud:stack"
-EXPIRES_AT_TAG = "gpucloud:expires-at"  # gpucloud:ttlHours (infra/tags.py)
+EXPIRES_AT_TAG = "gpucloud:expires-at"  # gpucloud:ttlHours (cluster/tags.py)
 _TOKEN = re.compile(r"^aws:(?P<module>[A-Za-z0-9]+)(?:/[A-Za-z0-9]+)?:(?P<cls>[A-Za-z0-9]+)$")
 _URN_STACK = re.compile(r"^urn:pulumi:(?P<stack>[^:]+)::")
 

@@ -4,5 +4,5 @@
   in ``tests/jobqueue`` runs against each).
 - ``sqlite``: the embedded backend, one SQLite file; ``aws``: SQS slot messages + a DynamoDB table.
 - ``gang``: the gang-slot decisions, once for every backend.
-- ``locations``: the embedded defaults, and how a queue URI becomes a queue.
+- ``connect``: the default queue, and how a queue URI becomes a queue.
 """

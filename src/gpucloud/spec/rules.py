@@ -17,12 +17,12 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from gpucloud.catalog import Catalog, InstanceType
-from gpucloud.infra.addressing import MAX_ZONES
-from gpucloud.infra.cost import GroupSizing, estimate_cost
-from gpucloud.infra.efa_layout import EFA_ONLY_FAMILIES, efa_only_documented
-from gpucloud.infra.monitoring_plan import monitor_instance_types
-from gpucloud.infra.scaling_plan import default_lead_minutes, minimum_lead_minutes, wind_down_time
-from gpucloud.infra.tags import MAX_RESOURCE_TAGS, OWN_TAGS_MAX
+from gpucloud.cluster.addressing import MAX_ZONES
+from gpucloud.cluster.efa_layout import EFA_ONLY_FAMILIES, efa_only_documented
+from gpucloud.cluster.hourly_cost import GroupSizing, estimate_cost
+from gpucloud.cluster.monitoring_plan import monitor_instance_types
+from gpucloud.cluster.scaling_plan import default_lead_minutes, minimum_lead_minutes, wind_down_time
+from gpucloud.cluster.tags import MAX_RESOURCE_TAGS, OWN_TAGS_MAX
 from gpucloud.spec.decisions import efa_enabled, uses_placement_group
 from gpucloud.spec.model import RESERVED_CAPACITY, ClusterSpec, NodeGroup, S3Object
 from gpucloud.spec.problems import Problem, key_path
@@ -288,7 +288,7 @@ def efa_supported(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
 
 
 def efa_only_layout_documented(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    """EFA-only interfaces only where the EC2 guide documents them (``infra/efa_layout.py``)."""
+    """EFA-only interfaces only where the EC2 guide documents them (``cluster/efa_layout.py``)."""
     for i, group, itype in _groups(spec, catalog):
         if group.efa.layout == "efa-only" and efa_enabled(group, itype) and not efa_only_documented(itype):
             families = ", ".join(sorted(EFA_ONLY_FAMILIES))

@@ -14,7 +14,7 @@ import datetime as dt
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from gpucloud.infra.tags import STACK_TAG
+from gpucloud.cluster.tags import STACK_TAG
 from gpucloud.teardown.model import Found, kind_from_arn
 
 # EC2 states after which a resource is gone (it only lingers in Describe* for a while)

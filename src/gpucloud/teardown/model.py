@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from gpucloud.infra.tags import EXPIRES_AT_TAG, KEEP_TAG, STACK_TAG
+from gpucloud.cluster.tags import EXPIRES_AT_TAG, KEEP_TAG, STACK_TAG
 
 # Resource kinds sweep knows how to delete, in the order it deletes them: what uses a thing goes
 # before the thing (instances before their subnets, NAT gateways before their addresses, the VPC

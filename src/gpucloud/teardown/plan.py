@@ -14,8 +14,8 @@ import datetime as dt
 import re
 from collections.abc import Iterable
 
+from gpucloud.cluster.tags import EXPIRES_AT_TAG, STACK_TAG
 from gpucloud.errors import UserError
-from gpucloud.infra.tags import EXPIRES_AT_TAG, STACK_TAG
 from gpucloud.teardown.model import DELETE_ORDER, Found, keep_tag
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")

@@ -72,7 +72,7 @@ def lease_kept(renew: Callable[[], object], every: float) -> Iterator[None]:
 def node_cache_dir(run_root: Path | None) -> Path:
     """This node's cache of snapshots and envs, beside its run directory (``/var/lib/gpucloud/cache``
     for the agent on a cluster node; ``$GPUCLOUD_HOME/cache`` by default)."""
-    from gpucloud.queue.locations import gpucloud_home
+    from gpucloud.home import gpucloud_home
 
     return (run_root.parent if run_root is not None else gpucloud_home()) / "cache"
 

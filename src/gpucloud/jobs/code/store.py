@@ -34,7 +34,7 @@ class CodeUnavailable(Exception):
 
 
 def local_code_dir() -> Path:
-    from gpucloud.queue.locations import gpucloud_home
+    from gpucloud.home import gpucloud_home
 
     return gpucloud_home() / CODE_PREFIX
 

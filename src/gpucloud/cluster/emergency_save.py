@@ -16,8 +16,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from gpucloud.jobs.supervisor import SupervisorConfig
-
 GB = 10**9
 GIB = 2**30
 TIB = 2**40
@@ -26,8 +24,9 @@ MB = 10**6
 # A spot interruption notice comes two minutes before EC2 stops or terminates the instance.
 # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html
 NOTICE_LEAD_SECONDS = 120.0
-# The supervisor wants the commit this long before the notice deadline (spot-train --stop-margin).
-STOP_MARGIN_SECONDS: float = SupervisorConfig.stop_margin
+# The supervisor wants the commit this long before the notice deadline: the default of
+# spot-train --stop-margin (jobs/supervisor.py reads it from here).
+STOP_MARGIN_SECONDS = 5.0
 # spot-train polls IMDS once a second by default (--poll-interval): the notice is seen up to 1 s late.
 DETECT_SECONDS = 1.0
 # Manifest, then LATEST: a handful of small requests after the data is in. [estimate]

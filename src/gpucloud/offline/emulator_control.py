@@ -8,8 +8,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from gpucloud.offline.imds_emulator import CONTROL_PREFIX
 from gpucloud.signals.imds import resolve_endpoint
-from gpucloud.signals.imds_emulator import CONTROL_PREFIX
 
 
 class EmulatorControlError(RuntimeError):

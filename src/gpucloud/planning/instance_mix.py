@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from gpucloud.catalog import Catalog, load_catalog
 from gpucloud.catalog import InstanceType as CatalogType
-from gpucloud.infra.efa_layout import EfaLayoutSummary, NicPlan, plan_network_interfaces, summarize
+from gpucloud.cluster.efa_layout import EfaLayoutSummary, NicPlan, plan_network_interfaces, summarize
 from gpucloud.spec.model import ClusterSpec, NodeGroup
 
 

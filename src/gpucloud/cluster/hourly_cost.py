@@ -30,7 +30,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpucloud.catalog import Catalog, InstanceType, NoPrice, Price, hourly_price
+from gpucloud.catalog import Catalog, InstanceType
+from gpucloud.catalog.pricing import NoPrice, Price, hourly_price
 
 SERVICE_PRICES = Path(__file__).resolve().parents[1] / "catalog" / "service_prices.json"
 RESERVED = ("capacity-block", "capacity-reservation")

@@ -30,8 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from gpucloud.payload import parse_json
-from gpucloud.signals.emulator_scenario import (
+from gpucloud.offline.emulator_scenario import (
     EmulatorScenario,
     FaultRequest,
     InstanceIdentity,
@@ -42,6 +41,7 @@ from gpucloud.signals.emulator_scenario import (
     SpotInterruptionRequest,
     StaleTerminationRequest,
 )
+from gpucloud.payload import parse_json
 from gpucloud.signals.imds import MAX_TOKEN_TTL
 
 log = logging.getLogger("gpucloud.signals.emulator")

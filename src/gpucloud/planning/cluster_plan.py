@@ -9,9 +9,9 @@ import dataclasses
 import posixpath
 
 from gpucloud.catalog import Catalog, InstanceType, load_catalog
-from gpucloud.infra.cost import CostEstimate, estimate_cost
-from gpucloud.infra.efa_layout import EfaLayoutSummary, NicPlan, plan_network_interfaces, summarize
-from gpucloud.infra.emergency_save import GIB, FsxTier, Node, SaveEstimate, cluster_tiers, estimate, fastest_durable
+from gpucloud.cluster.efa_layout import EfaLayoutSummary, NicPlan, plan_network_interfaces, summarize
+from gpucloud.cluster.emergency_save import GIB, FsxTier, Node, SaveEstimate, cluster_tiers, estimate, fastest_durable
+from gpucloud.cluster.hourly_cost import CostEstimate, estimate_cost
 from gpucloud.spec.decisions import efa_enabled, uses_placement_group
 from gpucloud.spec.model import ClusterSpec, NodeGroup
 from gpucloud.spec.rules import sizing_for

@@ -53,7 +53,7 @@ AGENT_SERIES_PER_EFA = 22
 
 
 class ServicePrices(BaseModel):
-    # "ignore": the same file also holds the network/storage prices infra/cost.py reads
+    # "ignore": the same file also holds the network/storage prices cluster/hourly_cost.py reads
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     as_of: datetime.date

@@ -1,7 +1,7 @@
 """The drill offline: the local fleet, with IMDS emulators standing in for AWS FIS.
 
 Three ``gpucloud agent`` processes on this machine, each with its own IMDS emulator as its "node"
-(``signals/imds_emulator.py``) and its own run directory, share one SQLite queue in a work
+(``offline/imds_emulator.py``) and its own run directory, share one SQLite queue in a work
 directory. A 2-node gang job (``examples/train_spot.py`` under real torchrun, gloo, one rank per
 node) is taken by agents a and b; the standby agent joins the fleet idle. Once the job's recorded
 progress shows step K, node a's emulator announces a spot interruption, exactly what FIS's
@@ -28,12 +28,12 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from gpucloud.drill.run import DrillRun
+from gpucloud.drill.run import DrillAborted, DrillRun, check_steps
 from gpucloud.errors import UserError
 from gpucloud.lifecycle.model import JobSpec, JobState
+from gpucloud.offline.imds_emulator import ImdsEmulator
 from gpucloud.queue.gang import GangQueue
 from gpucloud.queue.sqlite import SqliteQueue
-from gpucloud.signals.imds_emulator import ImdsEmulator
 
 NODES = ("a", "b", "standby")  # a and b form the gang; a is noticed; the standby joins attempt 2
 TARGET = "a"
@@ -63,12 +63,6 @@ NODE_ENV = (
 Say = Callable[[str], None]
 
 
-class DrillAborted(UserError):
-    """The drill could not run to its end (an agent died, a wait timed out): no verdict. Exit 1."""
-
-    exit_code = 1
-
-
 @dataclasses.dataclass(frozen=True)
 class LocalDrillOptions:
     steps: int = 60
@@ -81,7 +75,6 @@ class LocalDrillOptions:
     keep: bool = False
 
     def validate(self) -> None:
-        from gpucloud.jobs.demo import check_steps
 
         check_steps(self.steps, self.notice_at_step)
         if not self.timeout > 0:
@@ -315,7 +308,7 @@ def agent_env(home: Path, queue_uri: str, base: dict[str, str] | None = None) ->
 def local_drill(options: LocalDrillOptions, *, say: Say = lambda line: None) -> Iterator[DrillRun]:
     """Run the drill on the local fleet; yields its DrillRun (the queue stays open inside the block).
     The work directory is removed afterwards unless ``options.keep``."""
-    from gpucloud.jobs.demo import EXAMPLE, training_command
+    from gpucloud.offline.demo import EXAMPLE, training_command
 
     options.validate()
     if not EXAMPLE.exists():

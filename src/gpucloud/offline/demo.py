@@ -26,17 +26,17 @@ from typing import IO, Any
 
 from pydantic import BaseModel
 
+from gpucloud.drill.run import EXAMPLE, check_steps
 from gpucloud.errors import UserError
 from gpucloud.jobs.report import JobReport, build_report
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.lifecycle.model import JobSpec
+from gpucloud.offline.imds_emulator import ImdsEmulator
 from gpucloud.queue.protocol import JobQueue
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.hub import SignalHub
-from gpucloud.signals.imds_emulator import ImdsEmulator
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "train_spot.py"
 NPROC = 2
 
 
@@ -74,15 +74,6 @@ def ranks_for(device: str) -> int:
             "run on a GPU host with a CUDA build of torch, or use --device cpu"
         )
     return min(NPROC, torch.cuda.device_count())
-
-
-def check_steps(steps: int, notice_at_step: int) -> None:
-    """A run of ``steps`` with the notice after ``notice_at_step`` (the demo, the drills): the notice
-    must come while the job still trains, or there is nothing to judge."""
-    if steps < 2:
-        raise UserError(f"--steps must be at least 2, got {steps}")
-    if not 1 <= notice_at_step < steps:
-        raise UserError(f"--notice-at-step must be between 1 and --steps - 1 ({steps - 1}), got {notice_at_step}")
 
 
 class DemoReport(BaseModel):

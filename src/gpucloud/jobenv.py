@@ -1,4 +1,4 @@
-"""The job environment contract (ARCHITECTURE.md): variables spot-train gives the command."""
+"""The job environment contract (docs/architecture.md, "Contracts"): variables spot-train gives the command."""
 
 import os
 

@@ -112,7 +112,7 @@ class _Observed:
 
 
 def attempt_environment(job: Job, *, control_dir: Path, local_dir: str | None) -> dict[str, str]:
-    """The job environment contract (ARCHITECTURE.md) on top of ours and the job's own variables."""
+    """The job environment contract (docs/architecture.md, "Contracts") on top of ours and the job's own variables."""
     env = dict(os.environ)
     env.update(job.spec.env)
     env[jobenv.JOB_ID] = job.id

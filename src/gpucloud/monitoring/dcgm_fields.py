@@ -71,7 +71,8 @@ KNOWN_FIELDS: dict[str, int] = {
 # Metrics dcgm-exporter computes itself from DCGM events (no DCGM field id of their own).
 EXPORTER_METRICS: frozenset[str] = frozenset({"DCGM_EXP_XID_ERRORS_COUNT", "DCGM_EXP_CLOCK_EVENTS_COUNT"})
 
-# What the alerts and dashboards read, and what issue 13 asks to have on: must stay in the file.
+# What the alerts and dashboards read (ECC, throttling, row remapping, XID, profiling, utilisation):
+# the field file must keep every one on, or a dying GPU goes unseen.
 REQUIRED_FIELDS: frozenset[str] = frozenset(
     {
         # ECC single- and double-bit counts

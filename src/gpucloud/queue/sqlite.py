@@ -1,7 +1,8 @@
 """The embedded job queue: one SQLite file (WAL), safe across threads and processes on one host.
 
-Every state change is one ``BEGIN IMMEDIATE`` transaction (the database's write lock), and the
-transitions that must happen once are conditional updates checked by their row count, backed by
+Every state change is one ``BEGIN IMMEDIATE`` transaction (the database's write lock). What a
+request changes is decided by ``gpucloud.lifecycle.transitions``; this module only stores the
+change, as updates guarded by the change's conditions and checked by their row count, backed by
 the ``attempts`` primary key (job_id, number): a second attempt k+1 cannot exist even if a bug
 skipped the condition.
 """
@@ -648,7 +649,8 @@ def _assignments(fields: Mapping[str, Any], columns: frozenset[str]) -> tuple[st
 
 
 def _guard_sql(guard: transitions.Guard) -> tuple[str, list[Any]]:
-    sql, args = "state = ? AND attempt = ?", [guard.state.value, guard.attempt]
+    sql = "state = ? AND attempt = ?"
+    args: list[Any] = [guard.state.value, guard.attempt]
     if guard.worker is not None:
         sql, args = f"{sql} AND worker = ?", [*args, guard.worker]
     if guard.lease_expired_at is not None:
@@ -678,7 +680,7 @@ def _store_guarded(db: sqlite3.Connection, job_id: str, change: Change) -> bool:
         sets, values = _assignments(change.job, _JOB_COLUMNS)
         if db.execute(f"UPDATE jobs SET {sets} WHERE id = ? AND {where}", (*values, job_id, *args)).rowcount != 1:
             return False
-    elif change.new_attempt is None or change.new_attempt.number != 1:  # a new job's first attempt has no guard to read
+    else:  # nothing to update on the job: its guard is checked by reading it under the write lock
         if db.execute(f"SELECT 1 FROM jobs WHERE id = ? AND {where}", (job_id, *args)).fetchone() is None:
             return False
     if change.attempt is not None:

@@ -2,7 +2,8 @@
 
 **DynamoDB is the truth** (key design in ``aws_schema``): the job item holds state, current attempt,
 lease and the slot message its holder keeps; attempts and timeline events are items beside it.
-Every transition that must happen once is a conditional write:
+What a request changes is decided by ``gpucloud.lifecycle.transitions`` (the same decisions the
+SQLite queue stores); here every change that must happen once is a conditional write:
 
 * claim: one ``TransactWriteItems`` — job ``queued`` at attempt k -> ``running`` (condition on state
   and attempt), attempt k -> running, a ``claimed`` event. Takeover after a lease expired adds

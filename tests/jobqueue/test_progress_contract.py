@@ -3,12 +3,9 @@ step and rate onto the job (no write of its own); its end keeps the last step an
 
 from __future__ import annotations
 
-import sqlite3
 import time
 
 from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobSpec, JobState, Progress
-from gpucloud.queue.sqlite import _SCHEMA, SqliteQueue
-from jobs.conftest import wait_for
 
 ONE = JobSpec(command=["python", "train.py"])
 
@@ -65,40 +62,13 @@ def test_a_cancelled_attempt_leaves_its_last_step(jq):
     assert (after.state, after.last_step, after.step_rate) == (JobState.CANCELLED, 9, None)
 
 
-def test_a_rate_outlived_by_a_dead_holder_is_never_shown(jq):
+def test_a_rate_outlived_by_a_dead_holder_is_never_shown(jq, clock):
     job = jq.submit(ONE)
     jq.claim("dead", lease_seconds=60, job_id=job.id)
     # its last renewal: a short lease, which then runs out (the holder died)
     assert jq.heartbeat(job.id, 1, "dead", lease_seconds=0.1, progress=Progress(5, 3.0, time.time()))
-    wait_for(lambda: time.time() > (jq.get(job.id).lease_until or 0) + 0.01, what="the lease to run out")
+    clock.advance(1)  # the lease runs out
     after = jq.cancel(job.id)  # nobody holds it: cancelled at once, whatever rate is stored stays
     assert after.state is JobState.CANCELLED
     for seen in (after, jq.get(job.id), *jq.list_jobs()):
         assert (seen.last_step, seen.step_rate) == (5, None)
-
-
-def test_a_queue_file_from_before_live_progress_is_migrated_on_open(tmp_path):
-    path = tmp_path / "old.db"
-    old_schema = _SCHEMA.replace(",\n    last_step INTEGER,\n    step_rate REAL,\n    progress_at REAL\n);", "\n);", 1)
-    assert "step_rate" not in old_schema and "progress_at" not in old_schema
-    with sqlite3.connect(path) as db:  # the file as an older gpucloud created it
-        db.executescript(old_schema)
-        db.execute("INSERT INTO meta VALUES ('schema_version', '1')")
-        db.execute(
-            "INSERT INTO jobs (id, spec, state, attempt, created_at, updated_at) VALUES (?, ?, 'queued', 1, 1.0, 1.0)",
-            ("old-job", ONE.model_dump_json()),
-        )
-        db.execute("INSERT INTO attempts (job_id, number, state, created_at) VALUES ('old-job', 1, 'queued', 1.0)")
-    q = SqliteQueue(path)
-    try:
-        assert q.get("old-job").last_step is None  # a stored row: no progress known
-        q.claim("w", lease_seconds=60, job_id="old-job")
-        assert q.heartbeat("old-job", 1, "w", lease_seconds=60, progress=Progress(3, 1.0, time.time()))
-        assert q.get("old-job").last_step == 3
-    finally:
-        q.close()
-    again = SqliteQueue(path)  # opening a migrated file changes nothing
-    try:
-        assert again.get("old-job").last_step == 3
-    finally:
-        again.close()

@@ -103,9 +103,10 @@ def test_heartbeat_extends_only_the_holders_lease(jq):
     assert not jq.heartbeat(job.id, 2, "w1", lease_seconds=60)
 
 
-def test_an_expired_lease_makes_the_job_claimable_as_the_next_attempt(jq):
+def test_an_expired_lease_makes_the_job_claimable_as_the_next_attempt(jq, clock):
     job = jq.submit(SPEC)
     jq.claim("dead", lease_seconds=0.05)
+    clock.advance(1)  # the dead worker's lease runs out
     taken = wait_for(lambda: jq.claim("alive", lease_seconds=60), what="lease expiry")
     assert taken.id == job.id and taken.attempt == 2 and taken.worker == "alive"
     states = {a.number: a.state for a in jq.attempts(job.id)}
@@ -117,11 +118,12 @@ def test_an_expired_lease_makes_the_job_claimable_as_the_next_attempt(jq):
     assert jq.get(job.id).attempt == 2
 
 
-def test_racing_takeovers_of_an_expired_lease_yield_exactly_one_next_attempt(open_backend):
+def test_racing_takeovers_of_an_expired_lease_yield_exactly_one_next_attempt(open_backend, clock):
     first = open_backend()
     job = first.submit(SPEC)
     first.claim("dead", lease_seconds=0.05)
-    wait_for(lambda: first.get(job.id).lease_until < time.time(), what="lease expiry")
+    clock.advance(1)  # the dead worker's lease runs out
+    assert first.get(job.id).lease_until < clock()
     clients = [open_backend() for _ in range(6)]
     barrier = threading.Barrier(len(clients))
     won: list[str] = []
@@ -320,10 +322,10 @@ def _claim_within(jq, worker: str, address: str, seconds: float = 10.0):
     raise AssertionError(f"{worker} got no slot within {seconds}s")
 
 
-def test_an_expired_slot_before_the_gang_forms_is_free_again(jq):
+def test_an_expired_slot_before_the_gang_forms_is_free_again(jq, clock):
     job = jq.submit(GANG)
     dead = gang.claim_slot(jq, "dead", "10.0.0.1", lease_seconds=0.05)
-    time.sleep(0.1)  # the lease must really run out; nothing else marks it
+    clock.advance(1)  # the lease runs out; nothing else marks it
     taken = [_claim_within(jq, "b", "10.0.0.2"), _claim_within(jq, "c", "10.0.0.3")]
     assert sorted(c.slot for c in taken) == [0, 1]  # dead's slot among them
     assert dead.slot in {c.slot for c in taken}
@@ -418,7 +420,7 @@ def test_node_records_are_replaced_per_agent(jq):
     assert nodes[1].instance_type == "p5.48xlarge" and nodes[1].lifecycle == "spot"
 
 
-def test_a_whole_job_claim_leaves_gangs_and_agent_run_jobs_to_the_agents(jq):
+def test_a_whole_job_claim_leaves_gangs_and_agent_run_jobs_to_the_agents(jq, clock):
     waiting_gang = jq.submit(GANG)
     single = jq.submit(SPEC)
     taken = jq.claim("worker-1", lease_seconds=60)
@@ -430,6 +432,6 @@ def test_a_whole_job_claim_leaves_gangs_and_agent_run_jobs_to_the_agents(jq):
     agent_run = jq.submit(SPEC)
     mine = gang.claim_slot(jq, "agent-a", "10.0.0.1", lease_seconds=60, job_id=agent_run.id)
     assert gang.start_gang(jq, mine, lease_seconds=0.01) is not None
-    time.sleep(0.05)  # the job lease must really run out
+    clock.advance(1)  # the job lease runs out
     assert jq.claim("worker-3", lease_seconds=60) is None
     assert jq.get(agent_run.id).worker == gang.gang_worker(agent_run.id, 1)

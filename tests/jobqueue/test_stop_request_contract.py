@@ -136,23 +136,7 @@ def test_the_instance_of_a_notice_without_one_in_its_payload_is_empty(jq):
     assert "instance-id" not in jq.stop_request(job.id, 1).payload
 
 
-# -- backend specifics: the sqlite migration, corrupt records --------------------------------------
-
-
-def test_a_queue_file_from_before_stop_requests_is_migrated_on_open(tmp_path):
-    path = tmp_path / "old.db"
-    first = SqliteQueue(path)
-    job = running(first)
-    first.close()
-    with sqlite3.connect(path) as db:  # the file as an older gpucloud left it
-        db.execute("DROP TABLE stop_requests")
-    reopened = SqliteQueue(path)
-    try:
-        assert reopened.get(job.id).attempt == 1  # nothing lost
-        assert reopened.stop_request(job.id, 1) is None
-        assert reopened.request_stop(job.id, 1, warning()) is True
-    finally:
-        reopened.close()
+# -- backend specifics: corrupt records --------------------------------------
 
 
 def test_a_corrupt_sqlite_request_is_a_one_line_error(tmp_path):

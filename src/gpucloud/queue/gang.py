@@ -22,12 +22,12 @@ The decisions live here once, for every backend; the backend only stores slot cl
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Collection
 from typing import Protocol
 
 from gpucloud.lifecycle.model import AttemptEnd, AttemptState, Job, JobState, SlotClaim, SlotOffer
-from gpucloud.queue.protocol import GangStore, JobQueue, Transition, UnknownJob
+from gpucloud.lifecycle.transitions import lease_expired
+from gpucloud.queue.protocol import GangStore, JobQueue, Transition, UnknownJob, clock_of
 
 TAKE_RETRIES = 4
 # Receives one claim makes past other groups' offers: on SQS every group's slot messages share the
@@ -42,6 +42,11 @@ class GangQueue(JobQueue, GangStore, Protocol):
 
 # Whether a worker may take ``job`` at ``now`` (its node group's rule, ``JobSpec.runs_on``).
 Accepts = Callable[[Job, float], bool]
+
+
+def _at(queue: object, now: float | None) -> float:
+    """``now``, or the time on the queue's clock (so a queue on a test's clock judges leases by it)."""
+    return clock_of(queue)() if now is None else now
 
 
 def queued_for(job: Job, now: float) -> float:
@@ -116,7 +121,7 @@ def claim_slot(
     """
     if job_id is not None:
         job = queue.get(job_id)
-        if accepts is not None and not accepts(job, time.time() if now is None else now):
+        if accepts is not None and not accepts(job, _at(queue, now)):
             return None
         return _claim_in(queue, job, worker, address, lease_seconds, now)
     claimed: SlotClaim | None = None
@@ -162,7 +167,7 @@ def _take_offer(
         # or superseded. Either way this copy is not needed.
         queue.offer_done(offer)
         return None, False
-    at = time.time() if now is None else now
+    at = _at(queue, now)
     if accepts is not None and not accepts(job, at):
         queue.offer_back(offer, delay_seconds=foreign_delay)  # another group's job: for its agents
         return None, True
@@ -206,7 +211,7 @@ def _claim_in(
     if job.state is not JobState.QUEUED:
         return None
     for _ in range(TAKE_RETRIES):
-        at = time.time() if now is None else now
+        at = _at(queue, now)
         current = view(queue.slot_claims(job.id, job.attempt), job.spec.nodes, at)
         mine = current.held_by(worker)
         slot = mine.slot if mine is not None else (current.free_slots[0] if current.free_slots else None)
@@ -227,7 +232,7 @@ def _claim_in(
 
 def members(queue: GangQueue, job: Job, attempt: int, *, now: float | None = None) -> list[SlotClaim] | None:
     """The members of attempt ``attempt`` by slot once all ``job.spec.nodes`` slots are held; else None."""
-    current = view(queue.slot_claims(job.id, attempt), job.spec.nodes, time.time() if now is None else now)
+    current = view(queue.slot_claims(job.id, attempt), job.spec.nodes, _at(queue, now))
     return list(current.live) if current.formed else None
 
 
@@ -248,7 +253,7 @@ def start_gang(queue: GangQueue, claim: SlotClaim, *, lease_seconds: float) -> J
 
 def renew(queue: GangQueue, claim: SlotClaim, *, lease_seconds: float) -> bool:
     return queue.renew_slot(
-        claim.job_id, claim.attempt, claim.slot, claim.worker, lease_until=time.time() + lease_seconds
+        claim.job_id, claim.attempt, claim.slot, claim.worker, lease_until=clock_of(queue)() + lease_seconds
     )
 
 
@@ -264,9 +269,9 @@ def lost_member(queue: GangQueue, job: Job, *, now: float | None = None) -> int 
     ``gpucloud worker`` holds, by its job lease (slot 0)."""
     if job.state is not JobState.RUNNING:
         return None
-    at = time.time() if now is None else now
+    at = _at(queue, now)
     if job.worker != gang_worker(job.id, job.attempt):
-        return 0 if job.lease_until is not None and job.lease_until < at else None
+        return 0 if lease_expired(job, at) else None
     current = view(queue.slot_claims(job.id, job.attempt), job.spec.nodes, at)
     return current.free_slots[0] if current.free_slots else None
 

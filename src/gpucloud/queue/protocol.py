@@ -16,7 +16,8 @@ checks against every backend:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from gpucloud.errors import UserError
@@ -33,12 +34,14 @@ from gpucloud.lifecycle.model import (
     SlotClaim,
     SlotOffer,
 )
+from gpucloud.lifecycle.transitions import not_cancellable
 from gpucloud.signals.events import Notice
 
 
 class NotCancellable(UserError):
-    def __init__(self, job: Job) -> None:
-        super().__init__(f"job {job.id} is already {job.state.value}; there is nothing to cancel")
+    def __init__(self, job: Job, why: str | None = None) -> None:
+        super().__init__(why or not_cancellable(job))
+        self.job = job
 
 
 class NotResumable(UserError):
@@ -59,6 +62,13 @@ class Transition:
 
     job: Job
     applied: bool  # False: attempt k had already ended (a duplicate or a lost race)
+
+
+def clock_of(queue: object) -> Callable[[], float]:
+    """The clock ``queue`` judges leases by: a backend's ``clock`` (each takes one, the wall clock by
+    default, so tests run leases out on a fake one), else the wall clock."""
+    clock = getattr(queue, "clock", None)
+    return clock if callable(clock) else time.time
 
 
 class JobQueue(Protocol):

@@ -1,20 +1,22 @@
 """The embedded job queue: one SQLite file (WAL), safe across threads and processes on one host.
 
-Every state change is one ``BEGIN IMMEDIATE`` transaction (the database's write lock), and the
-transitions that must happen once are conditional updates checked by their row count, backed by
+Every state change is one ``BEGIN IMMEDIATE`` transaction (the database's write lock). What a
+request changes is decided by ``gpucloud.lifecycle.transitions``; this module only stores the
+change, as updates guarded by the change's conditions and checked by their row count, backed by
 the ``attempts`` primary key (job_id, number): a second attempt k+1 cannot exist even if a bug
 skipped the condition.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,6 +25,7 @@ from pydantic import ValidationError
 
 from gpucloud.checkpoint.layout import validate_job_id
 from gpucloud.errors import UserError
+from gpucloud.lifecycle import transitions
 from gpucloud.lifecycle.model import (
     CANCEL_GRACE_S,
     EVENT_KINDS,
@@ -38,11 +41,8 @@ from gpucloud.lifecycle.model import (
     SlotClaim,
     SlotOffer,
     StopRequest,
-    cancel_notice,
-    cancel_reason,
-    cancelled_end,
-    resume_refusal,
 )
+from gpucloud.lifecycle.transitions import Change, Refusal
 from gpucloud.payload import parse_json
 from gpucloud.queue.gang import GANG_WORKER_PREFIX, gang_worker
 from gpucloud.queue.protocol import NotCancellable, NotResumable, Transition, UnknownJob
@@ -112,8 +112,7 @@ CREATE TABLE IF NOT EXISTS gang_slots (
     PRIMARY KEY (job_id, attempt, slot)
 );
 CREATE TABLE IF NOT EXISTS nodes (id TEXT PRIMARY KEY, record TEXT NOT NULL);
--- One stop request per attempt (JobQueue.request_stop). IF NOT EXISTS also adds it to a queue
--- file written before it existed: the migration is this statement, run at every open.
+-- One stop request per attempt (JobQueue.request_stop).
 CREATE TABLE IF NOT EXISTS stop_requests (
     job_id TEXT NOT NULL REFERENCES jobs (id),
     attempt INTEGER NOT NULL,
@@ -135,11 +134,14 @@ class SqliteQueue:
         uri: str | None = None,
         busy_timeout_s: float = BUSY_TIMEOUT_S,
         lock_patience_s: float | None = BUSY_TIMEOUT_S,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         """``busy_timeout_s``: SQLite's wait for another writer's lock, per try. ``lock_patience_s``:
         how long a write keeps trying (with backoff) before ``QueueBusy``; None: for ever — a
-        worker or agent holding a running attempt must outwait a stuck writer, never die of it."""
+        worker or agent holding a running attempt must outwait a stuck writer, never die of it.
+        ``clock``: the time leases, timeline events and transitions are judged and stamped with."""
         self.path = Path(path)
+        self.clock = clock
         self.uri = uri or f"sqlite:///{self.path}"
         self.lock_patience_s = lock_patience_s
         self._unreadable: set[tuple[str, str]] = set()  # rows already reported, so each costs one line
@@ -168,10 +170,10 @@ class SqliteQueue:
     # -- plumbing ---------------------------------------------------------------------------
 
     def _open_schema(self) -> None:
-        """Create what is missing (a write), or only read the version when nothing is: WAL readers
-        never wait for a writer, so `gpucloud jobs` behind a busy worker answers at once."""
+        """Create the tables in a new file (a write), or only read and check them when they exist:
+        WAL readers never wait for a writer, so `gpucloud jobs` behind a busy worker answers at once."""
         present = {r["name"] for r in self._read("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if not set(_TABLES) <= present or not self._read("SELECT 1 FROM meta WHERE key = 'schema_version'"):
+        if "meta" not in present or not self._read("SELECT 1 FROM meta WHERE key = 'schema_version'"):
             with self._tx() as db:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
@@ -183,16 +185,15 @@ class SqliteQueue:
                 f"queue {self.uri} has schema version {str(row['value'])[:40]!r}; this gpucloud reads version "
                 f"{SCHEMA_VERSION} (a newer gpucloud wrote it, or another program did)"
             )
-        if _needs_cancel_migration(self._table_sql()):
-            with self._tx() as db:
-                _migrate_for_cancel(db)
-        if _needs_progress_migration(self._table_sql()):
-            with self._tx() as db:
-                _migrate_for_progress(db)
+        missing = _missing_columns({t: self._columns(t) for t in _TABLES})
+        if missing:
+            raise UserError(
+                f"queue {self.uri} has version {SCHEMA_VERSION} but lacks {missing} (written by a development "
+                "build of gpucloud, or by another program); move it away or pick another --queue"
+            )
 
-    def _table_sql(self) -> dict[str, str]:
-        rows = self._read("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name IN ('jobs', 'attempts')")
-        return {str(r["name"]): str(r["sql"]) for r in rows}
+    def _columns(self, table: str) -> set[str]:
+        return {str(r["name"]) for r in self._read(f"SELECT name FROM pragma_table_info('{table}')")}
 
     def _check_pages(self) -> None:
         """Refuse a damaged file at open rather than fail in the middle of a command:
@@ -292,19 +293,15 @@ class SqliteQueue:
 
     def submit(self, spec: JobSpec, *, job_id: str | None = None) -> Job:
         job_id = validate_job_id(job_id) if job_id is not None else _new_job_id()
-        now = time.time()
+        job, change = transitions.submit(job_id, spec, self.clock())
         with self._tx() as db:
             if db.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone():
                 raise UserError(f"job {job_id!r} already exists in {self.uri}; pick another --job-id")
             db.execute(
-                "INSERT INTO jobs (id, spec, state, attempt, created_at, updated_at) VALUES (?, ?, ?, 1, ?, ?)",
-                (job_id, spec.model_dump_json(), JobState.QUEUED.value, now, now),
+                "INSERT INTO jobs (id, spec, state, attempt, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (job_id, spec.model_dump_json(), job.state.value, job.attempt, job.created_at, job.updated_at),
             )
-            db.execute(
-                "INSERT INTO attempts (job_id, number, state, created_at) VALUES (?, 1, ?, ?)",
-                (job_id, AttemptState.QUEUED.value, now),
-            )
-            _insert_event(db, job_id, 1, "submitted", now, {"command": spec.command})
+            _store(db, job_id, change)
         return self.get(job_id)
 
     def _job_in(self, db: sqlite3.Connection, job_id: str) -> Job:
@@ -340,7 +337,7 @@ class SqliteQueue:
         node: str | None = None,
         attempt: int | None = None,
     ) -> Job | None:
-        now = time.time()
+        now = self.clock()
         with self._tx() as db:
             claimable = "(state = 'queued' OR (state = 'running' AND lease_until < ?))"
             if attempt is not None:
@@ -360,16 +357,21 @@ class SqliteQueue:
             else:
                 rows = db.execute(f"SELECT * FROM jobs WHERE id = ? AND {claimable}", (job_id, now)).fetchall()
             for job in self._readable_jobs(rows):
-                if job.state is JobState.RUNNING and job.cancel_requested_at is not None:
-                    _lose_cancelled(db, job, now)  # its holder died after the cancel: no attempt k+1
+                if job_id is None and job.spec.nodes != 1 and not job.cancel_requested_at:
                     continue
-                if job_id is None and job.spec.nodes != 1:
+                change = transitions.claim(
+                    job, worker, lease_seconds=lease_seconds, node=node, now=now, attempt=attempt
+                )
+                if isinstance(change, Refusal):
                     continue
                 # A savepoint per candidate: a row whose claim breaks a constraint (damaged outside
                 # gpucloud) is skipped, and the next job is claimed in the same transaction.
                 db.execute("SAVEPOINT claim_one")
                 try:
-                    _take(db, job, worker, lease_seconds=lease_seconds, node=node, now=now)
+                    if not _store(db, job.id, change):  # under the write lock: a row gpucloud did not write so
+                        raise UnreadableRow(
+                            f"its attempt {job.attempt} and state {job.state.value} do not match what is stored"
+                        )
                 except (sqlite3.IntegrityError, UnreadableRow) as err:
                     db.execute("ROLLBACK TO claim_one")
                     db.execute("RELEASE claim_one")
@@ -379,7 +381,8 @@ class SqliteQueue:
                     self._report_unreadable("job", job.id, problem)
                     continue
                 db.execute("RELEASE claim_one")
-                break
+                if change.outcome.claims:
+                    break
             else:
                 return None
         return self.get(job.id)
@@ -387,20 +390,11 @@ class SqliteQueue:
     def heartbeat(
         self, job_id: str, attempt: int, worker: str, *, lease_seconds: float, progress: Progress | None = None
     ) -> bool:
-        now = time.time()
-        assignments = "lease_until = ?, updated_at = ?"
-        values: list[float | int | None] = [now + lease_seconds, now]
-        if progress is not None:
-            assignments += ", last_step = ?, step_rate = ?, progress_at = ?"
-            values += [progress.last_step, progress.step_rate, progress.progress_at]
+        change = transitions.heartbeat(
+            attempt, worker, lease_seconds=lease_seconds, now=self.clock(), progress=progress
+        )
         with self._tx() as db:
-            return (
-                db.execute(
-                    f"UPDATE jobs SET {assignments} WHERE id = ? AND attempt = ? AND worker = ? AND state = 'running'",
-                    (*values, job_id, attempt, worker),
-                ).rowcount
-                == 1
-            )
+            return _store(db, job_id, change)
 
     # -- the timeline -----------------------------------------------------------------------
 
@@ -410,7 +404,7 @@ class SqliteQueue:
         with self._tx() as db:
             if not db.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone():
                 raise UnknownJob(job_id, self.uri)
-            _insert_event(db, job_id, attempt, kind, time.time() if at is None else at, data or {})
+            _insert_event(db, job_id, attempt, kind, self.clock() if at is None else at, data or {})
 
     def update_attempt(self, job_id: str, attempt: int, **fields: Any) -> None:
         unknown = set(fields) - set(_ATTEMPT_FIELDS)
@@ -426,80 +420,13 @@ class SqliteQueue:
             )
 
     def end_attempt(self, job_id: str, attempt: int, end: AttemptEnd) -> Transition:
-        now = time.time()
         with self._tx() as db:
             job = self._job_in(db, job_id)
-            if job.state is not JobState.RUNNING or job.attempt != attempt:
+            change = transitions.end(job, attempt, end, self.clock())
+            # The guarded updates are the exactly-once gate: only the call that moves the attempt
+            # row out of 'running' proceeds; every duplicate is refused or sees rowcount 0.
+            if isinstance(change, Refusal) or not _store(db, job_id, change):
                 return Transition(job=job, applied=False)  # already ended, or superseded by a takeover
-            # The conditional update is the exactly-once gate: only the call that moves the attempt
-            # row out of 'running' proceeds; every duplicate sees rowcount 0.
-            ended = db.execute(
-                "UPDATE attempts SET state = ?, ended_at = ?, exit_code = ?, last_step = COALESCE(?, last_step), "
-                "committed_step = ?, resumed_step = COALESCE(?, resumed_step), reason = ? "
-                "WHERE job_id = ? AND number = ? AND state = 'running'",
-                (
-                    end.state.value,
-                    now,
-                    end.exit_code,
-                    end.last_step,
-                    end.committed_step,
-                    end.resumed_step,
-                    end.reason,
-                    job_id,
-                    attempt,
-                ),
-            ).rowcount
-            if ended != 1:
-                return Transition(job=job, applied=False)
-            crashes = job.crashes + (1 if end.state is AttemptState.CRASHED else 0)
-            # The job keeps the attempt's last step (`gpucloud jobs` shows it); its rate ends with it.
-            db.execute(
-                "UPDATE jobs SET last_step = COALESCE(?, last_step), step_rate = NULL WHERE id = ?",
-                (end.last_step, job_id),
-            )
-            if job.cancel_requested_at is not None and cancelled_end(end):
-                _end_cancelled(db, job, now, step=end.last_step, exit_code=end.exit_code)
-            elif end.state in (AttemptState.REQUEUED, AttemptState.CRASHED) and crashes < job.spec.max_attempts:
-                next_attempt = attempt + 1
-                db.execute(
-                    "INSERT INTO attempts (job_id, number, state, created_at) VALUES (?, ?, ?, ?)",
-                    (job_id, next_attempt, AttemptState.QUEUED.value, now),
-                )
-                db.execute(
-                    "UPDATE jobs SET state = 'queued', attempt = ?, crashes = ?, worker = NULL, lease_until = NULL, "
-                    "updated_at = ? WHERE id = ?",
-                    (next_attempt, crashes, now, job_id),
-                )
-                _insert_event(
-                    db,
-                    job_id,
-                    attempt,
-                    "requeue",
-                    now,
-                    {"next_attempt": next_attempt, "reason": end.reason, "from_step": end.resume_from},
-                )
-            elif end.state is AttemptState.FINISHED:
-                db.execute(
-                    "UPDATE jobs SET state = 'finished', exit_code = ?, worker = NULL, lease_until = NULL, "
-                    "updated_at = ? WHERE id = ?",
-                    (end.exit_code, now, job_id),
-                )
-                _insert_event(db, job_id, attempt, "finish", now, {"step": end.last_step})
-            else:
-                reason = end.reason or "failed"
-                if end.state is AttemptState.CRASHED:
-                    reason = (
-                        f"{reason} (attempt {attempt}; {crashes} of {job.spec.max_attempts} allowed attempts crashed)"
-                    )
-                    db.execute(
-                        "UPDATE attempts SET state = 'failed' WHERE job_id = ? AND number = ?", (job_id, attempt)
-                    )
-                db.execute(
-                    "UPDATE jobs SET state = 'failed', crashes = ?, reason = ?, exit_code = ?, worker = NULL, "
-                    "lease_until = NULL, updated_at = ? WHERE id = ?",
-                    (crashes, reason, end.exit_code, now, job_id),
-                )
-                _insert_event(db, job_id, attempt, "failed", now, {"reason": reason, "exit_code": end.exit_code})
         return Transition(job=self.get(job_id), applied=True)
 
     # -- reading ----------------------------------------------------------------------------
@@ -578,7 +505,7 @@ class SqliteQueue:
     def slot_offers(self, *, hide_seconds: float, now: float | None = None) -> list[SlotOffer]:
         """Read from the table (no messages here): the slots of running gang attempts whose holder
         stopped renewing, then the free slots of queued attempts, oldest job first."""
-        at = time.time() if now is None else now
+        at = self.clock() if now is None else now
         with self._tx() as db:
             jobs = db.execute(
                 "SELECT * FROM jobs WHERE state IN (?, ?) ORDER BY created_at, id",
@@ -667,85 +594,33 @@ class SqliteQueue:
     # -- cancelling -------------------------------------------------------------------------------
 
     def cancel(self, job_id: str, *, grace_seconds: float = CANCEL_GRACE_S) -> Job:
-        now = time.time()
         with self._tx() as db:
             job = self._job_in(db, job_id)
-            if job.state is JobState.CANCELLED or job.cancel_requested_at is not None:
+            change = transitions.cancel(job, grace_seconds=grace_seconds, now=self.clock())
+            if isinstance(change, Refusal):
+                if change.error:
+                    raise NotCancellable(job, change.reason)
                 return job
-            if job.state.terminal:
-                raise NotCancellable(job)
-            _insert_event(db, job_id, job.attempt, "cancel", now, {"state": job.state.value, "grace_s": grace_seconds})
-            if job.state is JobState.QUEUED:
-                db.execute(
-                    "UPDATE attempts SET state = 'cancelled', ended_at = ?, reason = ? WHERE job_id = ? AND number = ?",
-                    (now, cancel_reason(job), job_id, job.attempt),
-                )
-                _end_cancelled(db, job, now, step=None, exit_code=None)
-            elif job.lease_until is not None and job.lease_until < now:
-                _lose_cancelled(db, job, now)  # nobody holds it any more: nothing to stop
-            else:
-                db.execute("UPDATE jobs SET cancel_requested_at = ?, updated_at = ? WHERE id = ?", (now, now, job_id))
-                notice = cancel_notice(job_id, job.attempt, now=now, grace_seconds=grace_seconds)
-                request = StopRequest.of(notice, requested_at=now)
-                # A stop already requested (a spot notice) stands: its ranks are saving already.
-                if (
-                    db.execute(
-                        "INSERT OR IGNORE INTO stop_requests (job_id, attempt, request) VALUES (?, ?, ?)",
-                        (job_id, job.attempt, request.model_dump_json()),
-                    ).rowcount
-                    == 1
-                ):
-                    _insert_event(db, job_id, job.attempt, "stop-request", now, request.timeline_data())
+            _store(db, job_id, change)  # under the write lock the job is as read: the guard holds
         return self.get(job_id)
 
     def resume(self, job_id: str, *, from_step: int | None = None) -> Job:
-        now = time.time()
         with self._tx() as db:
             job = self._job_in(db, job_id)
-            why = resume_refusal(job)
-            if why is not None:
-                raise NotResumable(job, why)
-            number = job.attempt + 1
-            db.execute(
-                "INSERT INTO attempts (job_id, number, state, created_at) VALUES (?, ?, ?, ?)",
-                (job_id, number, AttemptState.QUEUED.value, now),
-            )
-            db.execute(
-                "UPDATE jobs SET state = 'queued', attempt = ?, crashes = 0, reason = NULL, exit_code = NULL, "
-                "cancel_requested_at = NULL, worker = NULL, lease_until = NULL, updated_at = ? WHERE id = ?",
-                (number, now, job_id),
-            )
-            _insert_event(
-                db,
-                job_id,
-                job.attempt,
-                "resubmit",
-                now,
-                {"was": job.state.value, "next_attempt": number, "from_step": from_step},
-            )
+            change = transitions.resume(job, from_step=from_step, now=self.clock())
+            if isinstance(change, Refusal):
+                raise NotResumable(job, change.reason)
+            _store(db, job_id, change)
         return self.get(job_id)
 
     # -- stop requests ----------------------------------------------------------------------------
 
     def request_stop(self, job_id: str, attempt: int, notice: Notice) -> bool:
-        request = StopRequest.of(notice, requested_at=time.time())
+        change = transitions.request_stop(attempt, notice, now=self.clock())
         with self._tx() as db:
-            row = db.execute("SELECT state, attempt FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if row is None:
+            if not db.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone():
                 raise UnknownJob(job_id, self.uri)
-            if row["state"] != JobState.RUNNING.value or row["attempt"] != attempt:
-                return False
-            # The primary key (job_id, attempt) makes the first request the only one.
-            if (
-                db.execute(
-                    "INSERT OR IGNORE INTO stop_requests (job_id, attempt, request) VALUES (?, ?, ?)",
-                    (job_id, attempt, request.model_dump_json()),
-                ).rowcount
-                != 1
-            ):
-                return False
-            _insert_event(db, job_id, attempt, "stop-request", request.requested_at, request.timeline_data())
-        return True
+            return _store(db, job_id, change)
 
     def stop_request(self, job_id: str, attempt: int) -> Notice | None:
         rows = self._read("SELECT request FROM stop_requests WHERE job_id = ? AND attempt = ?", (job_id, attempt))
@@ -761,107 +636,85 @@ class SqliteQueue:
             ) from err
 
 
-def _take(db: sqlite3.Connection, job: Job, worker: str, *, lease_seconds: float, node: str | None, now: float) -> None:
-    """Give ``job``'s current attempt to ``worker`` (k+1 when the previous holder's lease expired)."""
-    number = job.attempt
-    if job.state is JobState.RUNNING:
-        # The previous holder stopped renewing its lease: its attempt is lost, ours is k+1.
+_JOB_COLUMNS = frozenset(Job.model_fields) - {"id", "spec", "created_at"}
+_ATTEMPT_COLUMNS = frozenset(Attempt.model_fields) - {"job_id", "number", "created_at"}
+
+
+def _assignments(fields: Mapping[str, Any], columns: frozenset[str]) -> tuple[str, list[Any]]:
+    unknown = set(fields) - columns
+    if unknown:  # the names come from the transitions: a stranger is a bug, never a column to guess
+        raise ValueError(f"no column {sorted(unknown)[0]!r} to store")
+    values = [v.value if isinstance(v, enum.Enum) else v for v in fields.values()]
+    return ", ".join(f"{name} = ?" for name in fields), values
+
+
+def _guard_sql(guard: transitions.Guard) -> tuple[str, list[Any]]:
+    sql = "state = ? AND attempt = ?"
+    args: list[Any] = [guard.state.value, guard.attempt]
+    if guard.worker is not None:
+        sql, args = f"{sql} AND worker = ?", [*args, guard.worker]
+    if guard.lease_expired_at is not None:
+        sql, args = f"{sql} AND lease_until < ?", [*args, guard.lease_expired_at]
+    return sql, args
+
+
+def _store(db: sqlite3.Connection, job_id: str, change: Change) -> bool:
+    """Write ``change`` in the open transaction if its guard and attempt gate hold (checked by the
+    row counts of the guarded updates); False, with nothing written, when they do not."""
+    db.execute("SAVEPOINT store_change")
+    try:
+        stored = _store_guarded(db, job_id, change)
+    except BaseException:
+        db.execute("ROLLBACK TO store_change")
+        db.execute("RELEASE store_change")
+        raise
+    if not stored:
+        db.execute("ROLLBACK TO store_change")
+    db.execute("RELEASE store_change")
+    return stored
+
+
+def _store_guarded(db: sqlite3.Connection, job_id: str, change: Change) -> bool:
+    where, args = _guard_sql(change.guard)
+    if change.job:
+        sets, values = _assignments(change.job, _JOB_COLUMNS)
+        if db.execute(f"UPDATE jobs SET {sets} WHERE id = ? AND {where}", (*values, job_id, *args)).rowcount != 1:
+            return False
+    else:  # nothing to update on the job: its guard is checked by reading it under the write lock
+        if db.execute(f"SELECT 1 FROM jobs WHERE id = ? AND {where}", (job_id, *args)).fetchone() is None:
+            return False
+    if change.attempt is not None:
+        sets, values = _assignments(change.attempt.fields, _ATTEMPT_COLUMNS)
+        gated = db.execute(
+            f"UPDATE attempts SET {sets} WHERE job_id = ? AND number = ? AND state = ?",
+            (*values, job_id, change.attempt.number, change.attempt.was.value),
+        ).rowcount
+        if gated != 1:
+            return False
+    if change.new_attempt is not None:  # the primary key (job_id, number): never a second attempt k+1
+        new = change.new_attempt
         db.execute(
-            "UPDATE attempts SET state = ?, ended_at = ?, reason = ? WHERE job_id = ? AND number = ?",
-            (AttemptState.LOST.value, now, f"lease of worker {job.worker} expired", job.id, number),
+            "INSERT INTO attempts (job_id, number, state, created_at, worker, node) VALUES (?, ?, ?, ?, ?, ?)",
+            (job_id, new.number, new.state.value, new.created_at, new.worker, new.node),
         )
-        _insert_event(db, job.id, number, "lease-expired", now, {"worker": job.worker})
-        number += 1
-        db.execute(
-            "INSERT INTO attempts (job_id, number, state, created_at) VALUES (?, ?, ?, ?)",
-            (job.id, number, AttemptState.QUEUED.value, now),
-        )
-    updated = db.execute(
-        "UPDATE jobs SET state = 'running', attempt = ?, worker = ?, lease_until = ?, updated_at = ?, step_rate = NULL "
-        "WHERE id = ? AND attempt = ? AND state = ?",
-        (number, worker, now + lease_seconds, now, job.id, job.attempt, job.state.value),
-    ).rowcount
-    if updated != 1:  # under the write lock only a row stored unlike gpucloud writes it gets here
-        raise UnreadableRow(f"its attempt {job.attempt} and state {job.state.value} do not match what is stored")
-    db.execute(
-        "UPDATE attempts SET state = 'running', worker = ?, node = ? WHERE job_id = ? AND number = ?",
-        (worker, node, job.id, number),
-    )
-    _insert_event(db, job.id, number, "claimed", now, {"worker": worker, "node": node})
-
-
-def _end_cancelled(db: sqlite3.Connection, job: Job, now: float, *, step: int | None, exit_code: int | None) -> None:
-    """The job ends CANCELLED (its current attempt's row is ended by the caller): no lease, no
-    worker, and its gang slots released."""
-    reason = cancel_reason(job)
-    db.execute(
-        "UPDATE attempts SET state = 'cancelled', reason = COALESCE(reason, ?) WHERE job_id = ? AND number = ?",
-        (reason, job.id, job.attempt),
-    )
-    db.execute(
-        "UPDATE jobs SET state = 'cancelled', reason = ?, exit_code = ?, worker = NULL, lease_until = NULL, "
-        "updated_at = ? WHERE id = ?",
-        (reason, exit_code, now, job.id),
-    )
-    db.execute("DELETE FROM gang_slots WHERE job_id = ? AND attempt = ?", (job.id, job.attempt))
-    _insert_event(db, job.id, job.attempt, "cancelled", now, {"step": step, "reason": reason})
-
-
-def _lose_cancelled(db: sqlite3.Connection, job: Job, now: float) -> None:
-    """A cancelled RUNNING job whose holder stopped renewing: the attempt is lost, the job CANCELLED."""
-    db.execute(
-        "UPDATE attempts SET ended_at = ?, reason = ? WHERE job_id = ? AND number = ? AND state = 'running'",
-        (now, f"lease of worker {job.worker} expired after the cancel", job.id, job.attempt),
-    )
-    _insert_event(db, job.id, job.attempt, "lease-expired", now, {"worker": job.worker})
-    _end_cancelled(db, job, now, step=None, exit_code=None)
-
-
-def _needs_cancel_migration(table_sql: dict[str, str]) -> bool:
-    jobs, attempts = table_sql.get("jobs", ""), table_sql.get("attempts", "")
-    return "cancel_requested_at" not in jobs or "'cancelled'" not in jobs or "'cancelled'" not in attempts
-
-
-def _migrate_for_cancel(db: sqlite3.Connection) -> None:
-    """A queue file written before jobs could be cancelled: add the column, and 'cancelled' to the
-    state CHECKs of jobs and attempts. Widening a CHECK changes no stored row, so the table's SQL is
-    edited in place, as SQLite documents for such changes
-    (https://www.sqlite.org/lang_altertable.html#otheralter), instead of copying every table."""
-    table_sql = {str(r[0]): str(r[1]) for r in db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'")}
-    if "cancel_requested_at" not in table_sql.get("jobs", ""):
-        db.execute("ALTER TABLE jobs ADD COLUMN cancel_requested_at REAL")
-        table_sql["jobs"] = str(
-            db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'jobs'").fetchone()[0]
-        )
-    widened = {
-        name: table_sql[name].replace("'failed')", "'failed', 'cancelled')")
-        for name in ("jobs", "attempts")
-        if "'cancelled'" not in table_sql.get(name, "'cancelled'")
-    }
-    if not widened:
-        return
-    version = int(db.execute("PRAGMA schema_version").fetchone()[0])
-    db.execute("PRAGMA writable_schema = ON")
-    for name, sql in widened.items():
-        db.execute("UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = ?", (sql, name))
-    db.execute(f"PRAGMA schema_version = {version + 1}")
-    db.execute("PRAGMA writable_schema = OFF")
-
-
-_PROGRESS_COLUMNS = (("last_step", "INTEGER"), ("step_rate", "REAL"), ("progress_at", "REAL"))
-
-
-def _needs_progress_migration(table_sql: dict[str, str]) -> bool:
-    return any(name not in table_sql.get("jobs", "") for name, _ in _PROGRESS_COLUMNS)
-
-
-def _migrate_for_progress(db: sqlite3.Connection) -> None:
-    """A queue file written before jobs carried their live progress: add the columns (NULL in every
-    stored row: no progress known), checked again under the write lock so racing openers add each once."""
-    [jobs_sql] = db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'jobs'").fetchone()
-    for name, kind in _PROGRESS_COLUMNS:
-        if name not in str(jobs_sql):
-            db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {kind}")
+    for event in change.events:
+        _insert_event(db, job_id, event.attempt, event.kind, event.at, dict(event.data))
+    if change.stop is not None:
+        # The primary key (job_id, attempt) makes the first request the only one.
+        if (
+            db.execute(
+                "INSERT OR IGNORE INTO stop_requests (job_id, attempt, request) VALUES (?, ?, ?)",
+                (job_id, change.stop.attempt, change.stop.request.model_dump_json()),
+            ).rowcount
+            == 1
+        ):
+            event = change.stop.event
+            _insert_event(db, job_id, event.attempt, event.kind, event.at, dict(event.data))
+        elif change.outcome is transitions.Outcome.STOP_REQUESTED:
+            return False  # a request for this attempt came first
+    if change.releases_slots:
+        db.execute("DELETE FROM gang_slots WHERE job_id = ? AND attempt = ?", (job_id, change.guard.attempt))
+    return True
 
 
 def _queued_at(db: sqlite3.Connection, job_id: str, attempt: int) -> bool:
@@ -880,6 +733,24 @@ def _insert_event(
         "INSERT INTO events (job_id, attempt, kind, at, data) VALUES (?, ?, ?, ?, ?)",
         (job_id, attempt, kind, at, json.dumps(data, default=str)),
     )
+
+
+def _expected_columns() -> dict[str, list[str]]:
+    """Every table's columns as ``_SCHEMA`` creates them (read back from an in-memory database)."""
+    with sqlite3.connect(":memory:") as db:
+        db.executescript(_SCHEMA)
+        return {t: [str(r[1]) for r in db.execute(f"PRAGMA table_info('{t}')")] for t in _TABLES}
+
+
+def _missing_columns(found: Mapping[str, set[str]]) -> str | None:
+    """The first table or column of ``_SCHEMA`` that ``found`` lacks, said in words (None: none)."""
+    for table, columns in _expected_columns().items():
+        if not found.get(table):
+            return f"table {table}"
+        for column in columns:
+            if column not in found[table]:
+                return f"column {table}.{column}"
+    return None
 
 
 class QueueBusy(UserError):

@@ -2,7 +2,8 @@
 
 **DynamoDB is the truth** (key design in ``aws_schema``): the job item holds state, current attempt,
 lease and the slot message its holder keeps; attempts and timeline events are items beside it.
-Every transition that must happen once is a conditional write:
+What a request changes is decided by ``gpucloud.lifecycle.transitions`` (the same decisions the
+SQLite queue stores); here every change that must happen once is a conditional write:
 
 * claim: one ``TransactWriteItems`` — job ``queued`` at attempt k -> ``running`` (condition on state
   and attempt), attempt k -> running, a ``claimed`` event. Takeover after a lease expired adds
@@ -32,6 +33,7 @@ conditional transaction decides). It leaves a job to its message for ``sweep_gra
 
 from __future__ import annotations
 
+import enum
 import functools
 import itertools
 import json
@@ -45,12 +47,12 @@ from typing import Any, TypeVar
 
 from gpucloud.checkpoint.layout import validate_job_id
 from gpucloud.errors import UserError
+from gpucloud.lifecycle import transitions
 from gpucloud.lifecycle.model import (
     CANCEL_GRACE_S,
     EVENT_KINDS,
     Attempt,
     AttemptEnd,
-    AttemptState,
     Event,
     Job,
     JobSpec,
@@ -60,11 +62,8 @@ from gpucloud.lifecycle.model import (
     SlotClaim,
     SlotOffer,
     StopRequest,
-    cancel_notice,
-    cancel_reason,
-    cancelled_end,
-    resume_refusal,
 )
+from gpucloud.lifecycle.transitions import Change, Guard, Refusal, StopRecord
 from gpucloud.queue.aws import ops as aws_ops
 from gpucloud.queue.aws.items import (
     ATTEMPT_PREFIX,
@@ -176,8 +175,15 @@ class AwsQueue:
     """``JobQueue`` on SQS + DynamoDB. Thread-safe (boto3 clients are); one per process is enough."""
 
     def __init__(
-        self, address: AwsQueueAddress, *, uri: str | None = None, sweep_grace_s: float = SWEEP_GRACE_S
+        self,
+        address: AwsQueueAddress,
+        *,
+        uri: str | None = None,
+        sweep_grace_s: float = SWEEP_GRACE_S,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        """``clock``: the time leases, timeline events and transitions are judged and stamped with
+        (SQS visibility timeouts still run on AWS's clock)."""
         import boto3
         from botocore.config import Config
 
@@ -186,6 +192,7 @@ class AwsQueue:
         self.table = address.table
         self.queue_url = address.queue_url
         self.sweep_grace_s = sweep_grace_s
+        self.clock = clock
         config = Config(
             retries={"mode": "standard", "max_attempts": 5},
             connect_timeout=5,
@@ -250,21 +257,55 @@ class AwsQueue:
     def _meta(self, job_id: str) -> dict[str, Any] | None:
         return self._ddb.get_item(TableName=self.table, Key=key(job_id, META), ConsistentRead=True).get("Item")
 
-    def _job_update(self, job: Job, fields: Mapping[str, Any], *, condition: str, **values: Any) -> dict[str, Any]:
-        return {"Update": aws_ops.update(self.table, key(job.id, META), {**fields}, condition=condition, values=values)}
+    def _job_op(self, job_id: str, change: Change, message: tuple[str, str] | None = None) -> dict[str, Any]:
+        """The ``Update`` of the job item that ``change`` makes, conditional on its guard. Whenever
+        the holder changes, so does the slot message it keeps hidden (``message``: id, receipt)."""
+        fields = {_JOB_ATTRIBUTES.get(name, name): _stored(value) for name, value in change.job.items()}
+        if "worker" in change.job:
+            fields["message_id"], fields["receipt"] = message if message is not None else (None, None)
+        condition, values = _guard_condition(change.guard)
+        return aws_ops.update(self.table, key(job_id, META), fields, condition=condition, values=values)
+
+    def _change_items(
+        self, job_id: str, change: Change, message: tuple[str, str] | None = None
+    ) -> list[dict[str, Any]]:
+        """The transaction that stores ``change``: the guarded job update, the attempt gate, the new
+        attempt (only if it does not exist yet) and the timeline events. Stop requests and the
+        first put of a job are written by their own callers."""
+        items: list[dict[str, Any]] = []
+        if change.job:
+            items.append({"Update": self._job_op(job_id, change, message)})
+        if change.attempt is not None:
+            gate = change.attempt
+            fields = {name: _stored(value) for name, value in gate.fields.items()}
+            items.append(
+                {
+                    "Update": aws_ops.update(
+                        self.table,
+                        key(job_id, attempt_sk(gate.number)),
+                        fields,
+                        condition="#state = :was",
+                        values={"was": gate.was.value},
+                    )
+                }
+            )
+        if change.new_attempt is not None:
+            new = change.new_attempt
+            item = attempt_item(job_id, new.number, new.state, new.created_at, worker=new.worker, node=new.node)
+            items.append({"Put": aws_ops.put(self.table, item, condition="attribute_not_exists(#pk)")})
+        items += [self._event(job_id, e.attempt, e.kind, e.at, e.data) for e in change.events]
+        return items
 
     # -- jobs -------------------------------------------------------------------------------
 
     @_aws_call("submitting a job")
     def submit(self, spec: JobSpec, *, job_id: str | None = None) -> Job:
         job_id = validate_job_id(job_id) if job_id is not None else f"j-{uuid.uuid4().hex[:10]}"
-        now = time.time()
-        job = Job(id=job_id, spec=spec, state=JobState.QUEUED, attempt=1, created_at=now, updated_at=now)
+        job, change = transitions.submit(job_id, spec, self.clock())
         reasons = self._transact(
             [
                 {"Put": aws_ops.put(self.table, job_item(job), condition="attribute_not_exists(#pk)")},
-                {"Put": aws_ops.put(self.table, attempt_item(job_id, 1, AttemptState.QUEUED, now))},
-                self._event(job_id, 1, "submitted", now, {"command": spec.command}),
+                *self._change_items(job_id, change),
             ]
         )
         if reasons is not None:
@@ -340,13 +381,8 @@ class AwsQueue:
             item = self._meta(job_id)
             if item is None:
                 return None
-            if attempt is not None:
-                job = item_to_job(item, self.table)
-                # The claim transaction is conditional on the attempt read here, so checking the read
-                # copy is enough: if the job moved on since, the transaction fails.
-                if job.state is not JobState.QUEUED or job.attempt != attempt:
-                    return None
-            return self._try_claim(item, worker, lease_seconds, node, None)
+            # The claim transaction is conditional on the job as read here: if it moved on since, it fails.
+            return self._try_claim(item, worker, lease_seconds, node, None, attempt=attempt)
         # A whole-job claim (`gpucloud worker`, `spot-train --queue`) takes single-node jobs only;
         # gangs, and jobs an agent runs as a gang of one, are the agents' (their holder is a slot).
         for _ in range(MAX_RECEIVES_PER_CLAIM):
@@ -405,7 +441,7 @@ class AwsQueue:
             message_id=message_id,
             receive_count=received.receive_count,
             max_receives=self.max_receives,
-            now=time.time(),
+            now=self.clock(),
         )
         if decision.action in (Action.CLAIM, Action.TAKEOVER):
             return SlotOffer(
@@ -474,7 +510,7 @@ class AwsQueue:
         """Claim straight from the table a single-node job its message should have brought by now:
         the oldest one queued for ``sweep_grace_s``, else a running one whose lease expired that
         long ago."""
-        cutoff = time.time() - self.sweep_grace_s
+        cutoff = self.clock() - self.sweep_grace_s
         for state, expired in (
             (JobState.QUEUED, "#updated_at < :cutoff"),
             (JobState.RUNNING, "#lease_until < :cutoff"),
@@ -494,102 +530,33 @@ class AwsQueue:
         lease_seconds: float,
         node: str | None,
         message: tuple[str, str] | None,
+        *,
+        attempt: int | None = None,
     ) -> Job | None:
         """One conditional transaction taking ``item``'s job as it was read; None when not claimable
         or when another claimer won."""
         job = item_to_job(item, self.table)
-        now = time.time()
-        message_id, receipt = message if message is not None else (None, None)
-        holder = {
-            "worker": worker,
-            "lease_until": now + lease_seconds,
-            "updated_at": now,
-            "message_id": message_id,
-            "receipt": receipt,
-            "step_rate": None,  # the new attempt's rate comes with its first renewal
-        }
-        if job.state is JobState.QUEUED:
-            number = job.attempt
-            items = [
-                self._job_update(
-                    job,
-                    {"job_state": JobState.RUNNING.value, **holder},
-                    condition="#job_state = :queued AND #attempt = :k",
-                    queued=JobState.QUEUED.value,
-                    k=number,
-                ),
-                {
-                    "Update": aws_ops.update(
-                        self.table,
-                        key(job.id, attempt_sk(number)),
-                        {"state": AttemptState.RUNNING.value, "worker": worker, "node": node},
-                        condition="#state = :queued",
-                        values={"queued": AttemptState.QUEUED.value},
-                    )
-                },
-            ]
-        elif job.state is JobState.RUNNING and job.lease_until is not None and job.lease_until < now:
-            if job.cancel_requested_at is not None:
-                self._lose_cancelled(job, now)  # its holder died after the cancel: no attempt k+1
-                return None
-            # The previous holder stopped renewing its lease: its attempt is lost, ours is k+1.
-            number = job.attempt + 1
-            items = [
-                self._job_update(
-                    job,
-                    {"attempt": number, **holder},
-                    condition="#job_state = :running AND #attempt = :k AND #lease_until < :now",
-                    running=JobState.RUNNING.value,
-                    k=job.attempt,
-                    now=now,
-                ),
-                {
-                    "Update": aws_ops.update(
-                        self.table,
-                        key(job.id, attempt_sk(job.attempt)),
-                        {
-                            "state": AttemptState.LOST.value,
-                            "ended_at": now,
-                            "reason": f"lease of worker {job.worker} expired",
-                        },
-                        condition="#state = :running",
-                        values={"running": AttemptState.RUNNING.value},
-                    )
-                },
-                {
-                    "Put": aws_ops.put(
-                        self.table,
-                        attempt_item(job.id, number, AttemptState.RUNNING, now, worker=worker, node=node),
-                        condition="attribute_not_exists(#pk)",
-                    )
-                },
-                self._event(job.id, job.attempt, "lease-expired", now, {"worker": job.worker}),
-            ]
-        else:
+        change = transitions.claim(
+            job, worker, lease_seconds=lease_seconds, node=node, now=self.clock(), attempt=attempt
+        )
+        if isinstance(change, Refusal):
             return None
-        items.append(self._event(job.id, number, "claimed", now, {"worker": worker, "node": node}))
-        if self._transact(items) is not None:
+        if self._transact(self._change_items(job.id, change, message)) is not None:
             return None  # another claimer's transaction won (or conflicted): not ours
+        if not change.outcome.claims:  # its holder died after a cancel: the job ended, nobody runs it
+            self._delete_slot_messages(job.id, job.attempt)
+            return None
         return self.get(job.id)
 
     @_aws_call("renewing a lease")
     def heartbeat(
         self, job_id: str, attempt: int, worker: str, *, lease_seconds: float, progress: Progress | None = None
     ) -> bool:
-        now = time.time()
-        fields: dict[str, Any] = {"lease_until": now + lease_seconds, "updated_at": now}
-        if progress is not None:  # the same UpdateItem: no write of its own
-            fields.update(last_step=progress.last_step, step_rate=progress.step_rate, progress_at=progress.progress_at)
-        return self._renew_holding(
-            aws_ops.update(
-                self.table,
-                key(job_id, META),
-                fields,
-                condition="#job_state = :running AND #attempt = :k AND #worker = :w",
-                values={"running": JobState.RUNNING.value, "k": attempt, "w": worker},
-            ),
-            lease_until=now + lease_seconds,
+        change = transitions.heartbeat(
+            attempt, worker, lease_seconds=lease_seconds, now=self.clock(), progress=progress
         )
+        # One UpdateItem: the progress costs no write of its own.
+        return self._renew_holding(self._job_op(job_id, change), lease_until=change.job["lease_until"])
 
     def _renew_holding(self, update: dict[str, Any], *, lease_until: float) -> bool:
         """Apply a conditional lease renewal; False when its condition failed (not the holder any
@@ -605,7 +572,7 @@ class AwsQueue:
             raise
         _, receipt = held_message(updated.get("Attributes", {}))
         if receipt:
-            self._box.hide(receipt, lease_until - time.time())
+            self._box.hide(receipt, lease_until - self.clock())
         return True
 
     # -- the timeline -----------------------------------------------------------------------
@@ -614,7 +581,7 @@ class AwsQueue:
     def record(
         self, job_id: str, attempt: int, kind: str, *, at: float | None = None, data: dict[str, Any] | None = None
     ) -> None:
-        event = self._event(job_id, attempt, kind, time.time() if at is None else at, data or {})
+        event = self._event(job_id, attempt, kind, self.clock() if at is None else at, data or {})
         reasons = self._transact(
             [
                 {"ConditionCheck": aws_ops.check(self.table, key(job_id, META), "attribute_exists(#pk)")},
@@ -655,16 +622,16 @@ class AwsQueue:
             if item is None:
                 raise UnknownJob(job_id, self.uri)
             job = item_to_job(item, self.table)
-            if job.state is not JobState.RUNNING or job.attempt != attempt:
+            change = transitions.end(job, attempt, end, self.clock())
+            if isinstance(change, Refusal):
                 return Transition(job=job, applied=False)  # already ended, or superseded by a takeover
             _, receipt = held_message(item)
-            requeue, items = self._end_items(job, end)
-            reasons = self._transact(items)
+            reasons = self._transact(self._change_items(job_id, change))
             if reasons is None:
                 self._box.delete(receipt)
                 self._delete_slot_messages(job_id, attempt)
-                if requeue:
-                    self._box.send_slots(job_id, attempt + 1, job.spec.nodes)
+                if change.new_attempt is not None:
+                    self._box.send_slots(job_id, change.new_attempt.number, job.spec.nodes)
                 return Transition(job=self.get(job_id), applied=True)
             if "ConditionalCheckFailed" in reasons:
                 return Transition(job=self.get(job_id), applied=False)
@@ -688,103 +655,6 @@ class AwsQueue:
         receipt gone stale meanwhile leaves its message to be deleted by its next receiver)."""
         for item in self._partition(job_id, slot_sk_prefix(attempt)):
             self._box.delete(held_message(item)[1])
-
-    def _end_items(self, job: Job, end: AttemptEnd) -> tuple[bool, list[dict[str, Any]]]:
-        """(requeued?, the transaction) that ends ``job``'s running attempt as ``end`` says."""
-        now, number = time.time(), job.attempt
-        crashes = job.crashes + (1 if end.state is AttemptState.CRASHED else 0)
-        cancelled = job.cancel_requested_at is not None and cancelled_end(end)
-        requeue = (
-            not cancelled
-            and end.state in (AttemptState.REQUEUED, AttemptState.CRASHED)
-            and crashes < job.spec.max_attempts
-        )
-        attempt_state = AttemptState.CANCELLED if cancelled else end.state
-        reason = end.reason
-        if not requeue and not cancelled and end.state not in (AttemptState.FINISHED,):
-            reason = end.reason or "failed"
-            if end.state is AttemptState.CRASHED:
-                reason = f"{reason} (attempt {number}; {crashes} of {job.spec.max_attempts} allowed attempts crashed)"
-                attempt_state = AttemptState.FAILED
-        attempt_fields: dict[str, Any] = {
-            "state": attempt_state.value,
-            "ended_at": now,
-            "exit_code": end.exit_code,
-            "committed_step": end.committed_step,
-            "reason": end.reason,
-        }
-        # last and resumed step: keep what update_attempt recorded unless the end knows better.
-        if end.last_step is not None:
-            attempt_fields["last_step"] = end.last_step
-        if end.resumed_step is not None:
-            attempt_fields["resumed_step"] = end.resumed_step
-        # the job keeps the attempt's last step (below); its rate ends with it
-        released = _released(now)
-        if end.last_step is not None:
-            released["last_step"] = end.last_step
-        gate: dict[str, Any] = {
-            "condition": "#job_state = :running AND #attempt = :k",
-            "running": JobState.RUNNING.value,
-            "k": number,
-        }
-        items: list[dict[str, Any]] = [
-            {
-                "Update": aws_ops.update(
-                    self.table,
-                    key(job.id, attempt_sk(number)),
-                    attempt_fields,
-                    condition="#state = :running",
-                    values={"running": AttemptState.RUNNING.value},
-                )
-            }
-        ]
-        if cancelled:
-            items += self._cancelled_items(job, now, step=end.last_step, exit_code=end.exit_code, gate=gate)
-        elif requeue:
-            items += [
-                self._job_update(
-                    job,
-                    {"job_state": JobState.QUEUED.value, "attempt": number + 1, "crashes": crashes, **released},
-                    **gate,
-                ),
-                {
-                    "Put": aws_ops.put(
-                        self.table,
-                        attempt_item(job.id, number + 1, AttemptState.QUEUED, now),
-                        condition="attribute_not_exists(#pk)",
-                    )
-                },
-                self._event(
-                    job.id,
-                    number,
-                    "requeue",
-                    now,
-                    {"next_attempt": number + 1, "reason": end.reason, "from_step": end.resume_from},
-                ),
-            ]
-        elif end.state is AttemptState.FINISHED:
-            items += [
-                self._job_update(
-                    job, {"job_state": JobState.FINISHED.value, "exit_code": end.exit_code, **released}, **gate
-                ),
-                self._event(job.id, number, "finish", now, {"step": end.last_step}),
-            ]
-        else:
-            items += [
-                self._job_update(
-                    job,
-                    {
-                        "job_state": JobState.FAILED.value,
-                        "crashes": crashes,
-                        "reason": reason,
-                        "exit_code": end.exit_code,
-                        **released,
-                    },
-                    **gate,
-                ),
-                self._event(job.id, number, "failed", now, {"reason": reason, "exit_code": end.exit_code}),
-            ]
-        return requeue, items
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -835,7 +705,7 @@ class AwsQueue:
             offer = self._offer_from(received)
             if offer is not None:
                 return [offer]
-        return self._stray_offers(time.time() if now is None else now)
+        return self._stray_offers(self.clock() if now is None else now)
 
     def _stray_offers(self, now: float) -> list[SlotOffer]:
         """Slots whose message should have come by now (``sweep_grace_s``) but did not — lost
@@ -947,54 +817,6 @@ class AwsQueue:
 
     # -- cancelling -------------------------------------------------------------------------------
 
-    def _cancelled_items(
-        self, job: Job, now: float, *, step: int | None, exit_code: int | None, gate: dict[str, Any]
-    ) -> list[dict[str, Any]]:
-        """The job item ending CANCELLED (lease and held message released) and its timeline event;
-        the caller ends the attempt item."""
-        reason = cancel_reason(job)
-        released = _released(now)
-        if step is not None:
-            released["last_step"] = step
-        return [
-            self._job_update(
-                job,
-                {"job_state": JobState.CANCELLED.value, "reason": reason, "exit_code": exit_code, **released},
-                **gate,
-            ),
-            self._event(job.id, job.attempt, "cancelled", now, {"step": step, "reason": reason}),
-        ]
-
-    def _end_attempt_item(self, job: Job, now: float, reason: str, *, was: AttemptState) -> dict[str, Any]:
-        return {
-            "Update": aws_ops.update(
-                self.table,
-                key(job.id, attempt_sk(job.attempt)),
-                {"state": AttemptState.CANCELLED.value, "ended_at": now, "reason": reason},
-                condition="#state = :was",
-                values={"was": was.value},
-            )
-        }
-
-    def _lose_cancelled(self, job: Job, now: float) -> bool:
-        """A cancelled RUNNING job whose holder stopped renewing: the attempt ends, the job CANCELLED."""
-        gate = {
-            "condition": "#job_state = :running AND #attempt = :k AND #lease_until < :now",
-            "running": JobState.RUNNING.value,
-            "k": job.attempt,
-            "now": now,
-        }
-        reason = f"lease of worker {job.worker} expired after the cancel"
-        items = [
-            self._end_attempt_item(job, now, reason, was=AttemptState.RUNNING),
-            self._event(job.id, job.attempt, "lease-expired", now, {"worker": job.worker}),
-            *self._cancelled_items(job, now, step=None, exit_code=None, gate=gate),
-        ]
-        if self._transact(items) is not None:
-            return False
-        self._delete_slot_messages(job.id, job.attempt)
-        return True
-
     @_aws_call("cancelling a job")
     def cancel(self, job_id: str, *, grace_seconds: float = CANCEL_GRACE_S) -> Job:
         def once() -> Job | None:
@@ -1002,46 +824,18 @@ class AwsQueue:
             if item is None:
                 raise UnknownJob(job_id, self.uri)
             job = item_to_job(item, self.table)
-            if job.state is JobState.CANCELLED or job.cancel_requested_at is not None:
+            change = transitions.cancel(job, grace_seconds=grace_seconds, now=self.clock())
+            if isinstance(change, Refusal):
+                if change.error:
+                    raise NotCancellable(job, change.reason)
                 return job
-            if job.state.terminal:
-                raise NotCancellable(job)
-            now = time.time()
-            asked = self._event(
-                job_id, job.attempt, "cancel", now, {"state": job.state.value, "grace_s": grace_seconds}
-            )
-            if job.state is JobState.QUEUED:
-                gate = {"condition": "#job_state = :queued AND #attempt = :k", "queued": JobState.QUEUED.value}
-                items = [
-                    self._end_attempt_item(job, now, cancel_reason(job), was=AttemptState.QUEUED),
-                    asked,
-                    *self._cancelled_items(job, now, step=None, exit_code=None, gate={**gate, "k": job.attempt}),
-                ]
-                if self._transact(items) is not None:
-                    return None  # it was claimed (or changed) meanwhile: decide again
+            if self._transact(self._change_items(job_id, change)) is not None:
+                return None  # it was claimed (or changed) meanwhile: decide again
+            if change.stop is not None:
+                # After the flag: an attempt that ends meanwhile ends CANCELLED anyway.
+                self._until_decided(lambda: self._store_stop(job_id, change.guard, change.stop), "recording the stop")
+            else:
                 self._delete_slot_messages(job_id, job.attempt)  # members waiting for the gang let go
-                return self.get(job_id)
-            if job.lease_until is not None and job.lease_until < now:
-                return self.get(job_id) if self._lose_cancelled(job, now) else None
-            flagged = self._transact(
-                [
-                    self._job_update(
-                        job,
-                        {"cancel_requested_at": now, "updated_at": now},
-                        condition="#job_state = :running AND #attempt = :k",
-                        running=JobState.RUNNING.value,
-                        k=job.attempt,
-                    ),
-                    asked,
-                ]
-            )
-            if flagged is not None:
-                return None
-            # After the flag: an attempt that ends meanwhile ends CANCELLED anyway. A stop already
-            # requested (a spot notice) stands: its ranks are saving already.
-            self.request_stop(
-                job_id, job.attempt, cancel_notice(job_id, job.attempt, now=now, grace_seconds=grace_seconds)
-            )
             return self.get(job_id)
 
         return self._until_decided(once, f"cancelling job {job_id!r}")
@@ -1053,41 +847,13 @@ class AwsQueue:
             if item is None:
                 raise UnknownJob(job_id, self.uri)
             job = item_to_job(item, self.table)
-            why = resume_refusal(job)
-            if why is not None:
-                raise NotResumable(job, why)
-            now, number = time.time(), job.attempt + 1
-            cleared = {"reason": None, "exit_code": None, "cancel_requested_at": None, "worker": None}
-            cleared.update({"lease_until": None, "message_id": None, "receipt": None})
-            reasons = self._transact(
-                [
-                    self._job_update(
-                        job,
-                        {"job_state": JobState.QUEUED.value, "attempt": number, "crashes": 0, "updated_at": now}
-                        | cleared,
-                        condition="#job_state = :was AND #attempt = :k",
-                        was=job.state.value,
-                        k=job.attempt,
-                    ),
-                    {
-                        "Put": aws_ops.put(
-                            self.table,
-                            attempt_item(job_id, number, AttemptState.QUEUED, now),
-                            condition="attribute_not_exists(#pk)",
-                        )
-                    },
-                    self._event(
-                        job_id,
-                        job.attempt,
-                        "resubmit",
-                        now,
-                        {"was": job.state.value, "next_attempt": number, "from_step": from_step},
-                    ),
-                ]
-            )
-            if reasons is not None:
+            change = transitions.resume(job, from_step=from_step, now=self.clock())
+            if isinstance(change, Refusal):
+                raise NotResumable(job, change.reason)
+            if self._transact(self._change_items(job_id, change)) is not None:
                 return None  # another resume (or a change) won meanwhile: read again and decide
-            self._box.send_slots(job_id, number, job.spec.nodes)
+            assert change.new_attempt is not None  # a resume always queues attempt k+1
+            self._box.send_slots(job_id, change.new_attempt.number, job.spec.nodes)
             return self.get(job_id)
 
         return self._until_decided(once, f"resuming job {job_id!r}")
@@ -1101,33 +867,41 @@ class AwsQueue:
 
     @_aws_call("requesting a stop")
     def request_stop(self, job_id: str, attempt: int, notice: Notice) -> bool:
-        request = StopRequest.of(notice, requested_at=time.time())
+        change = transitions.request_stop(attempt, notice, now=self.clock())
+        assert change.stop is not None
 
         def once() -> bool | None:
-            reasons = self._transact(
-                [
-                    {
-                        "Update": aws_ops.update(
-                            self.table,
-                            key(job_id, META),
-                            {"stop_attempt": attempt, "stop_request": request.model_dump_json()},
-                            condition="#job_state = :running AND #attempt = :k "
-                            "AND (attribute_not_exists(#stop_attempt) OR #stop_attempt <> :k)",
-                            values={"running": JobState.RUNNING.value, "k": attempt},
-                        )
-                    },
-                    self._event(job_id, attempt, "stop-request", request.requested_at, request.timeline_data()),
-                ]
-            )
-            if reasons is None:
-                return True
-            if "ConditionalCheckFailed" in reasons:
-                if self._meta(job_id) is None:
-                    raise UnknownJob(job_id, self.uri)
-                return False  # not running at this attempt, or another request came first
-            return None  # TransactionConflict: re-evaluate
+            stored = self._store_stop(job_id, change.guard, change.stop)
+            if stored is False and self._meta(job_id) is None:
+                raise UnknownJob(job_id, self.uri)
+            return stored
 
         return self._until_decided(once, f"requesting a stop of job {job_id!r} attempt {attempt}")
+
+    def _store_stop(self, job_id: str, guard: Guard, stop: StopRecord | None) -> bool | None:
+        """Write ``stop`` on the job item under ``guard``, only if its attempt has no request yet,
+        with its timeline event. False: the guard failed or a request came first; None: a
+        TransactionConflict (decide again)."""
+        assert stop is not None
+        condition, values = _guard_condition(guard)
+        event = stop.event
+        reasons = self._transact(
+            [
+                {
+                    "Update": aws_ops.update(
+                        self.table,
+                        key(job_id, META),
+                        {"stop_attempt": stop.attempt, "stop_request": stop.request.model_dump_json()},
+                        condition=f"{condition} AND (attribute_not_exists(#stop_attempt) OR #stop_attempt <> :stop_k)",
+                        values={**values, "stop_k": stop.attempt},
+                    )
+                },
+                self._event(job_id, event.attempt, event.kind, event.at, event.data),
+            ]
+        )
+        if reasons is None:
+            return True
+        return False if "ConditionalCheckFailed" in reasons else None
 
     @_aws_call("reading a stop request")
     def stop_request(self, job_id: str, attempt: int) -> Notice | None:
@@ -1152,13 +926,22 @@ class AwsQueue:
             ) from err
 
 
-def _released(now: float) -> dict[str, Any]:
-    """A job item's fields once no attempt holds it: no worker, lease or held message, no step rate."""
-    return {
-        "worker": None,
-        "lease_until": None,
-        "message_id": None,
-        "receipt": None,
-        "updated_at": now,
-        "step_rate": None,
-    }
+# The job item's attribute for a model field, where the names differ (``job_state`` keys the index).
+_JOB_ATTRIBUTES = {"state": STATE_INDEX_HASH_KEY}
+
+
+def _stored(value: Any) -> Any:
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+def _guard_condition(guard: Guard) -> tuple[str, dict[str, Any]]:
+    """The ConditionExpression (and its values) under which a change to the job item applies."""
+    condition = "#job_state = :guard_state AND #attempt = :guard_k"
+    values: dict[str, Any] = {"guard_state": guard.state.value, "guard_k": guard.attempt}
+    if guard.worker is not None:
+        condition += " AND #worker = :guard_w"
+        values["guard_w"] = guard.worker
+    if guard.lease_expired_at is not None:
+        condition += " AND #lease_until < :guard_now"
+        values["guard_now"] = guard.lease_expired_at
+    return condition, values

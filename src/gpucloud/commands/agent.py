@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from gpucloud.commands.spot_train import print_event, supervisor_config, supervisor_options
-from gpucloud.errors import UserError
 from gpucloud.output import json_line, output_option, print_table
 
 if TYPE_CHECKING:

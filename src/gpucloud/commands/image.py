@@ -45,7 +45,6 @@ def check(matrix_file: Path | None, images_dir: Path | None, output: str) -> Non
     Example:
       gpucloud image check --matrix images/versions.yaml --output json
     """
-    from gpucloud.errors import UserError
     from gpucloud.image.matrix import load_matrix
     from gpucloud.image.render import MAX_DOCUMENT_CHARS, default_image_dir, render_components
     from gpucloud.image.rules import check_matrix, failed

@@ -277,12 +277,12 @@ def _money(value: float | None) -> str:
     return "?" if value is None else f"{value:,.2f}"
 
 
-def _costs(queue, found) -> dict[str, Any]:
-    """Each listed job's dollars, priced from its attempts' nodes (two reads per job)."""
+def _costs(histories) -> dict[str, Any]:
+    """Each listed job's dollars, priced from its attempts' nodes as read with the listing."""
     from gpucloud.cost.job_cost import catalog_prices, job_cost
 
     prices, now = catalog_prices(), time.time()
-    return {j.id: job_cost(j, queue.attempts(j.id), queue.events(j.id), prices, now=now) for j in found}
+    return {j.id: job_cost(j, attempts, events, prices, now=now) for j, attempts, events in histories}
 
 
 @click.command("jobs")
@@ -309,8 +309,9 @@ def jobs(queue_uri, states, output) -> None:
     from gpucloud.queue.locations import open_queue
 
     queue = open_queue(queue_uri)
-    found = queue.list_jobs([JobState(s) for s in states] if states else None)
-    costs = _costs(queue, found)
+    histories = queue.histories([JobState(s) for s in states] if states else None)
+    found = [job for job, _, _ in histories]
+    costs = _costs(histories)
     if output == "json":
         print_json([_job_row(j, costs[j.id]) for j in found])
         return

@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpucloud.commands.jobs import render_cost, render_report
+from gpucloud.commands.job_show import render_cost, render_report
 from gpucloud.cost.job_cost import catalog_prices, job_cost
 from gpucloud.jobs.report import build_report
 from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobSpec

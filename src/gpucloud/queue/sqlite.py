@@ -576,7 +576,8 @@ class SqliteQueue:
     def histories(self, states: Iterable[JobState] | None = None) -> list[tuple[Job, list[Attempt], list[Event]]]:
         """Three reads in one read transaction (WAL: one snapshot, never waiting for a writer), so
         a job's attempts and events are those of the job as listed, however many jobs there are."""
-        where, args = "", ()
+        where = ""
+        args: tuple[str, ...] = ()
         if states is not None:
             wanted = tuple(JobState(s).value for s in states)
             where, args = f"WHERE state IN ({', '.join('?' for _ in wanted)})", wanted

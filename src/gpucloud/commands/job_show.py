@@ -1,5 +1,5 @@
 """``gpucloud job show``: one job's attempts, timeline, interruptions, steps and GPU-hours lost,
-and dollars, as a table (``render_report``, also the benchmark's) or ``--output json``."""
+and dollars, as a table (``render_timeline``, also the benchmark's) or ``--output json``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from gpucloud.cost.job_cost import JobCost, NodeCost
-    from gpucloud.jobs.report import JobReport
+    from gpucloud.jobs.report import JobTimeline
 
 
 @click.command("show")
@@ -39,19 +39,19 @@ def show(job_id: str, queue_uri: str | None, output: str) -> None:
     Example: gpucloud job show j-4f2a9c01de --output json
     """
     from gpucloud.cost.job_cost import catalog_prices
-    from gpucloud.jobs.report import build_report
+    from gpucloud.jobs.report import build_timeline
     from gpucloud.queue.locations import open_queue
     from gpucloud.queue.names import resolve_job
 
     queue = open_queue(queue_uri)
     current = resolve_job(queue, job_id)
-    report = build_report(current, queue.attempts(current.id), queue.events(current.id), prices=catalog_prices())
+    timeline = build_timeline(current, queue.attempts(current.id), queue.events(current.id), prices=catalog_prices())
     spec = current.spec
     if output == "json":
         code = spec.code.model_dump() if spec.code is not None else None
-        print_json({**report.model_dump(), "code": code, "setup": spec.setup})
+        print_json({**timeline.model_dump(), "code": code, "setup": spec.setup})
         return
-    render_report(report)
+    render_timeline(timeline)
     if spec.code is not None:  # what `submit --workdir/--setup` shipped (docs/code-shipping.md)
         click.echo(
             f"code: {spec.code.sha256[:12]} ({spec.code.files} files, {size_text(spec.code.size_bytes)}) at "
@@ -61,37 +61,37 @@ def show(job_id: str, queue_uri: str | None, output: str) -> None:
         click.echo(f"setup: {terminal_safe(spec.setup)}")
 
 
-def _progress_line(report: JobReport) -> str:
+def _progress_line(timeline: JobTimeline) -> str:
     """e.g. "\nprogress: step 1234 at 2.51 steps/s (12:03:04)" while a step is known."""
-    if report.last_step is None:
+    if timeline.last_step is None:
         return ""
-    rate = f" at {rate_text(report.step_rate)} steps/s" if report.step_rate is not None else ""
-    at = f" ({when(report.progress_at)})" if report.progress_at is not None else ""
-    return f"\nprogress: step {report.last_step}{rate}{at}"
+    rate = f" at {rate_text(timeline.step_rate)} steps/s" if timeline.step_rate is not None else ""
+    at = f" ({when(timeline.progress_at)})" if timeline.progress_at is not None else ""
+    return f"\nprogress: step {timeline.last_step}{rate}{at}"
 
 
-def _checkpoints_line(report: JobReport) -> str:
+def _checkpoints_line(timeline: JobTimeline) -> str:
     """The durable tier the attempts used, as each resolved it on its node (absent before one started)."""
-    used = list(dict.fromkeys(a.checkpoint_uri for a in report.attempts if a.checkpoint_uri))
+    used = list(dict.fromkeys(a.checkpoint_uri for a in timeline.attempts if a.checkpoint_uri))
     return f"\ncheckpoints: {', '.join(used)}" if used else ""
 
 
-def _cancelling(report: JobReport) -> bool:
-    return report.cancel_requested_at is not None and report.state == "running"
+def _cancelling(timeline: JobTimeline) -> bool:
+    return timeline.cancel_requested_at is not None and timeline.state == "running"
 
 
-def render_report(report: JobReport) -> None:
-    """The human form of a JobReport (also used by `gpucloud demo`)."""
+def render_timeline(timeline: JobTimeline) -> None:
+    """The human form of a JobTimeline (``job show``; the benchmark times it)."""
     from rich.console import Console
 
     console = Console()
     console.print(
-        f"[bold]job {plain_markup(report.job_id)}[/bold]: {plain_markup(report.state)}"
-        + (" — cancel requested: saving a step, then cancelled" if _cancelling(report) else "")
-        + (f" — {plain_markup(report.reason)}" if report.reason else "")
-        + f"\ncommand: {plain_markup(' '.join(report.command))}"
-        + plain_markup(_checkpoints_line(report))
-        + _progress_line(report)
+        f"[bold]job {plain_markup(timeline.job_id)}[/bold]: {plain_markup(timeline.state)}"
+        + (" — cancel requested: saving a step, then cancelled" if _cancelling(timeline) else "")
+        + (f" — {plain_markup(timeline.reason)}" if timeline.reason else "")
+        + f"\ncommand: {plain_markup(' '.join(timeline.command))}"
+        + plain_markup(_checkpoints_line(timeline))
+        + _progress_line(timeline)
     )
     print_table(
         "attempts",
@@ -108,11 +108,11 @@ def render_report(report: JobReport) -> None:
                 a.exit_code,
                 a.reason,
             ]
-            for a in report.attempts
+            for a in timeline.attempts
         ],
         markup=False,
     )
-    if report.interruptions:
+    if timeline.interruptions:
         print_table(
             "interruptions",
             [
@@ -142,7 +142,7 @@ def render_report(report: JobReport) -> None:
                     i.requeue_to_resume_s,
                     i.stopped_with or "",
                 ]
-                for i in report.interruptions
+                for i in timeline.interruptions
             ],
             markup=False,
         )
@@ -156,17 +156,17 @@ def render_report(report: JobReport) -> None:
                 e.kind,
                 e.detail,
             ]
-            for e in report.timeline
+            for e in timeline.timeline
         ],
         markup=False,
     )
     console.print(
-        f"steps lost: {report.steps_lost}   GPU-hours used: {report.gpu_hours_used}   lost: {report.gpu_hours_lost}"
-        + (f"\n[dim]{report.gpu_note}[/dim]" if report.gpu_note else "")
+        f"steps lost: {timeline.steps_lost}   GPU-hours used: {timeline.gpu_hours_used}   lost: {timeline.gpu_hours_lost}"
+        + (f"\n[dim]{timeline.gpu_note}[/dim]" if timeline.gpu_note else "")
     )
-    if report.cost is not None:
-        render_cost(report.cost, console)
-    for warning in report.warnings:  # e.g. an emergency save that could not fit
+    if timeline.cost is not None:
+        render_cost(timeline.cost, console)
+    for warning in timeline.warnings:  # e.g. an emergency save that could not fit
         console.print(f"warning: {terminal_safe(warning)}", markup=False, soft_wrap=True)
 
 

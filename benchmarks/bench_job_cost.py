@@ -8,10 +8,10 @@ per attempt, each member's started/resume/exit events with its node (type, AZ, l
 notice, flag, ack, commit and requeue — the timeline a real run leaves. Measured:
 
 * in-process, median of --repeat: ``cost.job_cost.job_cost`` over the records with the catalog's
-  prices (the pure cost function), and ``jobs.report.build_report`` with and without prices (what
+  prices (the pure cost function), and ``jobs.report.build_timeline`` with and without prices (what
   the cost adds to the report `job show` builds);
 * in-process, median of --repeat: rendering the cost section of the table (``render_cost``) and
-  the whole report's tables (``render_report``) at 80 columns: what the dollars add to the table;
+  the whole report's tables (``render_timeline``) at 80 columns: what the dollars add to the table;
 * end to end, median of --repeat fresh processes: ``gpucloud job show JOB --output json`` and the
   table at 80 columns (interpreter start-up, imports, the queue reads, the catalog, rendering).
 
@@ -35,9 +35,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpucloud.commands.jobs import render_cost, render_report
+from gpucloud.commands.job_show import render_cost, render_timeline
 from gpucloud.cost.job_cost import catalog_prices, job_cost
-from gpucloud.jobs.report import build_report
+from gpucloud.jobs.report import build_timeline
 from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobSpec
 from gpucloud.queue.sqlite import SqliteQueue
 from report import config_of, finish
@@ -119,12 +119,12 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict:
     cost = job_cost(job, attempts, events, prices, now=time.time())
     assert cost.cost_usd is not None and len(cost.attempts) == args.attempts
     cost_s = median_in_process(lambda: job_cost(job, attempts, events, prices, now=time.time()), args.repeat)
-    report_s = median_in_process(lambda: build_report(job, attempts, events), args.repeat)
-    report_cost_s = median_in_process(lambda: build_report(job, attempts, events, prices=prices), args.repeat)
-    with_cost = build_report(job, attempts, events, prices=prices)
+    report_s = median_in_process(lambda: build_timeline(job, attempts, events), args.repeat)
+    report_cost_s = median_in_process(lambda: build_timeline(job, attempts, events, prices=prices), args.repeat)
+    with_cost = build_timeline(job, attempts, events, prices=prices)
     render_cost_s = median_in_process(lambda: render_cost(cost, _console()), args.repeat)
     with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
-        render_all_s = median_in_process(lambda: render_report(with_cost), max(1, args.repeat // 2))
+        render_all_s = median_in_process(lambda: render_timeline(with_cost), max(1, args.repeat // 2))
     queue.close()
     env = dict(os.environ) | {"COLUMNS": "80", "GPUCLOUD_HOME": str(tmp / "home"), "AWS_EC2_METADATA_DISABLED": "true"}
     gpucloud = [sys.executable, "-m", "gpucloud", "job", "show", job_id, "--queue", f"sqlite:///{db}"]

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from gpucloud.checkpoint.store import latest_committed
 from gpucloud.jobs.process_group import ProcessGroup
-from gpucloud.jobs.report import build_report
+from gpucloud.jobs.report import build_timeline
 from gpucloud.jobs.runner import attempt_environment, supervise_job
 from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.lifecycle.model import JobSpec
@@ -82,7 +82,7 @@ def notice_driven(queue: SqliteQueue, work: Path, position: int, args: argparse.
     if second.exit_code != 0:
         raise RuntimeError(f"{job.id}: attempt 2 exited {second.exit_code}; see {work}")
     events = queue.events(job.id)
-    report = build_report(queue.get(job.id), queue.attempts(job.id), events)
+    report = build_timeline(queue.get(job.id), queue.attempts(job.id), events)
     (stop,) = report.interruptions
     ack = next(e.at for e in events if e.kind == "ack")
     seen = next(e.at for e in events if e.kind == "notice")

@@ -44,9 +44,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "spot_train",
         "Run a training command that survives spot interruptions.",
     ),
-    "submit": ("gpucloud.commands.jobs", "submit", "Queue a training job."),
+    "submit": ("gpucloud.commands.submit", "submit", "Queue a training job."),
     "jobs": ("gpucloud.commands.jobs", "jobs", "List jobs in the queue."),
-    "job": ("gpucloud.commands.jobs", "job", "One job: show (timeline, steps lost), logs, cancel, resume."),
+    "job": ("gpucloud.commands.job", "job", "One job: show (timeline, steps lost), logs, cancel, resume."),
     "worker": ("gpucloud.commands.worker", "worker", "Take queued jobs and run them under spot-train."),
     "agent": (
         "gpucloud.commands.agent",

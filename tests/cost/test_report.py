@@ -11,7 +11,7 @@ import pytest
 from cli_run import one_line_error
 from cli_run import run_cli as run
 from gpucloud.cost.job_cost import catalog_prices, job_cost
-from gpucloud.cost.report import JobCost, JobHistory, Utilisation, build
+from gpucloud.cost.report import JobCostTotals, JobHistory, Utilisation, build
 from gpucloud.cost.report_sources import parse_since, read_histories
 from gpucloud.lifecycle.model import NodeState
 from gpucloud.queue.sqlite import SqliteQueue
@@ -85,7 +85,7 @@ def test_the_cost_comes_from_the_cost_function_and_is_split_by_day():
 
     def priced(h, nodes):
         calls.append(h.job.id)
-        return JobCost(cost_usd=100.0, cost_lost_usd=9.0, price_source="estimate")
+        return JobCostTotals(cost_usd=100.0, cost_lost_usd=9.0, price_source="estimate")
 
     report = build([history], [], since=T0 - DAY, until=T0 + DAY / 2, cost_of=priced)
     assert calls == ["j1"]

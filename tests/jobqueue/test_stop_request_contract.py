@@ -174,12 +174,12 @@ def test_a_corrupt_dynamodb_request_is_a_one_line_error(aws_job_plane):
 
 
 def test_job_show_renders_the_request_as_one_line(jq):
-    from gpucloud.jobs.report import build_report
+    from gpucloud.jobs.report import build_timeline
 
     job = running(jq)
     notice = warning()
     jq.request_stop(job.id, 1, notice)
-    report = build_report(jq.get(job.id), jq.attempts(job.id), jq.events(job.id))
+    report = build_timeline(jq.get(job.id), jq.attempts(job.id), jq.events(job.id))
     (row,) = [r for r in report.timeline if r.kind == "stop-request"]
     lead = notice.deadline - row.at
     assert row.detail == (

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpucloud.cli import main
-from gpucloud.jobs.report import build_report
+from gpucloud.jobs.report import build_timeline
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.jobs.supervisor import (
     SAVE_RECORD_EVERY_S,
@@ -184,5 +184,5 @@ def test_a_new_save_is_recorded_first_then_only_when_it_changed_and_not_too_ofte
 
 def test_report_without_a_save_fit_event_has_no_warning(q) -> None:
     job = q.submit(JobSpec(command=["true"]))
-    report = build_report(q.get(job.id), q.attempts(job.id), q.events(job.id))
+    report = build_timeline(q.get(job.id), q.attempts(job.id), q.events(job.id))
     assert report.warnings == []

@@ -27,21 +27,15 @@ def test_worker_once_exits_non_zero_when_its_job_failed(capsys):
     assert code == 3 and json.loads(out)["exit_code"] == 3
 
 
-def test_agent_exit_after_attempts_is_its_own_flag_and_max_attempts_an_old_name_that_warns(capsys):
+def test_agent_exit_after_attempts_is_its_own_flag_and_not_submits_crash_limit(capsys):
     for n in range(2):
         run(capsys, "submit", "--job-id", f"a-{n}", "--", sys.executable, "-c", "pass")
     agent = ["agent", "--no-imds", "--poll-interval", "0.1", "--output", "json"]
     code, out, err = run(capsys, *agent, "--exit-after-attempts", "1")
     summary = json.loads(out.splitlines()[-1])
-    assert code == 0 and [r["job_id"] for r in summary["ran"]] == ["a-0"] and "deprecated" not in err
-    code, out, err = run(capsys, *agent, "--max-attempts", "1")
-    assert code == 0 and [r["job_id"] for r in json.loads(out.splitlines()[-1])["ran"]] == ["a-1"]
-    assert [line for line in err.splitlines() if "deprecated" in line] == [
-        "gpucloud: warning: agent --max-attempts is deprecated (submit --max-attempts is the crash limit); "
-        "use --exit-after-attempts"
-    ]
-    code, _, err = run(capsys, *agent, "--max-attempts", "1", "--exit-after-attempts", "1")
-    assert code == 2 and "give only --exit-after-attempts" in one_line_error(err)
+    assert code == 0 and [r["job_id"] for r in summary["ran"]] == ["a-0"]
+    code, _, err = run(capsys, *agent, "--max-attempts", "1")  # submit's crash limit: no flag of the agent
+    assert code == 2 and "No such option '--max-attempts'" in one_line_error(err)
     helped = run(capsys, "agent", "--help")[1]
     assert "--exit-after-attempts" in helped and "--max-attempts" not in helped
 
@@ -106,15 +100,14 @@ def test_iso_times_converts_only_numbers_under_time_keys():
     }
 
 
-def test_image_check_takes_the_matrix_as_render_and_doctor_do_and_the_old_positional_still_works(capsys):
-    by_option = run(capsys, "image", "check", "--matrix", str(MATRIX), "--output", "json")
-    by_position = run(capsys, "image", "check", str(MATRIX), "--output", "json")
-    assert by_option[0] == by_position[0] == 0 and json.loads(by_option[1]) == json.loads(by_position[1])
+def test_image_check_takes_the_matrix_as_render_and_doctor_do(capsys):
+    code, out, _ = run(capsys, "image", "check", "--matrix", str(MATRIX), "--output", "json")
+    assert code == 0 and json.loads(out)["file"] == str(MATRIX)
     for sub in ("check", "render"):
         assert "--matrix" in run(capsys, "image", sub, "--help")[1]
     assert "FILE" not in run(capsys, "image", "check", "--help")[1].split("Options")[0]
-    code, _, err = run(capsys, "image", "check", str(MATRIX), "--matrix", str(MATRIX))
-    assert code == 2 and "give the version matrix once" in one_line_error(err)
+    code, _, err = run(capsys, "image", "check", str(MATRIX))  # a file is given with --matrix, as everywhere
+    assert code == 2 and "unexpected extra argument" in one_line_error(err)
 
 
 LONG_ID = "llama-70b-pretrain-run-2026-11-24-a"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpucloud.jobs.report import build_report
+from gpucloud.jobs.report import build_timeline
 from gpucloud.lifecycle.model import JobSpec, JobState
 from gpucloud.queue.sqlite import SqliteQueue
 
@@ -45,7 +45,7 @@ def test_a_running_attempt_puts_its_step_and_rate_on_the_job_and_its_end_leaves_
         gate.touch()
     assert live.state is JobState.RUNNING and live.last_step >= 1 and live.step_rate > 0
     # `job show`: the running attempt's row carries the job's live step and rate.
-    [row] = build_report(live, q.attempts(job.id), q.events(job.id)).attempts
+    [row] = build_timeline(live, q.attempts(job.id), q.events(job.id)).attempts
     assert (row.state, row.last_step, row.step_rate) == ("running", live.last_step, live.step_rate)
     thread.join(timeout=60)
     assert result["r"].exit_code == 0

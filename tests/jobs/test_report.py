@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpucloud.jobs.report import build_report, steps_lost
+from gpucloud.jobs.report import build_timeline, steps_lost
 from gpucloud.lifecycle.model import Attempt, AttemptState, Event, Job, JobSpec, JobState
 
 
@@ -58,7 +58,7 @@ def interrupted_job(gpus: int = 8):
 
 
 def test_latencies_and_steps_lost_of_a_noticed_interruption():
-    report = build_report(*interrupted_job())
+    report = build_timeline(*interrupted_job())
     (stop,) = report.interruptions
     assert stop.cause == "spot-interruption" and stop.steps_lost == 0 and report.steps_lost == 0
     assert (stop.notice_to_flag_s, stop.notice_to_ack_s, stop.notice_to_commit_s) == (0.1, 1.0, 10.0)
@@ -67,7 +67,7 @@ def test_latencies_and_steps_lost_of_a_noticed_interruption():
 
 
 def test_gpu_hours_count_every_gpu_of_every_node():
-    report = build_report(*interrupted_job(gpus=8))
+    report = build_timeline(*interrupted_job(gpus=8))
     # 3600 s + 3600 s of wall time on 2 nodes x 8 GPUs.
     assert report.gpu_hours_used == 32.0
     # Nothing recomputed; the only loss is attempt 2's start-up (60 s) on 16 GPUs.
@@ -76,7 +76,7 @@ def test_gpu_hours_count_every_gpu_of_every_node():
 
 
 def test_cpu_jobs_say_why_gpu_hours_are_zero():
-    report = build_report(*interrupted_job(gpus=0))
+    report = build_timeline(*interrupted_job(gpus=0))
     assert report.gpu_hours_used == 0 and "0 GPUs per node" in report.gpu_note
 
 
@@ -84,7 +84,7 @@ def test_a_baseline_style_restart_loses_the_steps_since_the_checkpoint():
     job, attempts, events = interrupted_job()
     attempts[1] = attempts[1].model_copy(update={"resumed_step": 60})
     events[8] = ev(2, "resume", 3760.0, step=60)
-    report = build_report(job, attempts, events)
+    report = build_timeline(job, attempts, events)
     assert report.interruptions[0].steps_lost == 40
     # 40 of the 100 steps attempt 1 trained (3590 s of training) were redone, plus 60 s start-up.
     assert report.gpu_hours_lost == round((3590 * 0.4 + 60) * 16 / 3600, 4)
@@ -100,7 +100,7 @@ def test_a_resume_without_its_data_position_is_a_warning() -> None:
     12 item 7): the steps are then not really kept, and job show must say so, not only 0 lost."""
     job, attempts, events = interrupted_job()
     events[8] = ev(2, "resume", 3760.0, step=100, data_position="not restored: no extra_state holds the data loader")
-    [warning] = build_report(job, attempts, events).warnings
+    [warning] = build_timeline(job, attempts, events).warnings
     assert warning.startswith("attempt 2: resumed at step 100, but the data position was not restored: no extra_state")
     events[8] = ev(2, "resume", 3760.0, step=100, data_position="restored")
-    assert build_report(job, attempts, events).warnings == []
+    assert build_timeline(job, attempts, events).warnings == []

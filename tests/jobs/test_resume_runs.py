@@ -10,7 +10,7 @@ import textwrap
 import threading
 from pathlib import Path
 
-from gpucloud.jobs.report import build_report
+from gpucloud.jobs.report import build_timeline
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.jobs.supervisor import EXIT_CANCELLED, SupervisorConfig
 from gpucloud.lifecycle.model import AttemptState, JobSpec, JobState
@@ -77,7 +77,7 @@ def test_a_cancelled_job_resumes_from_its_committed_step_under_its_id(tmp_path: 
     assert user.get(job.id).state is JobState.FINISHED
     restored = [json.loads(line) for line in starts.read_text().splitlines()]
     assert restored == [{"attempt": 1, "restored": 0}, {"attempt": 2, "restored": first.committed_step}]
-    report = build_report(user.get(job.id), user.attempts(job.id), user.events(job.id))
+    report = build_timeline(user.get(job.id), user.attempts(job.id), user.events(job.id))
     [interruption] = report.interruptions
     assert (interruption.cause, interruption.steps_lost) == ("cancel", 0)
     supervisor.close()

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from gpucloud.commands.spot_train import print_event, supervisor_config, supervisor_options
-from gpucloud.errors import UserError
 from gpucloud.output import json_line, output_option, print_table
 
 if TYPE_CHECKING:
@@ -100,9 +99,6 @@ Exit codes: 0 idle exit or --exit-after-attempts reached; 75 stopped by an inter
     metavar="N",
     help="Exit after running this many attempts (default: run until stopped).",
 )
-@click.option(  # the old name: submit's --max-attempts is the crash limit, a different thing
-    "--max-attempts", "deprecated_max_attempts", type=click.IntRange(min=1), hidden=True
-)
 @click.option(
     "--run-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -162,7 +158,6 @@ def agent(
     gang_timeout,
     idle_exit,
     exit_after_attempts,
-    deprecated_max_attempts,
     run_dir,
     events_queue,
     metrics_port,
@@ -185,13 +180,12 @@ def agent(
     from gpucloud.signals.imds import resolve_endpoint
 
     config = supervisor_config(ack_timeout=ack_timeout, stop_margin=stop_margin, kill_after=kill_after, grace=grace)
-    max_attempts_run = _attempts_limit(exit_after_attempts, deprecated_max_attempts)
     options = AgentOptions(
         slot_lease=slot_lease,
         gang_timeout=gang_timeout,
         poll_interval=poll_interval,
         idle_exit=idle_exit,
-        max_attempts=max_attempts_run,
+        max_attempts=exit_after_attempts,
         rendezvous_port=rendezvous_port,
         local_checkpoint_dir=local_checkpoint_dir,
         run_root=run_dir,
@@ -278,22 +272,6 @@ def _linger(hub: SignalHub, seconds: float) -> None:
         notice = hub.get(left)
         if notice is not None and notice.kind == "sigterm":
             return
-
-
-def _attempts_limit(exit_after: int | None, deprecated: int | None) -> int | None:
-    """``--exit-after-attempts``, or its old name ``--max-attempts`` with a one-line warning."""
-    if deprecated is None:
-        return exit_after
-    if exit_after is not None:
-        raise UserError(
-            "agent --max-attempts is the old name of --exit-after-attempts; give only --exit-after-attempts"
-        )
-    click.echo(
-        "gpucloud: warning: agent --max-attempts is deprecated (submit --max-attempts is the crash limit); "
-        "use --exit-after-attempts",
-        err=True,
-    )
-    return deprecated
 
 
 def _json_line(status: dict[str, Any]) -> None:

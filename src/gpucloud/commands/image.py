@@ -21,21 +21,11 @@ def image() -> None:
     """
 
 
-class _UnlistedArgument(click.Argument):
-    """A positional argument kept for old command lines, not shown in usage or help."""
-
-    def get_usage_pieces(self, ctx: click.Context) -> list[str]:
-        return []
-
-
 MATRIX_HELP = "Version matrix file (the same --matrix as `gpucloud doctor`).  [default: images/versions.yaml]"
 
 
 @image.command("check")
 @click.option("--matrix", "matrix_file", type=click.Path(dir_okay=False, path_type=Path), help=MATRIX_HELP)
-@click.argument(  # the old spelling `image check FILE`: --matrix is the option's name everywhere
-    "positional_matrix", cls=_UnlistedArgument, required=False, type=click.Path(dir_okay=False, path_type=Path)
-)
 @click.option(
     "--images-dir",
     type=click.Path(file_okay=False, exists=True, path_type=Path),
@@ -43,7 +33,7 @@ MATRIX_HELP = "Version matrix file (the same --matrix as `gpucloud doctor`).  [d
     help="Also render components/ and scripts/ from here for this matrix.  [default: this checkout's images/]",
 )
 @output_option()
-def check(matrix_file: Path | None, positional_matrix: Path | None, images_dir: Path | None, output: str) -> None:
+def check(matrix_file: Path | None, images_dir: Path | None, output: str) -> None:
     """Check the version matrix (--matrix, default: images/versions.yaml) against the compatibility rules.
 
     Each rule prints pass, warn (a version newer than the known tables: check it by hand) or fail,
@@ -55,14 +45,10 @@ def check(matrix_file: Path | None, positional_matrix: Path | None, images_dir: 
     Example:
       gpucloud image check --matrix images/versions.yaml --output json
     """
-    from gpucloud.errors import UserError
     from gpucloud.image.matrix import load_matrix
     from gpucloud.image.render import MAX_DOCUMENT_CHARS, default_image_dir, render_components
     from gpucloud.image.rules import check_matrix, failed
 
-    if positional_matrix is not None and matrix_file is not None:
-        raise UserError("give the version matrix once: --matrix FILE (a FILE after `image check` is its old spelling)")
-    matrix_file = matrix_file or positional_matrix
     matrix = load_matrix(matrix_file)
     results = check_matrix(matrix)
     images = images_dir or default_image_dir()

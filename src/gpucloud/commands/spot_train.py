@@ -293,10 +293,10 @@ def _check_same_settings(job, command: tuple[str, ...], given: dict[str, tuple[A
 
 
 def job_summary(queue, job_id: str) -> dict[str, Any]:
-    from gpucloud.jobs.report import build_report
+    from gpucloud.jobs.report import build_timeline
 
     job = queue.get(job_id)
-    report = build_report(job, queue.attempts(job_id), queue.events(job_id))
+    report = build_timeline(job, queue.attempts(job_id), queue.events(job_id))
     return {
         "job_id": job.id,
         "state": job.state.value,

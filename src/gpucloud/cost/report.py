@@ -5,14 +5,14 @@ records), an optional GPU-utilisation reading from Prometheus (``report_sources`
 cost function. Nothing here reads a clock, a file or the network.
 
 Which jobs: every job with an attempt that ran in the window ``[since, until]`` (or that was
-submitted in it). A job's figures are its whole life's (``jobs.report.build_report``, the same report
+submitted in it). A job's figures are its whole life's (``jobs.report.build_timeline``, the same timeline
 ``gpucloud job show`` prints), so a job that ran across midnight reads the same in both days'
 reports; the cost-per-day chart splits each job's cost over the days its attempts ran in.
 
 Definitions (docs/cost.md, "The daily report"):
 
-* *paid GPU-hours* = ``build_report``'s GPU-hours used (attempt wall time × nodes × GPUs per node).
-* *lost GPU-hours* = ``build_report``'s GPU-hours lost (lost steps' share + restart overhead).
+* *paid GPU-hours* = ``build_timeline``'s GPU-hours used (attempt wall time × nodes × GPUs per node).
+* *lost GPU-hours* = ``build_timeline``'s GPU-hours lost (lost steps' share + restart overhead).
 * *checkpoint GPU-hours* = Σ of the ``saved`` events' ``seconds`` × nodes × GPUs per node (the
   session measures each save; every GPU waits for it).
 * *idle GPU-hours* = GPU time with utilisation below ``IDLE_BELOW_PCT`` while an attempt ran, from
@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from pydantic import BaseModel
 
-from gpucloud.jobs.report import build_report
+from gpucloud.jobs.report import build_timeline
 from gpucloud.lifecycle.model import Attempt, Event, Job, NodeRecord, NodeState
 
 SECONDS_PER_HOUR = 3600.0
@@ -51,7 +51,7 @@ class JobHistory:
 
 
 @dataclasses.dataclass(frozen=True)
-class JobCost:
+class JobCostTotals:
     """What the per-job cost function says (``cost/job_cost.py`` when it is there)."""
 
     cost_usd: float
@@ -62,7 +62,7 @@ class JobCost:
 
 # The one place a job's dollars come from: (history, node records by worker id) -> cost, or None
 # when no price is known. ``report_sources.job_cost_function`` supplies it.
-CostFunction = Callable[[JobHistory, Mapping[str, NodeRecord]], JobCost | None]
+CostFunction = Callable[[JobHistory, Mapping[str, NodeRecord]], JobCostTotals | None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,7 +231,7 @@ def _job_line(
     until: float,
 ) -> tuple[JobLine, list[tuple[float, float]]]:
     job = history.job
-    report = build_report(job, history.attempts, history.events, now=until)
+    report = build_timeline(job, history.attempts, history.events, now=until)
     gpus = job.spec.nodes * job.spec.gpus_per_node
     save_s = sum(
         float(e.data["seconds"])

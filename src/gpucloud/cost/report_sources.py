@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from gpucloud.cost.report import IDLE_BELOW_PCT, SECONDS_PER_HOUR, CostFunction, JobCost, JobHistory, Utilisation
+from gpucloud.cost.report import IDLE_BELOW_PCT, SECONDS_PER_HOUR, CostFunction, JobCostTotals, JobHistory, Utilisation
 from gpucloud.errors import UserError
 from gpucloud.lifecycle.model import JobState, NodeRecord
 from gpucloud.payload import parse_json, preview
@@ -72,11 +72,11 @@ def job_cost_function(*, now: float) -> CostFunction:
 
     prices = catalog_prices()
 
-    def cost_of(history: JobHistory, nodes: Mapping[str, NodeRecord]) -> JobCost | None:
+    def cost_of(history: JobHistory, nodes: Mapping[str, NodeRecord]) -> JobCostTotals | None:
         figure = job_cost(history.job, history.attempts, history.events, prices, now=now)
         if figure.cost_usd is None:
             return None
-        return JobCost(
+        return JobCostTotals(
             cost_usd=figure.cost_usd,
             cost_lost_usd=figure.cost_lost_usd,
             on_demand_equivalent_usd=figure.on_demand_equivalent_usd,

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from gpucloud.drill.run import DrillRun
-from gpucloud.jobs.report import Interruption, build_report
+from gpucloud.jobs.report import Interruption, build_timeline
 from gpucloud.lifecycle.model import Attempt, Event, Job, JobState
 
 MAX_STEPS_LOST = 1
@@ -64,7 +64,7 @@ def judge(
     experiment: dict[str, Any] | None = None,
 ) -> Verdict:
     """The verdict on the drill job's record (pure)."""
-    report = build_report(job, attempts, events, now=max((e.at for e in events), default=injected_at))
+    report = build_timeline(job, attempts, events, now=max((e.at for e in events), default=injected_at))
     interruption = _the_interruption(report.interruptions)
     number = interruption.attempt if interruption is not None else None
     checks = [

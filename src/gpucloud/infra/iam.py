@@ -175,6 +175,7 @@ def node_policy_document(
                 "dynamodb:UpdateItem",
                 "dynamodb:DeleteItem",
                 "dynamodb:Query",
+                "dynamodb:Scan",  # `gpucloud jobs`: every job with its attempts and timeline in one Scan
                 "dynamodb:ConditionCheckItem",
             ],
             "Resource": [jobs.table, f"{jobs.table}/index/*"],

@@ -1,7 +1,7 @@
 """What a job's timeline says: steps lost per interruption, latencies, GPU-hours used and lost.
 
 Pure functions over the records a queue returns (job, attempts, events); ``gpucloud job show``,
-``gpucloud demo`` and the benchmark all print this one report.
+``gpucloud demo`` and the benchmark all print this one timeline (``JobTimeline``).
 
 Definitions (also in docs/spot-train.md):
 
@@ -68,7 +68,7 @@ class TimelineRow(BaseModel):
     detail: str
 
 
-class JobReport(BaseModel):
+class JobTimeline(BaseModel):
     job_id: str
     state: str
     reason: str | None
@@ -92,15 +92,15 @@ class JobReport(BaseModel):
     cost: JobCost | None = None  # dollars per attempt and in total (None: no price lookup given)
 
 
-def build_report(
+def build_timeline(
     job: Job,
     attempts: list[Attempt],
     events: list[Event],
     *,
     now: float | None = None,
     prices: PriceLookup | None = None,
-) -> JobReport:
-    """The report; with ``prices`` (``cost.job_cost.catalog_prices()``) also what the job cost."""
+) -> JobTimeline:
+    """The timeline; with ``prices`` (``cost.job_cost.catalog_prices()``) also what the job cost."""
     now = time.time() if now is None else now
     by_attempt: dict[int, list[Event]] = {}
     for event in events:
@@ -151,7 +151,7 @@ def build_report(
         lost_s += _lost_seconds(attempt, evs, interruption, following, next_events)
 
     known = [i.steps_lost for i in interruptions if i.steps_lost is not None]
-    return JobReport(
+    return JobTimeline(
         job_id=job.id,
         state=job.state.value,
         reason=job.reason,

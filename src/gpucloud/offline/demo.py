@@ -28,7 +28,7 @@ from pydantic import BaseModel
 
 from gpucloud.drill.run import EXAMPLE, check_steps
 from gpucloud.errors import UserError
-from gpucloud.jobs.report import JobReport, build_report
+from gpucloud.jobs.report import JobTimeline, build_timeline
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.lifecycle.model import JobSpec
@@ -97,7 +97,7 @@ class DemoReport(BaseModel):
     attempts: int
     wall_s: float
     workdir: str | None  # kept with --keep
-    job: JobReport
+    job: JobTimeline
 
 
 Progress = Callable[[str, dict[str, Any]], None]
@@ -219,7 +219,7 @@ def run_demo(options: DemoOptions, *, progress: Progress | None = None) -> DemoR
             raise reference_error[0]
         identical = weights_identical(workdir / "interrupted.pt", workdir / "reference.pt")
         events = queue.events(job.id)
-        job_report = build_report(queue.get(job.id), queue.attempts(job.id), events)
+        job_report = build_timeline(queue.get(job.id), queue.attempts(job.id), events)
         succeeded = True
     finally:
         queue.close()

@@ -142,6 +142,12 @@ class JobQueue(Protocol):
         """The timeline in the order things happened (by ``at``; ties in recording order)."""
         ...
 
+    def histories(self, states: Iterable[JobState] | None = None) -> list[tuple[Job, list[Attempt], list[Event]]]:
+        """``list_jobs(states)``, each job with its ``attempts`` and ``events`` (in their orders),
+        in a number of reads that does not grow with the number of jobs (``gpucloud jobs`` prices
+        every job it lists; ``attempts`` and ``events`` per job would be reads per job)."""
+        ...
+
     def request_stop(self, job_id: str, attempt: int, notice: Notice) -> bool:
         """Record stop notice ``notice`` on attempt ``attempt`` so every gang member's supervisor
         stops its ranks (``stop_request``), and add a ``stop-request`` timeline event.

@@ -500,6 +500,58 @@ class SqliteQueue:
                 if job_id in by_id:
                     yield by_id[job_id], attempts[job_id], events[job_id]
 
+    def histories(self, states: Iterable[JobState] | None = None) -> list[tuple[Job, list[Attempt], list[Event]]]:
+        """Three reads in one read transaction (WAL: one snapshot, never waiting for a writer), so
+        a job's attempts and events are those of the job as listed, however many jobs there are."""
+        where = ""
+        args: tuple[str, ...] = ()
+        if states is not None:
+            wanted = tuple(JobState(s).value for s in states)
+            where, args = f"WHERE state IN ({', '.join('?' for _ in wanted)})", wanted
+        listed = f"SELECT id FROM jobs {where}"
+        statements = (
+            f"SELECT * FROM jobs {where} ORDER BY created_at, id",
+            f"SELECT * FROM attempts WHERE job_id IN ({listed}) ORDER BY job_id, number",
+            f"SELECT job_id, attempt, kind, at, data FROM events WHERE job_id IN ({listed}) ORDER BY at, seq",
+        )
+
+        def snapshot() -> list[list[sqlite3.Row]]:
+            self._db.execute("BEGIN")
+            try:
+                return [self._db.execute(sql, args).fetchall() for sql in statements]
+            finally:
+                self._db.execute("COMMIT")
+
+        with self._lock:
+            try:
+                job_rows, attempt_rows, event_rows = self._retrying(snapshot)
+            except sqlite3.DatabaseError as err:
+                raise self._unusable(err) from err
+        jobs = self._readable_jobs(job_rows)
+        attempts: dict[str, list[Attempt]] = {job.id: [] for job in jobs}
+        for row in attempt_rows:
+            try:
+                attempts.setdefault(row["job_id"], []).append(Attempt(**dict(row)))
+            except ValidationError as err:
+                self._report_unreadable(
+                    f"attempt {row['number']!r}", str(row["job_id"]), _first_problem(err, "attempt")
+                )
+        events: dict[str, list[Event]] = {job.id: [] for job in jobs}
+        for row in event_rows:
+            name = f"timeline event {str(row['kind'])[:40]!r} of attempt {row['attempt']!r}"
+            fields = {"job_id": row["job_id"], "attempt": row["attempt"], "kind": row["kind"], "at": row["at"]}
+            try:
+                event = Event(**fields, data=parse_json(row["data"], "its data", UnreadableRow))
+            except UnreadableRow as problem:  # the event still happened: keep it, without its details
+                self._report_unreadable(name, str(row["job_id"]), str(problem), "shown without its data")
+                event = Event(**fields)
+            except (ValidationError, TypeError) as err:
+                why = _first_problem(err, "event") if isinstance(err, ValidationError) else str(err)
+                self._report_unreadable(name, str(row["job_id"]), why)
+                continue
+            events.setdefault(row["job_id"], []).append(event)
+        return [(job, attempts[job.id], events[job.id]) for job in jobs]
+
     # -- gang slots and node records (GangStore) -----------------------------------------------
 
     def slot_offers(self, *, hide_seconds: float, now: float | None = None) -> list[SlotOffer]:

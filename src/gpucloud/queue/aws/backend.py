@@ -679,6 +679,50 @@ class AwsQueue:
         order = sorted(range(len(events)), key=lambda i: (events[i].at, i))
         return [events[i] for i in order]
 
+    @_aws_call("reading the jobs with their attempts and timelines")
+    def histories(self, states: Iterable[JobState] | None = None) -> list[tuple[Job, list[Attempt], list[Event]]]:
+        """One Scan of the table (paginated: a request per MB of items), not a GetItem and a Query
+        of attempts and of events per job: DynamoDB has no Query across the jobs' partitions. A
+        consistent Scan holds every write that completed before it began; its filter drops node
+        records and slot items after they are read (API_Scan: ConsistentRead, FilterExpression,
+        https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Scan.html).
+        Needs ``dynamodb:Scan`` on the table (the node role grants it, ``infra/iam.py``)."""
+        from gpucloud.queue.aws.schema import RANGE_KEY
+
+        wanted = {JobState(s).value for s in (states if states is not None else JobState)}
+        metas: list[dict[str, Any]] = []
+        attempts: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        events: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        params: dict[str, Any] = {
+            "TableName": self.table,
+            "ConsistentRead": True,
+            "FilterExpression": "#sk = :meta OR begins_with(#sk, :attempt) OR begins_with(#sk, :event)",
+            "ExpressionAttributeNames": {"#sk": RANGE_KEY},
+            "ExpressionAttributeValues": {
+                ":meta": {"S": META},
+                ":attempt": {"S": ATTEMPT_PREFIX},
+                ":event": {"S": EVENT_PREFIX},
+            },
+        }
+        for page in self._ddb.get_paginator("scan").paginate(**params):
+            for item in page.get("Items", []):
+                pk, sk = str(item[HASH_KEY].get("S")), str(item[RANGE_KEY].get("S"))
+                if sk == META:
+                    if item.get(STATE_INDEX_HASH_KEY, {}).get("S") in wanted:
+                        metas.append(item)
+                elif sk.startswith(ATTEMPT_PREFIX):
+                    attempts.setdefault(pk, []).append((sk, item))
+                else:
+                    events.setdefault(pk, []).append((sk, item))
+        found: list[tuple[Job, list[Attempt], list[Event]]] = []
+        for job in sorted(self._readable_jobs(metas), key=lambda j: (j.created_at, j.id)):
+            pk = job_pk(job.id)
+            tried = [item_to_attempt(i, self.table) for _, i in sorted(attempts.get(pk, []), key=lambda p: p[0])]
+            timeline = [item_to_event(i, self.table) for _, i in sorted(events.get(pk, []), key=lambda p: p[0])]
+            order = sorted(range(len(timeline)), key=lambda i: (timeline[i].at, i))  # as ``events``: by time
+            found.append((job, tried, [timeline[i] for i in order]))
+        return found
+
     # -- gang slots and node records (GangStore) ----------------------------------------------
     # A slot claim is an item of its own (``slot#<attempt>#<slot>`` in the job's partition), taken
     # and released in a transaction with a ConditionCheck that the job is still QUEUED at that

@@ -48,7 +48,7 @@ MAX_DELAY_S = 900  # SQS DelaySeconds maximum
 MAX_VISIBILITY_S = 43_200  # SQS: 12 hours from the receive, in total
 
 
-# A job id (``jobs.model.JOB_ID_PATTERN``). Checked here too: the id becomes a DynamoDB key, and
+# A job id (``lifecycle.model.JOB_ID_PATTERN``). Checked here too: the id becomes a DynamoDB key, and
 # one DynamoDB refuses (over 2048 bytes) would fail every receive of the message.
 MAX_NUMBER = 2**53  # attempts and slots are counters; anything larger was not written by gpucloud
 

@@ -47,10 +47,7 @@ AGENT_PACKAGE_EXAMPLES = (
 )
 TAG_KEY_RESERVED = ("aws:", "gpucloud:")  # compared case-insensitively: AWS reserves aws: in any case
 TAG_VALUE_MAX_CHARS = 256  # https://docs.aws.amazon.com/tag-editor/latest/userguide/tagging.html
-MAX_GROUP_NODES = 5000  # far above any GPU quota; keeps cost and capacity arithmetic in range
-DRAIN_TIMEOUT_RANGE = (30, 7200)  # lifecycle hook heartbeat, seconds
-LEAD_MINUTES_MAX = 1440
-EXPECTED_CHECKPOINT_GIB_MAX = 1_048_576  # 1 PiB: far above any job; keeps the arithmetic in range
+LEAD_MINUTES_MAX = 1440  # capacity.blockEndLeadMinutes; the least depends on drainTimeoutSeconds
 IPV4_PREFIX_RE = re.compile(r"\d{1,3}(\.\d{1,3}){3}/\d{1,2}")  # 10.0.0.0/16, not 10.0.0.0/255.255.0.0
 CIDR_PREFIX_RE = re.compile(r"[0-9A-Fa-f.:]+/\d{1,3}")  # IPv4 or IPv6 with a prefix length
 # an address SNS can deliver to: local@domain.tld, no spaces, one @ (not the full RFC 5322 grammar)
@@ -249,32 +246,12 @@ def known_instance_type(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem
 
 def node_counts(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     for i, g in enumerate(spec.node_groups):
-        for key, value in (("minNodes", g.min_nodes), ("desiredNodes", g.desired), ("maxNodes", g.max_nodes)):
-            if value < 0:
-                yield Problem(key_path("nodeGroups", i, key), "node counts must be 0 or more", value)
-                break
-        else:
-            if g.max_nodes == 0:
-                yield Problem(key_path("nodeGroups", i, "maxNodes"), "must be at least 1", g.max_nodes)
-            elif not g.min_nodes <= g.desired <= g.max_nodes:
-                yield Problem(
-                    key_path("nodeGroups", i),
-                    f"node counts must satisfy minNodes <= desiredNodes <= maxNodes, "
-                    f"got {g.min_nodes} <= {g.desired} <= {g.max_nodes}",
-                )
-
-
-def node_count_limit(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for i, g in enumerate(spec.node_groups):
-        for key, value in (("minNodes", g.min_nodes), ("desiredNodes", g.desired), ("maxNodes", g.max_nodes)):
-            if value > MAX_GROUP_NODES:
-                yield Problem(key_path("nodeGroups", i, key), f"allowed: at most {MAX_GROUP_NODES} nodes", value)
-                break
-
-
-def _counts_in_range(group: NodeGroup) -> bool:
-    counts = (group.min_nodes, group.desired, group.max_nodes, group.capacity.on_demand_base)
-    return all(0 <= n <= MAX_GROUP_NODES for n in counts)
+        if not g.min_nodes <= g.desired <= g.max_nodes:
+            yield Problem(
+                key_path("nodeGroups", i),
+                f"node counts must satisfy minNodes <= desiredNodes <= maxNodes, "
+                f"got {g.min_nodes} <= {g.desired} <= {g.max_nodes}",
+            )
 
 
 def efa_supported(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
@@ -382,60 +359,17 @@ def spot_settings_only_for_spot(spec: ClusterSpec, catalog: Catalog) -> Iterator
                 "only spot groups have an on-demand base; remove it or set capacity.type: spot",
                 cap.on_demand_base,
             )
-        if cap.on_demand_base < 0 or cap.on_demand_base > group.max_nodes:
+        if cap.on_demand_base > group.max_nodes:
             yield Problem(
                 key_path("nodeGroups", i, "capacity", "onDemandBase"),
                 f"must be between 0 and maxNodes ({group.max_nodes})",
                 cap.on_demand_base,
             )
-        if cap.spot_max_price is not None and (cap.type != "spot" or cap.spot_max_price <= 0):
+        if cap.spot_max_price is not None and cap.type != "spot":
             yield Problem(
                 key_path("nodeGroups", i, "capacity", "spotMaxPrice"),
-                "only for spot groups, and a positive USD/hour price",
+                "only spot groups have a maximum price; remove it or set capacity.type: spot",
                 cap.spot_max_price,
-            )
-
-
-def node_group_sizes(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for i, group in enumerate(spec.node_groups):
-        if not 30 <= group.root_volume_gib <= 16384:
-            yield Problem(
-                key_path("nodeGroups", i, "rootVolumeGiB"),
-                "allowed: 30 to 16384 GiB (the DLAMI needs at least 30)",
-                group.root_volume_gib,
-            )
-        if not _drain_in_range(group):
-            yield Problem(
-                key_path("nodeGroups", i, "drainTimeoutSeconds"),
-                "allowed: 30 to 7200 seconds (the lifecycle hook heartbeat range)",
-                group.drain_timeout_seconds,
-            )
-
-
-def _drain_in_range(group: NodeGroup) -> bool:
-    low, high = DRAIN_TIMEOUT_RANGE
-    return low <= group.drain_timeout_seconds <= high
-
-
-def scaling_idle_minutes(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for i, group in enumerate(spec.node_groups):
-        idle = group.scaling.idle_minutes
-        if not 1 <= idle <= 1440:
-            yield Problem(
-                key_path("nodeGroups", i, "scaling", "idleMinutes"),
-                "allowed: 1 to 1440 minutes an agent waits for work before it terminates its node",
-                idle,
-            )
-
-
-def scaling_instance_warmup(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for i, group in enumerate(spec.node_groups):
-        warmup = group.scaling.instance_warmup_seconds
-        if not 0 <= warmup <= 3600:
-            yield Problem(
-                key_path("nodeGroups", i, "scaling", "instanceWarmupSeconds"),
-                "allowed: 0 to 3600 seconds (how long a scale-out is not repeated while it takes effect)",
-                warmup,
             )
 
 
@@ -464,7 +398,7 @@ def capacity_block_end(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]
             )
         elif end.utcoffset() is not None and _utc_year(end) > dt.MAXYEAR:
             yield Problem(key, "is past the year 9999 in UTC; give the end of a current block", shown)
-        elif _drain_in_range(group) and _lead_in_range(group):  # else their own rules report them
+        elif _lead_in_range(group):  # else capacity_block_lead reports it
             lead = group.capacity.block_end_lead_minutes or default_lead_minutes(group.drain_timeout_seconds)
             scale_down = wind_down_time(end, lead)
             if scale_down <= now:
@@ -497,7 +431,7 @@ def capacity_block_lead(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem
         if lead is None:
             continue
         key = key_path("nodeGroups", i, "capacity", "blockEndLeadMinutes")
-        drain = group.drain_timeout_seconds if _drain_in_range(group) else DRAIN_TIMEOUT_RANGE[0]
+        drain = group.drain_timeout_seconds
         least = minimum_lead_minutes(drain)
         if group.capacity.block_end is None:
             yield Problem(
@@ -506,7 +440,7 @@ def capacity_block_lead(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem
         elif not least <= lead <= LEAD_MINUTES_MAX:
             yield Problem(
                 key,
-                f"allowed: {least} to 1440 minutes: AWS reclaims the nodes 30 min before the end "
+                f"allowed: {least} to {LEAD_MINUTES_MAX} minutes: AWS reclaims the nodes 30 min before the end "
                 f"and draining may take drainTimeoutSeconds ({drain} s) more",
                 lead,
             )
@@ -564,17 +498,6 @@ def fsx_export_target(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
             "is true; set protect: true (and tear down with --keep-bucket) or leave exportOnDestroy out",
             True,
         )
-
-
-def checkpoint_lifecycle(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    b = spec.storage.checkpoint_bucket
-    for key, value in (
-        ("noncurrentExpiryDays", b.noncurrent_expiry_days),
-        ("expiryDays", b.expiry_days),
-        ("abortMultipartDays", b.abort_multipart_days),
-    ):
-        if value is not None and value < 1:
-            yield Problem(key_path("storage", "checkpointBucket", key), "days must be 1 or more", value)
 
 
 def network_choice(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
@@ -911,15 +834,6 @@ def tag_count(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
         )
 
 
-TTL_HOURS_MAX = 24 * 365  # a longer-lived stack is not a temporary one: leave ttlHours out
-
-
-def ttl_hours(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    """``ttlHours`` sets ``gpucloud:expires-at`` (docs/teardown.md): a positive number of hours."""
-    if spec.ttl_hours is not None and not 0 < spec.ttl_hours <= TTL_HOURS_MAX:
-        yield Problem(key_path("ttlHours"), f"allowed: more than 0 and at most {TTL_HOURS_MAX} (hours)", spec.ttl_hours)
-
-
 def drillable_groups(spec: ClusterSpec) -> list[str]:
     """The node groups a drill job can run on and get interrupted in: spot, with room above their
     on-demand base (stack order; ``gpucloud drill`` submits to the first)."""
@@ -960,29 +874,11 @@ def _strings(data: object, path: tuple[str | int, ...]) -> Iterator[tuple[tuple[
             yield from _strings(item, (*path, index))
 
 
-def job_plane_limits(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    jp = spec.job_plane
-    if not 1 <= jp.max_receive_count <= 1000:
-        yield Problem(key_path("jobPlane", "maxReceiveCount"), "allowed: 1 to 1000", jp.max_receive_count)
-    if not 0 <= jp.visibility_timeout_seconds <= 43200:
-        yield Problem(
-            key_path("jobPlane", "visibilityTimeoutSeconds"),
-            "allowed: 0 to 43200 seconds (the SQS limit)",
-            jp.visibility_timeout_seconds,
-        )
-
-
 def cost_ceiling(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     ceiling = spec.cost_ceiling_usd_per_hour
     if ceiling is None:
         return
-    if ceiling <= 0:
-        yield Problem(key_path("costCeilingUsdPerHour"), "must be a positive USD/hour amount", ceiling)
-        return
-    groups = list(_groups(spec, catalog))
-    if not all(_counts_in_range(g) for _, g, _ in groups):
-        return  # node_counts / node_count_limit report the counts; the cost of 10**400 nodes is no figure
-    sizings = [sizing_for(g, t) for _, g, t in groups]
+    sizings = [sizing_for(g, t) for _, g, t in _groups(spec, catalog)]
     # The stack's own region's prices: on-demand rates differ by region (us-west-2 is not us-east-1's).
     regional = catalog.region_prices(spec.region)
     if regional is None:
@@ -1009,19 +905,6 @@ def cost_ceiling(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
             "lower maxNodes or raise the ceiling",
             ceiling,
         )
-
-
-def expected_checkpoint_size(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    sizes = [(key_path("expectedCheckpointGiB"), spec.expected_checkpoint_gib)]
-    sizes += [
-        (key_path("nodeGroups", i, "expectedCheckpointGiB"), g.expected_checkpoint_gib)
-        for i, g in enumerate(spec.node_groups)
-    ]
-    for key, gib in sizes:
-        if gib is not None and not 0 < gib <= EXPECTED_CHECKPOINT_GIB_MAX:
-            yield Problem(
-                key, f"allowed: more than 0 and at most {EXPECTED_CHECKPOINT_GIB_MAX} GiB of checkpoint state", gib
-            )
 
 
 def monitoring_instance_type(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
@@ -1116,26 +999,18 @@ def monitoring_egress(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
         )
 
 
-BUDGET_PERCENT_MAX = 1000  # a notification above 10x the limit would never be read in time
-
-
-def budget_amount(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    budget = spec.budget
-    if budget is not None and not budget.monthly_usd > 0:
-        yield Problem(key_path("budget", "monthlyUsd"), "allowed: more than 0 (USD per month)", budget.monthly_usd)
-
-
 def budget_alert_percents(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     budget = spec.budget
     if budget is None:
         return
     seen: set[float] = set()
     for j, percent in enumerate(budget.alert_at_percent):
-        key = key_path("budget", "alertAtPercent", j)
-        if not 0 < percent <= BUDGET_PERCENT_MAX:
-            yield Problem(key, f"allowed: more than 0 and at most {BUDGET_PERCENT_MAX} (% of monthlyUsd)", percent)
-        elif percent in seen:
-            yield Problem(key, "given twice; list each percentage once (one notification each)", percent)
+        if percent in seen:
+            yield Problem(
+                key_path("budget", "alertAtPercent", j),
+                "given twice; list each percentage once (one notification each)",
+                percent,
+            )
         seen.add(percent)
 
 
@@ -1207,7 +1082,6 @@ RULES: tuple[Rule, ...] = (
     instance_mix_capabilities,
     group_zones,
     node_counts,
-    node_count_limit,
     efa_supported,
     efa_only_layout_documented,
     efa_single_subnet,
@@ -1217,15 +1091,11 @@ RULES: tuple[Rule, ...] = (
     reservation_id_present,
     usage_class_supported,
     spot_settings_only_for_spot,
-    node_group_sizes,
-    scaling_idle_minutes,
-    scaling_instance_warmup,
     capacity_block_end,
     capacity_block_lead,
     fsx_size,
     fsx_throughput,
     fsx_paths,
-    checkpoint_lifecycle,
     fsx_export_target,
     network_choice,
     vpc_cidr_valid,
@@ -1240,19 +1110,15 @@ RULES: tuple[Rule, ...] = (
     tag_values,
     tag_characters,
     tag_count,
-    ttl_hours,
     drill_needs_spot,
     printable_text,
-    job_plane_limits,
     cost_ceiling,
-    expected_checkpoint_size,
     monitoring_instance_type,
     monitoring_alert_emails,
     monitoring_managed_grafana,
     monitoring_daily_report,
     monitoring_managed_retention,
     monitoring_egress,
-    budget_amount,
     budget_alert_percents,
     budget_stop_scale_out,
     budget_alert_destination,

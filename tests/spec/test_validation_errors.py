@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -10,8 +11,7 @@ from typing import Any
 import pytest
 
 from gpucloud.cli import main
-from gpucloud.spec import load_stack_file
-from gpucloud.spec.rules import RULES
+from gpucloud.spec import load_stack_file, rules
 
 Mutation = Callable[[dict[str, Any]], None]
 
@@ -897,10 +897,22 @@ def test_each_bad_setting_is_one_clear_line(case: str, write_stack, capsys) -> N
     assert key in lines[0] and text in lines[0], lines[0]
 
 
+def _rule_names() -> set[str]:
+    """The public functions of rules.py that yield problems: each one is a rule."""
+    return {
+        name
+        for name, function in inspect.getmembers(rules, inspect.isfunction)
+        if function.__module__ == rules.__name__
+        and not name.startswith("_")
+        and function.__annotations__.get("return") == "Iterator[Problem]"
+    }
+
+
 def test_every_rule_has_a_case_that_triggers_it() -> None:
     covered = {rule for rule, *_ in CASES.values() if rule}
+    assert covered <= _rule_names(), covered - _rule_names()  # a case names a rule that exists
     # every catalog type supports cluster placement, so that rule is tested directly below
-    missing = {r.__name__ for r in RULES} - covered - {"cluster_placement_supported"}
+    missing = _rule_names() - covered - {"cluster_placement_supported"}
     assert not missing
 
 
@@ -911,9 +923,8 @@ def test_cluster_placement_rule_fires_for_a_type_without_it(write_stack) -> None
     catalog = load_catalog()
     no_cluster = catalog.instance_types["g6.xlarge"].model_copy(update={"placement_strategies": ["spread"]})
     patched = catalog.model_copy(update={"instance_types": {**catalog.instance_types, "g6.xlarge": no_cluster}})
-    spec = load_stack_file(write_stack())
-    spec = spec.model_copy(update={"node_groups": [spec.node_groups[0].model_copy(update={"placement_group": True})]})
-    problems = list(cluster_placement_supported(spec, patched))
+    group = load_stack_file(write_stack()).node_groups[0].model_copy(update={"placement_group": True})
+    problems = list(cluster_placement_supported([group], patched))
     assert [p.key for p in problems] == ["gpucloud:nodeGroups[0].placementGroup"]
     assert "does not support cluster placement" in problems[0].message
 

@@ -1,8 +1,10 @@
 """Validators: one small function per rule, each with its own error text (ParallelCluster style).
 
-A rule takes the parsed ``ClusterSpec`` and the catalog and yields ``Problem``s; it never raises.
-Rules that need a node group's instance type skip groups whose type is unknown: that is reported
-once, by ``known_instance_type``.
+What is checked here weighs settings against each other or against the catalog; a setting's own
+range is in the schema (``model.py``), so every value a rule sees is already in range. A rule takes
+the parts of the parsed ``ClusterSpec`` it checks (and the catalog where it needs it) and yields
+``Problem``s; it never raises. Rules that need a node group's instance type skip groups whose type
+is unknown: that is reported once, by ``known_instance_type``.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import datetime as dt
 import ipaddress
 import re
 import unicodedata
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Mapping, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -24,10 +26,23 @@ from gpucloud.infra.monitoring_plan import monitor_instance_types
 from gpucloud.infra.scaling_plan import default_lead_minutes, minimum_lead_minutes, wind_down_time
 from gpucloud.infra.tags import MAX_RESOURCE_TAGS, OWN_TAGS_MAX
 from gpucloud.spec.decisions import efa_enabled, uses_placement_group
-from gpucloud.spec.model import RESERVED_CAPACITY, ClusterSpec, NodeGroup, S3Object
+from gpucloud.spec.model import (
+    RESERVED_CAPACITY,
+    Access,
+    Agent,
+    Ami,
+    Budget,
+    ClusterSpec,
+    Fsx,
+    ImageBuild,
+    Monitoring,
+    MonitoringMode,
+    Network,
+    NodeGroup,
+    S3Object,
+    Storage,
+)
 from gpucloud.spec.problems import Problem, key_path
-
-Rule = Callable[[ClusterSpec, Catalog], Iterator[Problem]]
 
 FSX_THROUGHPUTS = (125, 250, 500, 1000)  # PERSISTENT_2 SSD, MB/s per TiB
 NAME_RE = re.compile(r"[a-z][a-z0-9-]{0,19}")
@@ -56,58 +71,57 @@ EMAIL_RE = re.compile(
 )
 
 
-def _groups(spec: ClusterSpec, catalog: Catalog) -> Iterator[tuple[int, NodeGroup, InstanceType]]:
-    for i, group in enumerate(spec.node_groups):
+def _groups(groups: Sequence[NodeGroup], catalog: Catalog) -> Iterator[tuple[int, NodeGroup, InstanceType]]:
+    for i, group in enumerate(groups):
         itype = catalog.instance_types.get(group.instance_type)
         if itype is not None:
             yield i, group, itype
 
 
-def region_format(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    if not REGION_RE.fullmatch(spec.region):
-        yield Problem(key_path("region"), "not an AWS region name; expected e.g. 'us-east-1'", spec.region)
+def region_format(region: str) -> Iterator[Problem]:
+    if not REGION_RE.fullmatch(region):
+        yield Problem(key_path("region"), "not an AWS region name; expected e.g. 'us-east-1'", region)
 
 
-def availability_zone_in_region(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    az = spec.availability_zone
-    if az is not None and not re.fullmatch(re.escape(spec.region) + r"[a-z]", az):
+def availability_zone_in_region(region: str, az: str | None) -> Iterator[Problem]:
+    if az is not None and not re.fullmatch(re.escape(region) + r"[a-z]", az):
         yield Problem(
             key_path("availabilityZone"),
-            f"must be a zone of region {spec.region}, e.g. '{spec.region}a'",
+            f"must be a zone of region {region}, e.g. '{region}a'",
             az,
         )
 
 
-def cluster_zones(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    zones = spec.availability_zones
+def cluster_zones(region: str, zone: str | None, zones: Sequence[str], network: Network) -> Iterator[Problem]:
     if not zones:
         return
     key = key_path("availabilityZones")
-    if spec.availability_zone is not None:
+    if zone is not None:
         yield Problem(key, "give availabilityZone (one zone) or availabilityZones (several), not both", zones)
-    elif spec.network.existing:
+    elif network.existing:
         yield Problem(key, "with an existing VPC the node subnets (network.subnetIds) set the zones; remove it", zones)
     elif len(set(zones)) != len(zones) or not 1 <= len(zones) <= MAX_ZONES:
         yield Problem(key, f"allowed: 1 to {MAX_ZONES} different zones (a node subnet is carved for each)", zones)
     else:
         for j, zone in enumerate(zones):
-            if not re.fullmatch(re.escape(spec.region) + r"[a-z]", zone):
+            if not re.fullmatch(re.escape(region) + r"[a-z]", zone):
                 yield Problem(
                     key_path("availabilityZones", j),
-                    f"must be a zone of region {spec.region}, e.g. '{spec.region}a'",
+                    f"must be a zone of region {region}, e.g. '{region}a'",
                     zone,
                 )
 
 
-def group_zones(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    """A group's zones: among the cluster's, and one only where EFA or a placement group is used."""
-    known = list(spec.availability_zones)
-    for i, group in enumerate(spec.node_groups):
+def group_zones(
+    groups: Sequence[NodeGroup], known: Sequence[str], network: Network, catalog: Catalog
+) -> Iterator[Problem]:
+    """A group's zones: among the cluster's (``known``), and one only where EFA or a placement group is used."""
+    for i, group in enumerate(groups):
         zones = group.availability_zones
         if zones is None:
             continue
         key = key_path("nodeGroups", i, "availabilityZones")
-        if spec.network.existing or not known:
+        if network.existing or not known:
             yield Problem(
                 key,
                 "list the cluster's zones in availabilityZones first (a new VPC only); a group picks among them",
@@ -131,10 +145,10 @@ def _needs_one_zone(group: NodeGroup, catalog: Catalog) -> bool:
     return efa_enabled(group, itype) or uses_placement_group(group, itype)
 
 
-def instance_mix(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def instance_mix(groups: Sequence[NodeGroup], catalog: Catalog) -> Iterator[Problem]:
     """Several instance types: spot groups only, known types, each once, weights ASG accepts."""
     known = ", ".join(sorted(catalog.instance_types))
-    for i, group in enumerate(spec.node_groups):
+    for i, group in enumerate(groups):
         choices = group.instance_types
         if not choices:
             continue
@@ -174,9 +188,9 @@ def instance_mix(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
                 )
 
 
-def instance_mix_capabilities(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def instance_mix_capabilities(groups: Sequence[NodeGroup], catalog: Catalog) -> Iterator[Problem]:
     """Every type of a group can do what the group asks: EFA, cluster placement, spot."""
-    for i, group, primary in _groups(spec, catalog):
+    for i, group, primary in _groups(groups, catalog):
         efa = efa_enabled(group, primary)
         placement = uses_placement_group(group, primary)
         for j, choice in enumerate(group.instance_types[1:], start=1):
@@ -203,14 +217,14 @@ def instance_mix_capabilities(spec: ClusterSpec, catalog: Catalog) -> Iterator[P
                 )
 
 
-def at_least_one_group(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    if not spec.node_groups:
+def at_least_one_group(groups: Sequence[NodeGroup]) -> Iterator[Problem]:
+    if not groups:
         yield Problem(key_path("nodeGroups"), "at least one node group is required")
 
 
-def group_names(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def group_names(groups: Sequence[NodeGroup]) -> Iterator[Problem]:
     seen: set[str] = set()
-    for i, group in enumerate(spec.node_groups):
+    for i, group in enumerate(groups):
         if not NAME_RE.fullmatch(group.name):
             yield Problem(
                 key_path("nodeGroups", i, "name"),
@@ -222,8 +236,7 @@ def group_names(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
         seen.add(group.name)
 
 
-def cluster_name_format(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    name = spec.cluster_name
+def cluster_name_format(name: str | None) -> Iterator[Problem]:
     if name is not None and not re.fullmatch(r"[a-z][a-z0-9-]{0,31}", name):
         yield Problem(
             key_path("clusterName"),
@@ -232,9 +245,9 @@ def cluster_name_format(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem
         )
 
 
-def known_instance_type(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def known_instance_type(groups: Sequence[NodeGroup], catalog: Catalog) -> Iterator[Problem]:
     known = ", ".join(sorted(catalog.instance_types))
-    for i, group in enumerate(spec.node_groups):
+    for i, group in enumerate(groups):
         # a group that lists instanceTypes has each checked where it is written (``instance_mix``)
         if group.instance_type not in catalog.instance_types and not group.instance_types:
             yield Problem(
@@ -244,8 +257,8 @@ def known_instance_type(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem
             )
 
 
-def node_counts(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for i, g in enumerate(spec.node_groups):
+def node_counts(groups: Sequence[NodeGroup]) -> Iterator[Problem]:
+    for i, g in enumerate(groups):
         if not g.min_nodes <= g.desired <= g.max_nodes:
             yield Problem(
                 key_path("nodeGroups", i),
@@ -254,8 +267,8 @@ def node_counts(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
             )
 
 
-def efa_supported(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for i, group, itype in _groups(spec, catalog):
+def efa_supported(groups: Sequence[NodeGroup], catalog: Catalog) -> Iterator[Problem]:
+    for i, group, itype in _groups(groups, catalog):
         if group.efa.mode == "on" and not (itype.efa_supported and itype.max_efa_interfaces > 0):
             yield Problem(
                 key_path("nodeGroups", i, "efa", "mode"),
@@ -264,9 +277,9 @@ def efa_supported(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
             )
 
 
-def efa_only_layout_documented(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def efa_only_layout_documented(groups: Sequence[NodeGroup], catalog: Catalog) -> Iterator[Problem]:
     """EFA-only interfaces only where the EC2 guide documents them (``infra/efa_layout.py``)."""
-    for i, group, itype in _groups(spec, catalog):
+    for i, group, itype in _groups(groups, catalog):
         if group.efa.layout == "efa-only" and efa_enabled(group, itype) and not efa_only_documented(itype):
             families = ", ".join(sorted(EFA_ONLY_FAMILIES))
             yield Problem(
@@ -277,21 +290,21 @@ def efa_only_layout_documented(spec: ClusterSpec, catalog: Catalog) -> Iterator[
             )
 
 
-def efa_single_subnet(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    if len(spec.network.subnet_ids) <= 1:
+def efa_single_subnet(groups: Sequence[NodeGroup], network: Network, catalog: Catalog) -> Iterator[Problem]:
+    if len(network.subnet_ids) <= 1:
         return
-    efa_groups = [g.name for _, g, t in _groups(spec, catalog) if efa_enabled(g, t)]
+    efa_groups = [g.name for _, g, t in _groups(groups, catalog) if efa_enabled(g, t)]
     if efa_groups:
         yield Problem(
             key_path("network", "subnetIds"),
             f"EFA does not work across subnets or Availability Zones (node groups with EFA: "
             f"{', '.join(efa_groups)}); give exactly one subnet, or set efa.mode: off",
-            list(spec.network.subnet_ids),
+            list(network.subnet_ids),
         )
 
 
-def cluster_placement_supported(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for i, group, itype in _groups(spec, catalog):
+def cluster_placement_supported(groups: Sequence[NodeGroup], catalog: Catalog) -> Iterator[Problem]:
+    for i, group, itype in _groups(groups, catalog):
         if group.placement_group and not itype.supports_cluster_placement:
             yield Problem(
                 key_path("nodeGroups", i, "placementGroup"),
@@ -300,8 +313,8 @@ def cluster_placement_supported(spec: ClusterSpec, catalog: Catalog) -> Iterator
             )
 
 
-def placement_group_with_capacity_block(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for i, group in enumerate(spec.node_groups):
+def placement_group_with_capacity_block(groups: Sequence[NodeGroup]) -> Iterator[Problem]:
+    for i, group in enumerate(groups):
         if group.placement_group and group.capacity.type == "capacity-block":
             yield Problem(
                 key_path("nodeGroups", i, "placementGroup"),
@@ -311,8 +324,8 @@ def placement_group_with_capacity_block(spec: ClusterSpec, catalog: Catalog) -> 
             )
 
 
-def spot_with_reservation(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for i, group in enumerate(spec.node_groups):
+def spot_with_reservation(groups: Sequence[NodeGroup]) -> Iterator[Problem]:
+    for i, group in enumerate(groups):
         if group.capacity.type == "spot" and group.capacity.reservation_id is not None:
             yield Problem(
                 key_path("nodeGroups", i, "capacity", "reservationId"),
@@ -322,8 +335,8 @@ def spot_with_reservation(spec: ClusterSpec, catalog: Catalog) -> Iterator[Probl
             )
 
 
-def reservation_id_present(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for i, group in enumerate(spec.node_groups):
+def reservation_id_present(groups: Sequence[NodeGroup]) -> Iterator[Problem]:
+    for i, group in enumerate(groups):
         cap = group.capacity
         if cap.type in RESERVED_CAPACITY and cap.reservation_id is None:
             yield Problem(
@@ -338,9 +351,9 @@ def reservation_id_present(spec: ClusterSpec, catalog: Catalog) -> Iterator[Prob
             )
 
 
-def usage_class_supported(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def usage_class_supported(groups: Sequence[NodeGroup], catalog: Catalog) -> Iterator[Problem]:
     needed = {"spot": "spot", "capacity-block": "capacity-block"}
-    for i, group, itype in _groups(spec, catalog):
+    for i, group, itype in _groups(groups, catalog):
         usage = needed.get(group.capacity.type)
         if usage and usage not in itype.usage_classes:
             yield Problem(
@@ -350,8 +363,8 @@ def usage_class_supported(spec: ClusterSpec, catalog: Catalog) -> Iterator[Probl
             )
 
 
-def spot_settings_only_for_spot(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for i, group in enumerate(spec.node_groups):
+def spot_settings_only_for_spot(groups: Sequence[NodeGroup]) -> Iterator[Problem]:
+    for i, group in enumerate(groups):
         cap = group.capacity
         if cap.type != "spot" and cap.on_demand_base:
             yield Problem(
@@ -373,9 +386,9 @@ def spot_settings_only_for_spot(spec: ClusterSpec, catalog: Catalog) -> Iterator
             )
 
 
-def capacity_block_end(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def capacity_block_end(groups: Sequence[NodeGroup]) -> Iterator[Problem]:
     now = _utcnow()
-    for i, group in enumerate(spec.node_groups):
+    for i, group in enumerate(groups):
         end = group.capacity.block_end
         if end is None:
             continue
@@ -425,8 +438,8 @@ def _lead_in_range(group: NodeGroup) -> bool:
     return lead is None or 0 < lead <= LEAD_MINUTES_MAX
 
 
-def capacity_block_lead(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for i, group in enumerate(spec.node_groups):
+def capacity_block_lead(groups: Sequence[NodeGroup]) -> Iterator[Problem]:
+    for i, group in enumerate(groups):
         lead = group.capacity.block_end_lead_minutes
         if lead is None:
             continue
@@ -450,8 +463,7 @@ def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
-def fsx_size(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    fsx = spec.storage.fsx
+def fsx_size(fsx: Fsx | None) -> Iterator[Problem]:
     if fsx is not None and not (fsx.size_gib == 1200 or (fsx.size_gib > 0 and fsx.size_gib % 2400 == 0)):
         yield Problem(
             key_path("storage", "fsx", "sizeGiB"),
@@ -460,8 +472,7 @@ def fsx_size(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
         )
 
 
-def fsx_throughput(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    fsx = spec.storage.fsx
+def fsx_throughput(fsx: Fsx | None) -> Iterator[Problem]:
     if fsx is not None and fsx.throughput_per_tib not in FSX_THROUGHPUTS:
         yield Problem(
             key_path("storage", "fsx", "throughputPerTiB"),
@@ -470,8 +481,7 @@ def fsx_throughput(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
         )
 
 
-def fsx_paths(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    fsx = spec.storage.fsx
+def fsx_paths(fsx: Fsx | None) -> Iterator[Problem]:
     if fsx is None:
         return
     for key, value in (("mountPath", fsx.mount_path), ("linkPath", fsx.link_path)):
@@ -487,11 +497,11 @@ def fsx_paths(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
         )
 
 
-def fsx_export_target(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def fsx_export_target(storage: Storage) -> Iterator[Problem]:
     """``exportOnDestroy: true`` exports into the checkpoint bucket, which the same destroy then empties
     and deletes unless it is protected: hours of export for nothing, in the way of a destroy that finishes."""
-    fsx = spec.storage.fsx
-    if fsx is not None and fsx.export_on_destroy and not spec.storage.checkpoint_bucket.protect:
+    fsx = storage.fsx
+    if fsx is not None and fsx.export_on_destroy and not storage.checkpoint_bucket.protect:
         yield Problem(
             key_path("storage", "fsx", "exportOnDestroy"),
             "exports into the checkpoint bucket, which the destroy deletes unless storage.checkpointBucket.protect "
@@ -500,8 +510,7 @@ def fsx_export_target(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
         )
 
 
-def network_choice(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    net = spec.network
+def network_choice(net: Network) -> Iterator[Problem]:
     if net.vpc_id is not None and net.vpc_cidr is not None:
         yield Problem(
             key_path("network", "vpcCidr"),
@@ -521,8 +530,7 @@ def network_choice(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
             )
 
 
-def vpc_cidr_valid(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    cidr = spec.network.vpc_cidr
+def vpc_cidr_valid(cidr: str | None) -> Iterator[Problem]:
     if cidr is None:
         return
     try:
@@ -541,8 +549,7 @@ def vpc_cidr_valid(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
         yield Problem(key_path("network", "vpcCidr"), "prefix length must be /16 to /24", cidr)
 
 
-def ssh_access(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    acc = spec.access
+def ssh_access(acc: Access) -> Iterator[Problem]:
     for j, cidr in enumerate(acc.ssh_cidrs):
         net = _prefix_network(cidr)
         if net is None:
@@ -575,9 +582,9 @@ def _prefix_network(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network 
         return None
 
 
-def ssh_union_not_whole_internet(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def ssh_union_not_whole_internet(access: Access) -> Iterator[Problem]:
     """0.0.0.0/1 plus 128.0.0.0/1 is 0.0.0.0/0 again: judge what the ranges cover together."""
-    nets = [n for n in map(_prefix_network, spec.access.ssh_cidrs) if n is not None and n.prefixlen > 0]
+    nets = [n for n in map(_prefix_network, access.ssh_cidrs) if n is not None and n.prefixlen > 0]
     v4 = [n for n in nets if isinstance(n, ipaddress.IPv4Network)]
     v6 = [n for n in nets if isinstance(n, ipaddress.IPv6Network)]
     merged: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = [*ipaddress.collapse_addresses(v4)]
@@ -591,8 +598,7 @@ def ssh_union_not_whole_internet(spec: ClusterSpec, catalog: Catalog) -> Iterato
         )
 
 
-def ami_choice(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    ami = spec.ami
+def ami_choice(ami: Ami) -> Iterator[Problem]:
     chosen = [key for key in ("id", "flavour", "parameter") if getattr(ami, key) is not None]
     if len(chosen) > 1:
         yield Problem(
@@ -616,8 +622,9 @@ def ami_choice(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
         )
 
 
-def image_pipeline_settings(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    image = spec.image
+def image_pipeline_settings(
+    image: ImageBuild | None, ami: Ami, network: Network, catalog: Catalog
+) -> Iterator[Problem]:
     if image is None:
         return
     wheel = S3Object.parse(image.wheel_s3_uri)
@@ -648,38 +655,38 @@ def image_pipeline_settings(spec: ClusterSpec, catalog: Catalog) -> Iterator[Pro
             "an SSM parameter name starting with '/', e.g. '/gpucloud/image/ami-id'",
             image.ami_parameter,
         )
-    if spec.network.egress == "endpoints":
+    if network.egress == "endpoints":
         yield Problem(
             key_path("network", "egress"),
             "the image build downloads from NVIDIA, PyPI, EFA and FSx repositories; use egress 'nat' with image",
-            spec.network.egress,
+            network.egress,
         )
-    if image.ami_parameter is not None and spec.ami.parameter == image.ami_parameter:
+    if image.ami_parameter is not None and ami.parameter == image.ami_parameter:
         yield Problem(
             key_path("ami", "parameter"),
             "a stack cannot boot from the AMI its own pipeline has not built yet; "
             "build the image in its own stack (or boot a DLAMI until the first build)",
-            spec.ami.parameter,
+            ami.parameter,
         )
 
 
-def agent_package(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def agent_package(agent: Agent, ami: Ami) -> Iterator[Problem]:
     """The node agent's package must be installable on the node (``scripts/node-bootstrap.sh``)."""
-    package = spec.agent.package
+    package = agent.package
     key = key_path("agent", "package")
     if package is None:
-        if spec.ami.id is None and spec.ami.parameter is None:
+        if ami.id is None and ami.parameter is None:
             yield Problem(
                 key,
                 "required when the nodes boot a DLAMI (ami.flavour, the default), which has no "
                 f"gpucloud: give {AGENT_PACKAGE_EXAMPLES}, or boot the gpucloud image (ami.parameter)",
             )
         return
-    house = spec.agent.s3_wheelhouse
+    house = agent.s3_wheelhouse
     if house is not None:
         yield from _wheelhouse_problems(key, package, house.bucket, house.key)
         return
-    wheel = spec.agent.s3_wheel
+    wheel = agent.s3_wheel
     if wheel is not None:
         yield from _s3_wheel_problems(key, package, wheel.bucket, wheel.key)
         return
@@ -709,29 +716,29 @@ def agent_package(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
         )
 
 
-def agent_installable_offline(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def agent_installable_offline(agent: Agent, network: Network) -> Iterator[Problem]:
     """With ``egress: endpoints`` the nodes reach AWS APIs only, never a package index: pip cannot
     fetch a requirement, nor the dependencies of an s3:// wheel. The agent comes in the AMI, or from
     a wheelhouse in S3 (reached through the S3 gateway endpoint) installed with ``--no-index``."""
-    if spec.network.egress != "endpoints" or spec.network.existing:
+    if network.egress != "endpoints" or network.existing:
         return
-    if spec.agent.package is not None and spec.agent.s3_wheelhouse is None:
+    if agent.package is not None and agent.s3_wheelhouse is None:
         yield Problem(
             key_path("agent", "package"),
             "egress 'endpoints' has no route to a package index, and pip needs one to install it (and "
             "gpucloud's dependencies); give a wheelhouse (s3://bucket/folder/ holding gpucloud and every "
             "dependency), boot the gpucloud image (ami.parameter) without it, or use egress 'nat'",
-            spec.agent.package,
+            agent.package,
         )
 
 
-def fsx_client_offline(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def fsx_client_offline(fsx: Fsx | None, network: Network, ami: Ami) -> Iterator[Problem]:
     """A DLAMI node installs the FSx for Lustre client at boot from AWS's package repository
     (``scripts/node-bootstrap.sh``, install_lustre_client), which ``egress: endpoints`` cannot
     reach: every node's bootstrap would fail at the mount. The gpucloud image brings the client."""
-    if spec.network.egress != "endpoints" or spec.network.existing or spec.storage.fsx is None:
+    if network.egress != "endpoints" or network.existing or fsx is None:
         return
-    if spec.ami.parameter is None and spec.ami.id is None:
+    if ami.parameter is None and ami.id is None:
         yield Problem(
             key_path("storage", "fsx"),
             "egress 'endpoints' has no route to the FSx for Lustre client's package repository, which a "
@@ -789,8 +796,8 @@ def _s3_wheel_problems(key: str, package: str, bucket: str, object_key: str) -> 
         yield Problem(key, f"a wheel of {project!r}; the node agent is the {AGENT_PROJECT!r} package", package)
 
 
-def tag_keys(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for key in spec.tags:
+def tag_keys(tags: Mapping[str, str]) -> Iterator[Problem]:
+    for key in tags:
         if key.lower().startswith(TAG_KEY_RESERVED) or not 1 <= len(key) <= 128:
             yield Problem(
                 key_path("tags", key),
@@ -800,8 +807,8 @@ def tag_keys(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
             )
 
 
-def tag_values(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for key, value in spec.tags.items():
+def tag_values(tags: Mapping[str, str]) -> Iterator[Problem]:
+    for key, value in tags.items():
         if len(value) > TAG_VALUE_MAX_CHARS:
             yield Problem(key_path("tags", key), f"tag values are at most {TAG_VALUE_MAX_CHARS} characters", value)
 
@@ -811,8 +818,8 @@ def tag_values(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
 TAG_CHARACTERS_RE = re.compile(r"[\w\s+\-=.:/@]*")
 
 
-def tag_characters(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for key, value in spec.tags.items():
+def tag_characters(tags: Mapping[str, str]) -> Iterator[Problem]:
+    for key, value in tags.items():
         for what, text in (("key", key), ("value", value)):
             if not TAG_CHARACTERS_RE.fullmatch(text):
                 yield Problem(
@@ -823,13 +830,13 @@ def tag_characters(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
                 )
 
 
-def tag_count(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def tag_count(tags: Mapping[str, str]) -> Iterator[Problem]:
     """AWS takes 50 tags on a resource; gpucloud adds up to ``OWN_TAGS_MAX`` of its own."""
     room = MAX_RESOURCE_TAGS - OWN_TAGS_MAX
-    if len(spec.tags) > room:
+    if len(tags) > room:
         yield Problem(
             key_path("tags"),
-            f"{len(spec.tags)} tags; at most {room}: AWS takes {MAX_RESOURCE_TAGS} on a resource and "
+            f"{len(tags)} tags; at most {room}: AWS takes {MAX_RESOURCE_TAGS} on a resource and "
             f"gpucloud adds up to {OWN_TAGS_MAX} (stack, cluster, Name, node group, expiry)",
         )
 
@@ -837,22 +844,26 @@ def tag_count(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
 def drillable_groups(spec: ClusterSpec) -> list[str]:
     """The node groups a drill job can run on and get interrupted in: spot, with room above their
     on-demand base (stack order; ``gpucloud drill`` submits to the first)."""
-    return [g.name for g in spec.node_groups if g.capacity.type == "spot" and g.max_nodes > g.capacity.on_demand_base]
+    return _drillable(spec.node_groups)
 
 
-def drill_needs_spot(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def _drillable(groups: Sequence[NodeGroup]) -> list[str]:
+    return [g.name for g in groups if g.capacity.type == "spot" and g.max_nodes > g.capacity.on_demand_base]
+
+
+def drill_needs_spot(drill: bool, groups: Sequence[NodeGroup]) -> Iterator[Problem]:
     """``drill: true`` makes an AWS FIS template that interrupts a *spot* instance (infra/drill.py):
     some group must be able to run one (spot, with room above its on-demand base)."""
-    if spec.drill and not drillable_groups(spec):
+    if drill and not _drillable(groups):
         yield Problem(
             key_path("drill"),
             "needs a node group with capacity.type: spot and maxNodes above its onDemandBase "
             "(the drill interrupts a spot instance); add one or remove gpucloud:drill",
-            spec.drill,
+            drill,
         )
 
 
-def printable_text(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def printable_text(spec: ClusterSpec) -> Iterator[Problem]:
     """No setting holds a line break or other control character: each ends up in a name, a tag,
     a script or a log line, where 'dev\\n' is not 'dev' (an ASG named 'dev\\n-asg')."""
     for path, text in _strings(spec.model_dump(by_alias=True, exclude_none=True), ()):
@@ -878,7 +889,7 @@ def cost_ceiling(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     ceiling = spec.cost_ceiling_usd_per_hour
     if ceiling is None:
         return
-    sizings = [sizing_for(g, t) for _, g, t in _groups(spec, catalog)]
+    sizings = [sizing_for(g, t) for _, g, t in _groups(spec.node_groups, catalog)]
     # The stack's own region's prices: on-demand rates differ by region (us-west-2 is not us-east-1's).
     regional = catalog.region_prices(spec.region)
     if regional is None:
@@ -907,9 +918,8 @@ def cost_ceiling(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
         )
 
 
-def monitoring_instance_type(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def monitoring_instance_type(mon: Monitoring) -> Iterator[Problem]:
     """The self-hosted monitor's type must be one `plan` can price (catalog/service_prices.json)."""
-    mon = spec.monitoring
     known = monitor_instance_types()
     if mon.mode == "self-hosted" and mon.instance_type not in known:
         yield Problem(
@@ -919,8 +929,7 @@ def monitoring_instance_type(spec: ClusterSpec, catalog: Catalog) -> Iterator[Pr
         )
 
 
-def monitoring_alert_emails(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    mon = spec.monitoring
+def monitoring_alert_emails(mon: Monitoring) -> Iterator[Problem]:
     if mon.alert_emails and mon.mode == "off":
         yield Problem(
             key_path("monitoring", "alertEmails"),
@@ -938,8 +947,7 @@ def monitoring_alert_emails(spec: ClusterSpec, catalog: Catalog) -> Iterator[Pro
         seen.add(email.lower())
 
 
-def monitoring_managed_grafana(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    mon = spec.monitoring
+def monitoring_managed_grafana(mon: Monitoring) -> Iterator[Problem]:
     if mon.managed_grafana and mon.mode != "managed":
         yield Problem(
             key_path("monitoring", "managedGrafana"),
@@ -949,9 +957,8 @@ def monitoring_managed_grafana(spec: ClusterSpec, catalog: Catalog) -> Iterator[
         )
 
 
-def monitoring_daily_report(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def monitoring_daily_report(mon: Monitoring, agent: Agent) -> Iterator[Problem]:
     """The daily report runs on the self-hosted monitor, which installs gpucloud from agent.package."""
-    mon = spec.monitoring
     if mon.daily_report is not True:
         return
     if mon.mode != "self-hosted":
@@ -961,7 +968,7 @@ def monitoring_daily_report(spec: ClusterSpec, catalog: Catalog) -> Iterator[Pro
             f"(mode is {mon.mode}, which has no instance to run it); run `gpucloud report` yourself, or set false",
             mon.daily_report,
         )
-    elif spec.agent.package is None:
+    elif agent.package is None:
         yield Problem(
             key_path("monitoring", "dailyReport"),
             "the monitor installs gpucloud from gpucloud:agent.package, and the stack sets none; set agent.package "
@@ -975,8 +982,7 @@ AMP_MAX_RETENTION_DAYS = (
 )
 
 
-def monitoring_managed_retention(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    mon = spec.monitoring
+def monitoring_managed_retention(mon: Monitoring) -> Iterator[Problem]:
     if mon.mode == "managed" and mon.retention_days > AMP_MAX_RETENTION_DAYS:
         yield Problem(
             key_path("monitoring", "retentionDays"),
@@ -986,11 +992,10 @@ def monitoring_managed_retention(spec: ClusterSpec, catalog: Catalog) -> Iterato
         )
 
 
-def monitoring_egress(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def monitoring_egress(mode: MonitoringMode, network: Network) -> Iterator[Problem]:
     """The monitor downloads Prometheus, Alertmanager and Grafana at first boot, and managed nodes
     remote-write to the AMP endpoint: both need the NAT gateway (the endpoints egress has neither)."""
-    mode = spec.monitoring.mode
-    if mode != "off" and spec.network.egress != "nat" and not spec.network.existing:
+    if mode != "off" and network.egress != "nat" and not network.existing:
         yield Problem(
             key_path("monitoring", "mode"),
             f"{mode} monitoring needs network.egress nat (the endpoints egress reaches no package "
@@ -999,8 +1004,7 @@ def monitoring_egress(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
         )
 
 
-def budget_alert_percents(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    budget = spec.budget
+def budget_alert_percents(budget: Budget | None) -> Iterator[Problem]:
     if budget is None:
         return
     seen: set[float] = set()
@@ -1014,21 +1018,20 @@ def budget_alert_percents(spec: ClusterSpec, catalog: Catalog) -> Iterator[Probl
         seen.add(percent)
 
 
-def budget_stop_scale_out(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def budget_stop_scale_out(budget: Budget | None, groups: Sequence[NodeGroup], network: Network) -> Iterator[Problem]:
     """stop-scale-out acts on the groups' scale-out (with none scaling there is nothing to stop), and
     the agents read the budget from the AWS Budgets API, which the endpoints egress does not reach
     (no VPC endpoint for it among network.py's)."""
-    budget = spec.budget
     if budget is None or budget.on_exceeded != "stop-scale-out":
         return
     key = key_path("budget", "onExceeded")
-    if not any(g.scaling.enabled for g in spec.node_groups):
+    if not any(g.scaling.enabled for g in groups):
         yield Problem(
             key,
             "no node group scales out (every scaling.enabled is false); use notify, or enable scaling",
             "stop-scale-out",
         )
-    elif spec.network.egress != "nat" and not spec.network.existing:
+    elif network.egress != "nat" and not network.existing:
         yield Problem(
             key,
             "the nodes read the budget from the AWS Budgets API, which network.egress endpoints does not reach; "
@@ -1037,12 +1040,11 @@ def budget_stop_scale_out(spec: ClusterSpec, catalog: Catalog) -> Iterator[Probl
         )
 
 
-def budget_alert_destination(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def budget_alert_destination(budget: Budget | None, mon: Monitoring) -> Iterator[Problem]:
     """The budget's notifications go to its SNS topic: someone must be subscribed to it."""
-    budget = spec.budget
     if budget is None:
         return
-    if not budget.alert_emails and not spec.monitoring.alert_emails:
+    if not budget.alert_emails and not mon.alert_emails:
         yield Problem(
             key_path("budget", "alertEmails"),
             "budget alerts need somewhere to go: list budget.alertEmails (or monitoring.alertEmails)",
@@ -1070,69 +1072,61 @@ def sizing_for(group: NodeGroup, itype: InstanceType) -> GroupSizing:
     )
 
 
-RULES: tuple[Rule, ...] = (
-    region_format,
-    availability_zone_in_region,
-    cluster_zones,
-    cluster_name_format,
-    at_least_one_group,
-    group_names,
-    known_instance_type,
-    instance_mix,
-    instance_mix_capabilities,
-    group_zones,
-    node_counts,
-    efa_supported,
-    efa_only_layout_documented,
-    efa_single_subnet,
-    cluster_placement_supported,
-    placement_group_with_capacity_block,
-    spot_with_reservation,
-    reservation_id_present,
-    usage_class_supported,
-    spot_settings_only_for_spot,
-    capacity_block_end,
-    capacity_block_lead,
-    fsx_size,
-    fsx_throughput,
-    fsx_paths,
-    fsx_export_target,
-    network_choice,
-    vpc_cidr_valid,
-    ssh_access,
-    ssh_union_not_whole_internet,
-    ami_choice,
-    image_pipeline_settings,
-    agent_package,
-    agent_installable_offline,
-    fsx_client_offline,
-    tag_keys,
-    tag_values,
-    tag_characters,
-    tag_count,
-    drill_needs_spot,
-    printable_text,
-    cost_ceiling,
-    monitoring_instance_type,
-    monitoring_alert_emails,
-    monitoring_managed_grafana,
-    monitoring_daily_report,
-    monitoring_managed_retention,
-    monitoring_egress,
-    budget_alert_percents,
-    budget_stop_scale_out,
-    budget_alert_destination,
-)
-
-
-# Catch-all rules: a key another rule already reported is not reported twice ('dev\\n' breaks the name rule).
-SUPPLEMENTARY: frozenset[Rule] = frozenset({printable_text})
-
-
 def check(spec: ClusterSpec, catalog: Catalog) -> list[Problem]:
-    """Every problem every rule finds, in rule order."""
-    found: list[Problem] = []
-    for rule in RULES:
-        reported = {p.key for p in found}
-        found += [p for p in rule(spec, catalog) if rule not in SUPPLEMENTARY or p.key not in reported]
-    return found
+    """Every problem every rule finds, in this order."""
+    groups, net, mon = spec.node_groups, spec.network, spec.monitoring
+    found = [
+        *region_format(spec.region),
+        *availability_zone_in_region(spec.region, spec.availability_zone),
+        *cluster_zones(spec.region, spec.availability_zone, spec.availability_zones, net),
+        *cluster_name_format(spec.cluster_name),
+        *at_least_one_group(groups),
+        *group_names(groups),
+        *known_instance_type(groups, catalog),
+        *instance_mix(groups, catalog),
+        *instance_mix_capabilities(groups, catalog),
+        *group_zones(groups, spec.availability_zones, net, catalog),
+        *node_counts(groups),
+        *efa_supported(groups, catalog),
+        *efa_only_layout_documented(groups, catalog),
+        *efa_single_subnet(groups, net, catalog),
+        *cluster_placement_supported(groups, catalog),
+        *placement_group_with_capacity_block(groups),
+        *spot_with_reservation(groups),
+        *reservation_id_present(groups),
+        *usage_class_supported(groups, catalog),
+        *spot_settings_only_for_spot(groups),
+        *capacity_block_end(groups),
+        *capacity_block_lead(groups),
+        *fsx_size(spec.storage.fsx),
+        *fsx_throughput(spec.storage.fsx),
+        *fsx_paths(spec.storage.fsx),
+        *fsx_export_target(spec.storage),
+        *network_choice(net),
+        *vpc_cidr_valid(net.vpc_cidr),
+        *ssh_access(spec.access),
+        *ssh_union_not_whole_internet(spec.access),
+        *ami_choice(spec.ami),
+        *image_pipeline_settings(spec.image, spec.ami, net, catalog),
+        *agent_package(spec.agent, spec.ami),
+        *agent_installable_offline(spec.agent, net),
+        *fsx_client_offline(spec.storage.fsx, net, spec.ami),
+        *tag_keys(spec.tags),
+        *tag_values(spec.tags),
+        *tag_characters(spec.tags),
+        *tag_count(spec.tags),
+        *drill_needs_spot(spec.drill, groups),
+        *cost_ceiling(spec, catalog),
+        *monitoring_instance_type(mon),
+        *monitoring_alert_emails(mon),
+        *monitoring_managed_grafana(mon),
+        *monitoring_daily_report(mon, spec.agent),
+        *monitoring_managed_retention(mon),
+        *monitoring_egress(mon.mode, net),
+        *budget_alert_percents(spec.budget),
+        *budget_stop_scale_out(spec.budget, groups, net),
+        *budget_alert_destination(spec.budget, mon),
+    ]
+    # The catch-all comes last and skips keys already reported ('dev\n' breaks the name rule too).
+    reported = {p.key for p in found}
+    return found + [p for p in printable_text(spec) if p.key not in reported]

@@ -839,6 +839,49 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         "gpucloud:budget.alertEmails",
         "need somewhere to go",
     ),
+    # a setting's own range comes from the schema and reads as a range, with its unit
+    "spot-max-price-zero": (
+        None,
+        _set(f"{G1}.capacity.spotMaxPrice", 0),
+        "gpucloud:nodeGroups[1].capacity.spotMaxPrice = 0",
+        "too small; allowed: more than 0 USD/hour",
+    ),
+    "spot-max-price-not-spot": (
+        "spot_settings_only_for_spot",
+        _set("gpucloud:nodeGroups.0.capacity", {"type": "on-demand", "spotMaxPrice": 1.5}),
+        "gpucloud:nodeGroups[0].capacity.spotMaxPrice = 1.5",
+        "only spot groups have a maximum price",
+    ),
+    "on-demand-base-negative": (
+        None,
+        _set(f"{G1}.capacity.onDemandBase", -1),
+        "gpucloud:nodeGroups[1].capacity.onDemandBase = -1",
+        "too small; allowed: 0 to 5000 nodes",
+    ),
+    "on-demand-base-above-max": (
+        "spot_settings_only_for_spot",
+        _set(f"{G1}.capacity.onDemandBase", 3),
+        "gpucloud:nodeGroups[1].capacity.onDemandBase = 3",
+        "must be between 0 and maxNodes (2)",
+    ),
+    "cost-ceiling-zero": (
+        None,
+        _set("gpucloud:costCeilingUsdPerHour", 0),
+        "gpucloud:costCeilingUsdPerHour = 0",
+        "too small; allowed: more than 0 USD/hour",
+    ),
+    "visibility-timeout-over-the-sqs-limit": (
+        None,
+        _set("gpucloud:jobPlane", {"visibilityTimeoutSeconds": 43201}),
+        "gpucloud:jobPlane.visibilityTimeoutSeconds = 43201",
+        "too large; allowed: 0 to 43200 seconds (the SQS limit)",
+    ),
+    "desired-nodes-too-many": (
+        None,
+        _set("gpucloud:nodeGroups.0.desiredNodes", 5001),
+        "gpucloud:nodeGroups[0].desiredNodes = 5001",
+        "too large; allowed: 0 to 5000 nodes",
+    ),
     "ttl-hours-zero": (None, _set("gpucloud:ttlHours", 0), "gpucloud:ttlHours = 0", "more than 0"),
     "ttl-hours-over-a-year": (None, _set("gpucloud:ttlHours", 9000), "gpucloud:ttlHours = 9000", "at most 8760"),
     "drill-without-spot": (

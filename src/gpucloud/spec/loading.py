@@ -212,9 +212,9 @@ def _problem_from_pydantic(error: Mapping[str, Any]) -> Problem:
         return Problem(key_path(*loc), "required key is missing")
     if kind == "literal_error":
         return Problem(key_path(*loc), f"not allowed; allowed: {error['ctx']['expected']}", value)
-    allowed = _allowed_range(loc) if kind in TOO_SMALL | TOO_LARGE else None
-    if allowed is not None:
-        return Problem(key_path(*loc), f"too {'small' if kind in TOO_SMALL else 'large'}; allowed: {allowed}", value)
+    in_range = _allowed_range(loc) if kind in TOO_SMALL | TOO_LARGE else None
+    if in_range is not None:
+        return Problem(key_path(*loc), f"too {'small' if kind in TOO_SMALL else 'large'}; allowed: {in_range}", value)
     message = str(error["msg"]).removeprefix("Value error, ")
     return Problem(key_path(*loc), message[:1].lower() + message[1:], value)
 
@@ -260,10 +260,8 @@ def _field_at(loc: tuple[Any, ...]) -> FieldInfo | None:
 def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     """The keys the model accepts at ``loc`` (for 'did you mean' style errors)."""
     model: type[BaseModel] | None = ClusterSpec
-    for part in loc:
-        if isinstance(part, int) or model is None:
-            continue
-        field = next((f for n, f in model.model_fields.items() if (f.alias or n) == part), None)
+    if any(not isinstance(part, int) for part in loc):
+        field = _field_at(loc)
         model = _model_in(field.annotation) if field else None
     if model is None:
         return []

@@ -45,7 +45,13 @@ from gpucloud.spec.model import (
 from gpucloud.spec.problems import Problem, key_path
 
 FSX_THROUGHPUTS = (125, 250, 500, 1000)  # PERSISTENT_2 SSD, MB/s per TiB
-NAME_RE = re.compile(r"[a-z][a-z0-9-]{0,19}")
+NAME_MAX_CHARS = 20  # node group names
+NAME_RE = re.compile(rf"[a-z][a-z0-9-]{{0,{NAME_MAX_CHARS - 1}}}")
+CLUSTER_NAME_MAX_CHARS = 32
+CLUSTER_NAME_RE = re.compile(rf"[a-z][a-z0-9-]{{0,{CLUSTER_NAME_MAX_CHARS - 1}}}")
+FSX_SMALLEST_GIB, FSX_STEP_GIB = 1200, 2400  # PERSISTENT_2 SSD: 1200 GiB, then multiples of 2400
+VPC_PREFIX_RANGE = (16, 24)  # /24 at most: the node subnet, public subnet and spare ranges are carved out of it
+TAG_KEY_MAX_CHARS = 128  # https://docs.aws.amazon.com/tag-editor/latest/userguide/tagging.html
 RESERVATION_RE = re.compile(r"cr-[0-9a-f]{17}")
 AMI_ID_RE = re.compile(r"ami-([0-9a-f]{8}|[0-9a-f]{17})")
 FLAVOUR_RE = re.compile(r"[a-z0-9][a-z0-9.-]*")
@@ -228,7 +234,7 @@ def group_names(groups: Sequence[NodeGroup]) -> Iterator[Problem]:
         if not NAME_RE.fullmatch(group.name):
             yield Problem(
                 key_path("nodeGroups", i, "name"),
-                "allowed: 1-20 characters, lower-case letters, digits and '-', starting with a letter",
+                f"allowed: 1-{NAME_MAX_CHARS} characters, lower-case letters, digits and '-', starting with a letter",
                 group.name,
             )
         elif group.name in seen:
@@ -237,10 +243,10 @@ def group_names(groups: Sequence[NodeGroup]) -> Iterator[Problem]:
 
 
 def cluster_name_format(name: str | None) -> Iterator[Problem]:
-    if name is not None and not re.fullmatch(r"[a-z][a-z0-9-]{0,31}", name):
+    if name is not None and not CLUSTER_NAME_RE.fullmatch(name):
         yield Problem(
             key_path("clusterName"),
-            "allowed: 1-32 characters, lower-case letters, digits and '-', starting with a letter",
+            f"allowed: 1-{CLUSTER_NAME_MAX_CHARS} characters, lower-case letters, digits and '-', starting with a letter",
             name,
         )
 
@@ -464,11 +470,12 @@ def _utcnow() -> dt.datetime:
 
 
 def fsx_size(fsx: Fsx | None) -> Iterator[Problem]:
-    if fsx is not None and not (fsx.size_gib == 1200 or (fsx.size_gib > 0 and fsx.size_gib % 2400 == 0)):
+    size = None if fsx is None else fsx.size_gib
+    if size is not None and not (size == FSX_SMALLEST_GIB or (size > 0 and size % FSX_STEP_GIB == 0)):
         yield Problem(
             key_path("storage", "fsx", "sizeGiB"),
-            "FSx for Lustre PERSISTENT_2 size must be 1200 or a multiple of 2400 GiB",
-            fsx.size_gib,
+            f"FSx for Lustre PERSISTENT_2 size must be {FSX_SMALLEST_GIB} or a multiple of {FSX_STEP_GIB} GiB",
+            size,
         )
 
 
@@ -544,9 +551,9 @@ def vpc_cidr_valid(cidr: str | None) -> Iterator[Problem]:
             cidr,
         )
         return
-    if not 16 <= net.prefixlen <= 24:
-        # /24 at most: the node subnet, public subnet and spare ranges are carved out of it
-        yield Problem(key_path("network", "vpcCidr"), "prefix length must be /16 to /24", cidr)
+    low, high = VPC_PREFIX_RANGE
+    if not low <= net.prefixlen <= high:
+        yield Problem(key_path("network", "vpcCidr"), f"prefix length must be /{low} to /{high}", cidr)
 
 
 def ssh_access(acc: Access) -> Iterator[Problem]:
@@ -798,10 +805,10 @@ def _s3_wheel_problems(key: str, package: str, bucket: str, object_key: str) -> 
 
 def tag_keys(tags: Mapping[str, str]) -> Iterator[Problem]:
     for key in tags:
-        if key.lower().startswith(TAG_KEY_RESERVED) or not 1 <= len(key) <= 128:
+        if key.lower().startswith(TAG_KEY_RESERVED) or not 1 <= len(key) <= TAG_KEY_MAX_CHARS:
             yield Problem(
                 key_path("tags", key),
-                "tag keys are 1-128 characters and may not start with 'aws:' or 'gpucloud:' "
+                f"tag keys are 1-{TAG_KEY_MAX_CHARS} characters and may not start with 'aws:' or 'gpucloud:' "
                 "(gpucloud sets gpucloud:stack and gpucloud:cluster itself)",
                 key,
             )
@@ -986,8 +993,8 @@ def monitoring_managed_retention(mon: Monitoring) -> Iterator[Problem]:
     if mon.mode == "managed" and mon.retention_days > AMP_MAX_RETENTION_DAYS:
         yield Problem(
             key_path("monitoring", "retentionDays"),
-            f"Amazon Managed Prometheus keeps metrics at most {AMP_MAX_RETENTION_DAYS} days; allowed: 1 to "
-            f"{AMP_MAX_RETENTION_DAYS} with mode managed",
+            f"Amazon Managed Prometheus keeps metrics at most {AMP_MAX_RETENTION_DAYS} days; "
+            f"allowed with mode managed: at most {AMP_MAX_RETENTION_DAYS}",
             mon.retention_days,
         )
 

@@ -143,7 +143,7 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         "required when capacity.type",
     ),
     "reservation-id-format": (
-        "reservation_id_present",
+        None,
         _set(f"{G1}.capacity", {"type": "capacity-block", "reservationId": "cr-123"}),
         "= 'cr-123'",
         "17 hex digits",
@@ -161,19 +161,19 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         "only spot groups",
     ),
     "fsx-size": (
-        "fsx_size",
+        None,
         _set("gpucloud:storage.fsx.sizeGiB", 3000),
         "gpucloud:storage.fsx.sizeGiB = 3000",
         "1200 or a multiple of 2400",
     ),
     "fsx-throughput": (
-        "fsx_throughput",
+        None,
         _set("gpucloud:storage.fsx.throughputPerTiB", 200),
         "gpucloud:storage.fsx.throughputPerTiB = 200",
         "allowed: 125, 250, 500, 1000",
     ),
     "fsx-path": (
-        "fsx_paths",
+        None,
         _set("gpucloud:storage.fsx.mountPath", "fsx"),
         "gpucloud:storage.fsx.mountPath",
         "an absolute path",
@@ -203,19 +203,19 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         "too small; allowed: 1 to 5000 nodes",
     ),
     "cidr-invalid": (
-        "vpc_cidr_valid",
+        None,
         _set("gpucloud:network.vpcCidr", "10.0.0.300/16"),
         "gpucloud:network.vpcCidr = '10.0.0.300/16'",
         "not a valid IPv4 network",
     ),
     "cidr-host-bits": (
-        "vpc_cidr_valid",
+        None,
         _set("gpucloud:network.vpcCidr", "10.0.0.1/16"),
         "gpucloud:network.vpcCidr",
         "host bits zero",
     ),
     "cidr-too-small": (
-        "vpc_cidr_valid",
+        None,
         _set("gpucloud:network.vpcCidr", "10.0.0.0/26"),
         "gpucloud:network.vpcCidr",
         "/16 to /24",
@@ -233,7 +233,7 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         "no on-demand price in the catalog for p5e",
     ),
     "group-name": (
-        "group_names",
+        None,
         _set("gpucloud:nodeGroups.0.name", "Dev Group"),
         "gpucloud:nodeGroups[0].name",
         "lower-case letters",
@@ -251,13 +251,13 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         "at least one node group",
     ),
     "cluster-name": (
-        "cluster_name_format",
+        None,
         _set("gpucloud:clusterName", "My_Cluster"),
         "gpucloud:clusterName",
         "lower-case letters",
     ),
     "region": (
-        "region_format",
+        None,
         _both(_set("aws:region", "useast1"), _drop("gpucloud:availabilityZone")),
         "aws:region = 'useast1'",
         "not an AWS region",
@@ -293,10 +293,16 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         "required with subnetIds",
     ),
     "ssh-open-world": (
-        "ssh_access",
+        None,
         _set("gpucloud:access", {"sshKeyName": "me", "sshCidrs": ["0.0.0.0/0"]}),
         "gpucloud:access.sshCidrs[0] = '0.0.0.0/0'",
         "not allowed",
+    ),
+    "ssh-cidrs-without-key": (
+        "ssh_access",
+        _set("gpucloud:access", {"sshCidrs": ["10.1.0.0/16"]}),
+        "gpucloud:access.sshKeyName",
+        "required with sshCidrs: the EC2 key pair name",
     ),
     "ami-both": (
         "ami_choice",
@@ -305,7 +311,7 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         "one of ami.id, ami.flavour or ami.parameter, not ami.id and ami.flavour",
     ),
     "ami-parameter": (
-        "ami_choice",
+        None,
         _set("gpucloud:ami", {"parameter": "gpucloud/ami"}),
         "gpucloud:ami.parameter = 'gpucloud/ami'",
         "starting with '/'",
@@ -346,7 +352,7 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         "gpucloud:ami.parameter = '/gpucloud/x/ami-id'",
         "its own pipeline has not built yet",
     ),
-    "ami-id": ("ami_choice", _set("gpucloud:ami", {"id": "ami-xyz"}), "gpucloud:ami.id = 'ami-xyz'", "8 or 17 hex"),
+    "ami-id": (None, _set("gpucloud:ami", {"id": "ami-xyz"}), "gpucloud:ami.id = 'ami-xyz'", "8 or 17 hex"),
     "agent-package-without-internet": (
         "agent_installable_offline",
         _both(
@@ -558,19 +564,19 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         "too large; allowed: 1 to 5000 nodes",
     ),
     "ssh-union-whole-internet": (
-        "ssh_union_not_whole_internet",
+        None,
         _set("gpucloud:access", {"sshKeyName": "me", "sshCidrs": ["0.0.0.0/1", "128.0.0.0/1"]}),
         "gpucloud:access.sshCidrs = ['0.0.0.0/1', '128.0.0.0/1']",
         "together these ranges are the whole internet",
     ),
     "ssh-netmask-form": (
-        "ssh_access",
+        None,
         _set("gpucloud:access", {"sshKeyName": "me", "sshCidrs": ["0.0.0.0/0.0.0.0"]}),
         "gpucloud:access.sshCidrs[0] = '0.0.0.0/0.0.0.0'",
         "not a valid CIDR with a prefix length",
     ),
     "cidr-netmask-form": (
-        "vpc_cidr_valid",
+        None,
         _set("gpucloud:network.vpcCidr", "10.0.0.0/255.255.0.0"),
         "gpucloud:network.vpcCidr = '10.0.0.0/255.255.0.0'",
         "a prefix length",
@@ -594,19 +600,19 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         "may not start with",
     ),
     "group-name-trailing-newline": (
-        "group_names",
+        None,
         _set("gpucloud:nodeGroups.0.name", "dev\n"),
         "gpucloud:nodeGroups[0].name = 'dev\\n'",
         "lower-case letters",
     ),
     "region-trailing-newline": (
-        "region_format",
+        None,
         _both(_set("aws:region", "us-east-1\n"), _drop("gpucloud:availabilityZone")),
         "aws:region = 'us-east-1\\n'",
         "not an AWS region",
     ),
     "reservation-id-trailing-newline": (
-        "reservation_id_present",
+        None,
         _set(f"{G1}.capacity", {"type": "capacity-block", "reservationId": CR + "\n"}),
         "gpucloud:nodeGroups[1].capacity.reservationId = 'cr-0123456789abcdef0\\n'",
         "17 hex digits",
@@ -726,7 +732,7 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         "not a monitor instance type gpucloud knows; allowed: m7i.2xlarge",
     ),
     "alert-email-not-an-address": (
-        "monitoring_alert_emails",
+        None,
         _set("gpucloud:monitoring", {"mode": "self-hosted", "alertEmails": ["oncall@example.com", "oncall"]}),
         "gpucloud:monitoring.alertEmails[1] = 'oncall'",
         "not an email address",
@@ -904,7 +910,7 @@ CASES: dict[str, tuple[str | None, Mutation, str, str]] = {
         "maxNodes above its onDemandBase",
     ),
     "budget-alert-email-bad": (
-        "budget_alert_destination",
+        None,
         _set("gpucloud:budget", {"monthlyUsd": 5000, "alertEmails": ["finance"]}),
         "gpucloud:budget.alertEmails[0] = 'finance'",
         "not an email address",
@@ -977,7 +983,8 @@ def test_several_problems_are_each_reported_on_their_own_line(write_stack, capsy
     code, _, err = run_plan(["plan", "--stack-file", str(path)], capsys)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 2
-    assert "sizeGiB" in lines[0] and "vpcCidr" in lines[1] and str(path) in lines[1]
+    assert {"sizeGiB", "vpcCidr"} == {key for key in ("sizeGiB", "vpcCidr") for line in lines if key in line}
+    assert all(str(path) in line for line in lines)
 
 
 @pytest.mark.parametrize(

@@ -215,8 +215,10 @@ def _problem_from_pydantic(error: Mapping[str, Any]) -> Problem:
     in_range = _allowed_range(loc) if kind in TOO_SMALL | TOO_LARGE else None
     if in_range is not None:
         return Problem(key_path(*loc), f"too {'small' if kind in TOO_SMALL else 'large'}; allowed: {in_range}", value)
-    message = str(error["msg"]).removeprefix("Value error, ")
-    return Problem(key_path(*loc), message[:1].lower() + message[1:], value)
+    message = str(error["msg"])
+    if kind == "value_error":  # our own validators' text, written as it is to be shown ('FSx for Lustre ...')
+        return Problem(key_path(*loc), message.removeprefix("Value error, "), value)
+    return Problem(key_path(*loc), message[:1].lower() + message[1:], value)  # pydantic's 'Input should ...'
 
 
 def _allowed_range(loc: tuple[Any, ...]) -> str | None:

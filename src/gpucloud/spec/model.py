@@ -6,7 +6,8 @@ under Pulumi mocks the CLI's project-level config defaults do not exist.
 
 A setting's own range is part of its type here (``Field(ge=..., le=...)``, with the unit and the
 reason as the field's ``description``): ``loading.py`` turns a value out of range into one line that
-reads the bounds from the field, so each limit is written once. Rules that weigh settings against
+reads the bounds from the field, so each limit is written once. A setting's own form (ids, names,
+CIDRs, paths, addresses) is an annotated type from ``formats.py``. Rules that weigh settings against
 each other or against the catalog (EFA vs instance type, reservations, cost ceiling, ...) are in
 ``rules.py``, one small validator per rule.
 """
@@ -19,6 +20,29 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from gpucloud.spec.formats import (
+    DEFAULT_DLAMI_FLAVOUR,
+    AmiId,
+    BuildSchedule,
+    ClusterName,
+    DlamiFlavour,
+    FinanceEmail,
+    FsxSizeGiB,
+    FsxThroughput,
+    GroupName,
+    LinkPath,
+    MountPath,
+    OncallEmail,
+    RegionName,
+    ReservationId,
+    S3Prefix,
+    SshCidrs,
+    SsmParameter,
+    SubnetId,
+    VpcCidr,
+    VpcId,
+)
+
 CapacityType = Literal["spot", "on-demand", "capacity-block", "capacity-reservation"]
 SpotAllocationStrategy = Literal["price-capacity-optimized", "capacity-optimized", "lowest-price"]
 EfaMode = Literal["auto", "on", "off"]
@@ -28,7 +52,6 @@ MonitoringMode = Literal["self-hosted", "managed", "off"]
 BudgetOnExceeded = Literal["notify", "stop-scale-out"]
 
 DEFAULT_VPC_CIDR = "10.0.0.0/16"
-DEFAULT_DLAMI_FLAVOUR = "base-oss-nvidia-driver-gpu-ubuntu-22.04"
 RESERVED_CAPACITY: frozenset[str] = frozenset({"capacity-block", "capacity-reservation"})
 
 # Ranges of single settings (the schema enforces them; error messages read them from the fields).
@@ -74,7 +97,7 @@ class Capacity(SpecModel):
     """How the group's nodes are bought."""
 
     type: CapacityType = "on-demand"
-    reservation_id: str | None = None  # cr-... for capacity-block / capacity-reservation
+    reservation_id: ReservationId | None = None  # cr-... for capacity-block / capacity-reservation
     spot_allocation_strategy: SpotAllocationStrategy = "price-capacity-optimized"
     # spot groups: this many nodes are on-demand, the rest spot
     on_demand_base: Int = Field(default=0, ge=0, le=MAX_GROUP_NODES, description="nodes")
@@ -161,7 +184,7 @@ def _primary_from_choices(value: object) -> object:
 
 
 class NodeGroup(SpecModel):
-    name: str
+    name: GroupName
     instance_type: str
     # spot groups: several instance types (the first is instanceType), each with its weight; the group
     # launches whichever has capacity (price-capacity-optimized). Empty: instanceType alone, weight 1.
@@ -216,11 +239,11 @@ class NodeGroup(SpecModel):
 
 
 class Fsx(SpecModel):
-    size_gib: Int = Field(default=1200, alias="sizeGiB")
-    throughput_per_tib: Int = Field(default=250, alias="throughputPerTiB")
-    mount_path: str = "/fsx"
-    link_path: str = "/checkpoints"  # where the checkpoint bucket appears inside the file system
-    s3_prefix: str = "checkpoints/"  # which part of the bucket is linked
+    size_gib: Annotated[Int, FsxSizeGiB] = Field(default=1200, alias="sizeGiB")
+    throughput_per_tib: Annotated[Int, FsxThroughput] = Field(default=250, alias="throughputPerTiB")
+    mount_path: MountPath = "/fsx"
+    link_path: LinkPath = "/checkpoints"  # where the checkpoint bucket appears inside the file system
+    s3_prefix: S3Prefix = "checkpoints/"  # which part of the bucket is linked
     # before `pulumi destroy` deletes the link, export what automatic export has not written yet
     # (a before_delete hook on the data repository association; docs/teardown.md). The export lands
     # in the checkpoint bucket, which outlives the destroy only when protected: None (the default)
@@ -255,9 +278,9 @@ class Storage(SpecModel):
 
 
 class Ami(SpecModel):
-    flavour: str | None = None  # DLAMI flavour, resolved through its SSM public parameter
-    id: str | None = None  # or a fixed AMI id
-    parameter: str | None = None  # or an SSM parameter holding the AMI id (our image pipeline's)
+    flavour: DlamiFlavour | None = None  # DLAMI flavour, resolved through its SSM public parameter
+    id: AmiId | None = None  # or a fixed AMI id
+    parameter: SsmParameter | None = None  # or an SSM parameter holding the AMI id (our image pipeline's)
 
     @property
     def ssm_parameter(self) -> str:
@@ -272,8 +295,8 @@ class ImageBuild(SpecModel):
 
     wheel_s3_uri: str  # the gpucloud wheel the image installs, uploaded before a build
     build_instance_types: list[str] = ["g5.2xlarge"]  # a GPU type: the validate phase needs GPUs
-    schedule: str | None = None  # "cron(...)" / "rate(...)"; None: build on demand
-    ami_parameter: str | None = None  # default /gpucloud/<stack>/ami-id
+    schedule: BuildSchedule | None = None  # "cron(...)" / "rate(...)"; None: build on demand
+    ami_parameter: SsmParameter | None = None  # default /gpucloud/<stack>/ami-id
     matrix_file: str | None = None  # default images/versions.yaml
     root_volume_gib: Int = Field(default=100, alias="rootVolumeGiB")
 
@@ -329,9 +352,9 @@ class Agent(SpecModel):
 
 
 class Network(SpecModel):
-    vpc_cidr: str | None = None  # new VPC (default 10.0.0.0/16) ...
-    vpc_id: str | None = None  # ... or an existing VPC with private subnets
-    subnet_ids: list[str] = []
+    vpc_cidr: VpcCidr | None = None  # new VPC (default 10.0.0.0/16) ...
+    vpc_id: VpcId | None = None  # ... or an existing VPC with private subnets
+    subnet_ids: list[SubnetId] = []
     egress: EgressMode = "nat"  # new VPC: NAT gateway, or VPC endpoints only (no internet)
 
     @property
@@ -342,7 +365,7 @@ class Network(SpecModel):
 class Access(SpecModel):
     ssm: bool = True  # Session Manager: no SSH, no open ports
     ssh_key_name: str | None = None
-    ssh_cidrs: list[str] = []
+    ssh_cidrs: SshCidrs = []
 
 
 class JobPlane(SpecModel):
@@ -363,7 +386,7 @@ class Monitoring(SpecModel):
     retention_days: Int = Field(default=15, ge=1, le=RETENTION_DAYS_MAX, description="days")
     instance_type: str = "t3.large"  # self-hosted: the monitor instance
     managed_grafana: bool = False  # managed: also an Amazon Managed Grafana workspace
-    alert_emails: list[str] = []  # subscribed to the alert topic (each confirms by mail)
+    alert_emails: list[OncallEmail] = []  # subscribed to the alert topic (each confirms by mail)
     # self-hosted: the monitor writes `gpucloud report` to s3://<bucket>/reports/ daily and sends the
     # summary to the alert topic (docs/cost.md, "The daily report"). Unset: on where the monitor can
     # install gpucloud (self-hosted and agent.package set); false turns it off.
@@ -387,16 +410,16 @@ class Budget(SpecModel):
     ]
     # at 100%: notify only, or also stop scale-out for new work (running jobs are never stopped)
     on_exceeded: BudgetOnExceeded = "notify"
-    alert_emails: list[str] = []  # subscribed to the budget topic, besides monitoring.alertEmails
+    alert_emails: list[FinanceEmail] = []  # subscribed to the budget topic, besides monitoring.alertEmails
 
 
 class ClusterSpec(SpecModel):
-    region: str
+    region: RegionName
     availability_zone: str | None = None  # None: the region's first available AZ
     # new VPC: a node subnet in each of these zones (instead of availabilityZone); EFA groups, placement
     # groups and FSx use the first. Spot groups without EFA spread over all: more pools, fewer interruptions.
     availability_zones: list[str] = []
-    cluster_name: str | None = None  # None: the stack name
+    cluster_name: ClusterName | None = None  # None: the stack name
     node_groups: list[NodeGroup]
     network: Network = Network()
     storage: Storage = Storage()

@@ -1,7 +1,10 @@
 """Validators: one small function per rule, each with its own error text (ParallelCluster style).
 
-What is checked here weighs settings against each other or against the catalog; a setting's own
-range is in the schema (``model.py``), so every value a rule sees is already in range. A rule takes
+What is checked here weighs settings against each other or against the catalog, or items of one
+list or mapping against each other (names given twice, the tags). A setting's own range is in the
+schema (``model.py``) and its own form in ``formats.py``, so every value a rule sees is already
+well formed and in range. (The package URIs stay here: ``agent.package`` is only required with
+some AMIs, and ``image.wheelS3Uri`` is checked the same way as an ``s3://`` package.) A rule takes
 the parts of the parsed ``ClusterSpec`` it checks (and the catalog where it needs it) and yields
 ``Problem``s; it never raises. Rules that need a node group's instance type skip groups whose type
 is unknown: that is reported once, by ``known_instance_type``.
@@ -10,7 +13,6 @@ is unknown: that is reported once, by ``known_instance_type``.
 from __future__ import annotations
 
 import datetime as dt
-import ipaddress
 import re
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
@@ -44,22 +46,6 @@ from gpucloud.spec.model import (
 )
 from gpucloud.spec.problems import Problem, key_path
 
-FSX_THROUGHPUTS = (125, 250, 500, 1000)  # PERSISTENT_2 SSD, MB/s per TiB
-NAME_MAX_CHARS = 20  # node group names
-NAME_RE = re.compile(rf"[a-z][a-z0-9-]{{0,{NAME_MAX_CHARS - 1}}}")
-CLUSTER_NAME_MAX_CHARS = 32
-CLUSTER_NAME_RE = re.compile(rf"[a-z][a-z0-9-]{{0,{CLUSTER_NAME_MAX_CHARS - 1}}}")
-FSX_SMALLEST_GIB, FSX_STEP_GIB = 1200, 2400  # PERSISTENT_2 SSD: 1200 GiB, then multiples of 2400
-VPC_PREFIX_RANGE = (16, 24)  # /24 at most: the node subnet, public subnet and spare ranges are carved out of it
-TAG_KEY_MAX_CHARS = 128  # https://docs.aws.amazon.com/tag-editor/latest/userguide/tagging.html
-RESERVATION_RE = re.compile(r"cr-[0-9a-f]{17}")
-AMI_ID_RE = re.compile(r"ami-([0-9a-f]{8}|[0-9a-f]{17})")
-FLAVOUR_RE = re.compile(r"[a-z0-9][a-z0-9.-]*")
-REGION_RE = re.compile(r"[a-z]{2}(-gov)?-[a-z]+-\d")
-VPC_ID_RE = re.compile(r"vpc-[0-9a-f]{8,17}")
-SUBNET_ID_RE = re.compile(r"subnet-[0-9a-f]{8,17}")
-SSM_PARAMETER_RE = re.compile(r"/[A-Za-z0-9_.\-/]+")
-SCHEDULE_RE = re.compile(r"(cron|rate)\(.+\)")
 BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
 AGENT_PROJECT = "gpucloud"
 AGENT_PACKAGE_EXAMPLES = (
@@ -67,14 +53,9 @@ AGENT_PACKAGE_EXAMPLES = (
     "or 'gpucloud @ https://example.com/gpucloud-0.1.0-py3-none-any.whl'"
 )
 TAG_KEY_RESERVED = ("aws:", "gpucloud:")  # compared case-insensitively: AWS reserves aws: in any case
+TAG_KEY_MAX_CHARS = 128  # https://docs.aws.amazon.com/tag-editor/latest/userguide/tagging.html
 TAG_VALUE_MAX_CHARS = 256  # https://docs.aws.amazon.com/tag-editor/latest/userguide/tagging.html
 LEAD_MINUTES_MAX = 1440  # capacity.blockEndLeadMinutes; the least depends on drainTimeoutSeconds
-IPV4_PREFIX_RE = re.compile(r"\d{1,3}(\.\d{1,3}){3}/\d{1,2}")  # 10.0.0.0/16, not 10.0.0.0/255.255.0.0
-CIDR_PREFIX_RE = re.compile(r"[0-9A-Fa-f.:]+/\d{1,3}")  # IPv4 or IPv6 with a prefix length
-# an address SNS can deliver to: local@domain.tld, no spaces, one @ (not the full RFC 5322 grammar)
-EMAIL_RE = re.compile(
-    r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+"
-)
 
 
 def _groups(groups: Sequence[NodeGroup], catalog: Catalog) -> Iterator[tuple[int, NodeGroup, InstanceType]]:
@@ -82,11 +63,6 @@ def _groups(groups: Sequence[NodeGroup], catalog: Catalog) -> Iterator[tuple[int
         itype = catalog.instance_types.get(group.instance_type)
         if itype is not None:
             yield i, group, itype
-
-
-def region_format(region: str) -> Iterator[Problem]:
-    if not REGION_RE.fullmatch(region):
-        yield Problem(key_path("region"), "not an AWS region name; expected e.g. 'us-east-1'", region)
 
 
 def availability_zone_in_region(region: str, az: str | None) -> Iterator[Problem]:
@@ -231,24 +207,9 @@ def at_least_one_group(groups: Sequence[NodeGroup]) -> Iterator[Problem]:
 def group_names(groups: Sequence[NodeGroup]) -> Iterator[Problem]:
     seen: set[str] = set()
     for i, group in enumerate(groups):
-        if not NAME_RE.fullmatch(group.name):
-            yield Problem(
-                key_path("nodeGroups", i, "name"),
-                f"allowed: 1-{NAME_MAX_CHARS} characters, lower-case letters, digits and '-', starting with a letter",
-                group.name,
-            )
-        elif group.name in seen:
+        if group.name in seen:
             yield Problem(key_path("nodeGroups", i, "name"), "node group names must be unique", group.name)
         seen.add(group.name)
-
-
-def cluster_name_format(name: str | None) -> Iterator[Problem]:
-    if name is not None and not CLUSTER_NAME_RE.fullmatch(name):
-        yield Problem(
-            key_path("clusterName"),
-            f"allowed: 1-{CLUSTER_NAME_MAX_CHARS} characters, lower-case letters, digits and '-', starting with a letter",
-            name,
-        )
 
 
 def known_instance_type(groups: Sequence[NodeGroup], catalog: Catalog) -> Iterator[Problem]:
@@ -348,12 +309,6 @@ def reservation_id_present(groups: Sequence[NodeGroup]) -> Iterator[Problem]:
             yield Problem(
                 key_path("nodeGroups", i, "capacity", "reservationId"),
                 f"required when capacity.type is '{cap.type}': the reservation id, e.g. cr-0123456789abcdef0",
-            )
-        elif cap.reservation_id is not None and not RESERVATION_RE.fullmatch(cap.reservation_id):
-            yield Problem(
-                key_path("nodeGroups", i, "capacity", "reservationId"),
-                "not a capacity reservation id; expected 'cr-' and 17 hex digits",
-                cap.reservation_id,
             )
 
 
@@ -469,41 +424,6 @@ def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
-def fsx_size(fsx: Fsx | None) -> Iterator[Problem]:
-    size = None if fsx is None else fsx.size_gib
-    if size is not None and not (size == FSX_SMALLEST_GIB or (size > 0 and size % FSX_STEP_GIB == 0)):
-        yield Problem(
-            key_path("storage", "fsx", "sizeGiB"),
-            f"FSx for Lustre PERSISTENT_2 size must be {FSX_SMALLEST_GIB} or a multiple of {FSX_STEP_GIB} GiB",
-            size,
-        )
-
-
-def fsx_throughput(fsx: Fsx | None) -> Iterator[Problem]:
-    if fsx is not None and fsx.throughput_per_tib not in FSX_THROUGHPUTS:
-        yield Problem(
-            key_path("storage", "fsx", "throughputPerTiB"),
-            f"allowed: {', '.join(map(str, FSX_THROUGHPUTS))} MB/s per TiB (PERSISTENT_2 SSD)",
-            fsx.throughput_per_tib,
-        )
-
-
-def fsx_paths(fsx: Fsx | None) -> Iterator[Problem]:
-    if fsx is None:
-        return
-    for key, value in (("mountPath", fsx.mount_path), ("linkPath", fsx.link_path)):
-        if not re.fullmatch(r"(/[A-Za-z0-9._-]+)+", value):
-            yield Problem(key_path("storage", "fsx", key), "an absolute path like /fsx, without spaces", value)
-    if fsx.link_path == "/":
-        yield Problem(key_path("storage", "fsx", "linkPath"), "cannot link the file system root", "/")
-    if fsx.s3_prefix and not re.fullmatch(r"([A-Za-z0-9._-]+/)+", fsx.s3_prefix):
-        yield Problem(
-            key_path("storage", "fsx", "s3Prefix"),
-            "a bucket prefix like 'checkpoints/' (ending in '/'), or '' for the whole bucket",
-            fsx.s3_prefix,
-        )
-
-
 def fsx_export_target(storage: Storage) -> Iterator[Problem]:
     """``exportOnDestroy: true`` exports into the checkpoint bucket, which the same destroy then empties
     and deletes unless it is protected: hours of export for nothing, in the way of a destroy that finishes."""
@@ -524,52 +444,13 @@ def network_choice(net: Network) -> Iterator[Problem]:
             "give either vpcCidr (create a VPC) or vpcId + subnetIds (use an existing one), not both",
             net.vpc_cidr,
         )
-    if net.vpc_id is not None and not VPC_ID_RE.fullmatch(net.vpc_id):
-        yield Problem(key_path("network", "vpcId"), "not a VPC id; expected 'vpc-' and hex digits", net.vpc_id)
     if net.vpc_id is not None and not net.subnet_ids:
         yield Problem(key_path("network", "subnetIds"), "required with vpcId: the private subnet(s) for the nodes")
     if net.vpc_id is None and net.subnet_ids:
         yield Problem(key_path("network", "vpcId"), "required with subnetIds: the VPC the subnets belong to")
-    for j, subnet in enumerate(net.subnet_ids):
-        if not SUBNET_ID_RE.fullmatch(subnet):
-            yield Problem(
-                key_path("network", "subnetIds", j), "not a subnet id; expected 'subnet-' and hex digits", subnet
-            )
-
-
-def vpc_cidr_valid(cidr: str | None) -> Iterator[Problem]:
-    if cidr is None:
-        return
-    try:
-        if not IPV4_PREFIX_RE.fullmatch(cidr):  # ipaddress also reads a netmask: 10.0.0.0/255.255.0.0
-            raise ValueError(cidr)
-        net = ipaddress.IPv4Network(cidr, strict=True)
-    except ValueError:
-        yield Problem(
-            key_path("network", "vpcCidr"),
-            "not a valid IPv4 network; expected e.g. 10.0.0.0/16 (a prefix length, host bits zero)",
-            cidr,
-        )
-        return
-    low, high = VPC_PREFIX_RANGE
-    if not low <= net.prefixlen <= high:
-        yield Problem(key_path("network", "vpcCidr"), f"prefix length must be /{low} to /{high}", cidr)
 
 
 def ssh_access(acc: Access) -> Iterator[Problem]:
-    for j, cidr in enumerate(acc.ssh_cidrs):
-        net = _prefix_network(cidr)
-        if net is None:
-            yield Problem(
-                key_path("access", "sshCidrs", j), "not a valid CIDR with a prefix length, e.g. 10.1.0.0/16", cidr
-            )
-            continue
-        if net.prefixlen == 0:
-            yield Problem(
-                key_path("access", "sshCidrs", j),
-                "SSH from the whole internet is not allowed; give your VPN or bastion range",
-                cidr,
-            )
     if acc.ssh_cidrs and acc.ssh_key_name is None:
         yield Problem(key_path("access", "sshKeyName"), "required with sshCidrs: the EC2 key pair name")
     if not acc.ssm and not acc.ssh_cidrs:
@@ -580,31 +461,6 @@ def ssh_access(acc: Access) -> Iterator[Problem]:
         )
 
 
-def _prefix_network(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
-    if not CIDR_PREFIX_RE.fullmatch(cidr):  # ipaddress also reads netmasks: 0.0.0.0/0.0.0.0 is /0
-        return None
-    try:
-        return ipaddress.ip_network(cidr, strict=True)
-    except ValueError:
-        return None
-
-
-def ssh_union_not_whole_internet(access: Access) -> Iterator[Problem]:
-    """0.0.0.0/1 plus 128.0.0.0/1 is 0.0.0.0/0 again: judge what the ranges cover together."""
-    nets = [n for n in map(_prefix_network, access.ssh_cidrs) if n is not None and n.prefixlen > 0]
-    v4 = [n for n in nets if isinstance(n, ipaddress.IPv4Network)]
-    v6 = [n for n in nets if isinstance(n, ipaddress.IPv6Network)]
-    merged: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = [*ipaddress.collapse_addresses(v4)]
-    merged += ipaddress.collapse_addresses(v6)
-    if len(nets) > 1 and any(n.prefixlen == 0 for n in merged):
-        yield Problem(
-            key_path("access", "sshCidrs"),
-            "together these ranges are the whole internet, and SSH from it is not allowed; "
-            "give your VPN or bastion range",
-            [str(n) for n in nets],
-        )
-
-
 def ami_choice(ami: Ami) -> Iterator[Problem]:
     chosen = [key for key in ("id", "flavour", "parameter") if getattr(ami, key) is not None]
     if len(chosen) > 1:
@@ -612,20 +468,6 @@ def ami_choice(ami: Ami) -> Iterator[Problem]:
             key_path("ami", chosen[0]),
             f"give one of ami.id, ami.flavour or ami.parameter, not {' and '.join('ami.' + k for k in chosen)}",
             getattr(ami, chosen[0]),
-        )
-    if ami.parameter is not None and not SSM_PARAMETER_RE.fullmatch(ami.parameter):
-        yield Problem(
-            key_path("ami", "parameter"),
-            "an SSM parameter name starting with '/', e.g. '/gpucloud/image/ami-id'",
-            ami.parameter,
-        )
-    if ami.id is not None and not AMI_ID_RE.fullmatch(ami.id):
-        yield Problem(key_path("ami", "id"), "not an AMI id; expected 'ami-' and 8 or 17 hex digits", ami.id)
-    if ami.flavour is not None and not FLAVOUR_RE.fullmatch(ami.flavour):
-        yield Problem(
-            key_path("ami", "flavour"),
-            "a DLAMI flavour as in its SSM parameter, e.g. 'base-oss-nvidia-driver-gpu-ubuntu-22.04'",
-            ami.flavour,
         )
 
 
@@ -652,16 +494,6 @@ def image_pipeline_settings(
                 f"the image is validated on its build instance, which needs NVIDIA GPUs; one of {', '.join(gpu_types)}",
                 build_type,
             )
-    if image.schedule is not None and not SCHEDULE_RE.fullmatch(image.schedule):
-        yield Problem(
-            key_path("image", "schedule"), "an Image Builder schedule: 'cron(...)' or 'rate(...)'", image.schedule
-        )
-    if image.ami_parameter is not None and not SSM_PARAMETER_RE.fullmatch(image.ami_parameter):
-        yield Problem(
-            key_path("image", "amiParameter"),
-            "an SSM parameter name starting with '/', e.g. '/gpucloud/image/ami-id'",
-            image.ami_parameter,
-        )
     if network.egress == "endpoints":
         yield Problem(
             key_path("network", "egress"),
@@ -944,13 +776,14 @@ def monitoring_alert_emails(mon: Monitoring) -> Iterator[Problem]:
             mon.alert_emails,
         )
         return
+    yield from _emails_once(("monitoring", "alertEmails"), mon.alert_emails)
+
+
+def _emails_once(where: tuple[str, str], emails: Sequence[str]) -> Iterator[Problem]:
     seen: set[str] = set()
-    for j, email in enumerate(mon.alert_emails):
-        key = key_path("monitoring", "alertEmails", j)
-        if not EMAIL_RE.fullmatch(email):
-            yield Problem(key, "not an email address; expected e.g. 'oncall@example.com'", email)
-        elif email.lower() in seen:
-            yield Problem(key, "given twice; list each address once (SNS subscribes it once)", email)
+    for j, email in enumerate(emails):
+        if email.lower() in seen:
+            yield Problem(key_path(*where, j), "given twice; list each address once (SNS subscribes it once)", email)
         seen.add(email.lower())
 
 
@@ -1057,14 +890,7 @@ def budget_alert_destination(budget: Budget | None, mon: Monitoring) -> Iterator
             "budget alerts need somewhere to go: list budget.alertEmails (or monitoring.alertEmails)",
             budget.alert_emails,
         )
-    seen: set[str] = set()
-    for j, email in enumerate(budget.alert_emails):
-        key = key_path("budget", "alertEmails", j)
-        if not EMAIL_RE.fullmatch(email):
-            yield Problem(key, "not an email address; expected e.g. 'finance@example.com'", email)
-        elif email.lower() in seen:
-            yield Problem(key, "given twice; list each address once (SNS subscribes it once)", email)
-        seen.add(email.lower())
+    yield from _emails_once(("budget", "alertEmails"), budget.alert_emails)
 
 
 def sizing_for(group: NodeGroup, itype: InstanceType) -> GroupSizing:
@@ -1083,10 +909,8 @@ def check(spec: ClusterSpec, catalog: Catalog) -> list[Problem]:
     """Every problem every rule finds, in this order."""
     groups, net, mon = spec.node_groups, spec.network, spec.monitoring
     found = [
-        *region_format(spec.region),
         *availability_zone_in_region(spec.region, spec.availability_zone),
         *cluster_zones(spec.region, spec.availability_zone, spec.availability_zones, net),
-        *cluster_name_format(spec.cluster_name),
         *at_least_one_group(groups),
         *group_names(groups),
         *known_instance_type(groups, catalog),
@@ -1105,14 +929,9 @@ def check(spec: ClusterSpec, catalog: Catalog) -> list[Problem]:
         *spot_settings_only_for_spot(groups),
         *capacity_block_end(groups),
         *capacity_block_lead(groups),
-        *fsx_size(spec.storage.fsx),
-        *fsx_throughput(spec.storage.fsx),
-        *fsx_paths(spec.storage.fsx),
         *fsx_export_target(spec.storage),
         *network_choice(net),
-        *vpc_cidr_valid(net.vpc_cidr),
         *ssh_access(spec.access),
-        *ssh_union_not_whole_internet(spec.access),
         *ami_choice(spec.ami),
         *image_pipeline_settings(spec.image, spec.ami, net, catalog),
         *agent_package(spec.agent, spec.ami),

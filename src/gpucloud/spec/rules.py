@@ -724,13 +724,14 @@ def _strings(data: object, path: tuple[str | int, ...]) -> Iterator[tuple[tuple[
             yield from _strings(item, (*path, index))
 
 
-def cost_ceiling(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    ceiling = spec.cost_ceiling_usd_per_hour
+def cost_ceiling(
+    ceiling: float | None, region: str, groups: Sequence[NodeGroup], catalog: Catalog
+) -> Iterator[Problem]:
     if ceiling is None:
         return
-    sizings = [sizing_for(g, t) for _, g, t in _groups(spec.node_groups, catalog)]
+    sizings = [sizing_for(g, t) for _, g, t in _groups(groups, catalog)]
     # The stack's own region's prices: on-demand rates differ by region (us-west-2 is not us-east-1's).
-    regional = catalog.region_prices(spec.region)
+    regional = catalog.region_prices(region)
     if regional is None:
         return  # no prices for the region (or not a region): plan warns that node costs are unknown
     priced = regional.instance_types
@@ -742,16 +743,16 @@ def cost_ceiling(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     if unknown:
         yield Problem(
             key_path("costCeilingUsdPerHour"),
-            f"cannot check: no on-demand price in the catalog for {', '.join(sorted(set(unknown)))} in {spec.region}; "
-            f"run `gpucloud catalog refresh --region {spec.region}` or remove the ceiling",
+            f"cannot check: no on-demand price in the catalog for {', '.join(sorted(set(unknown)))} in {region}; "
+            f"run `gpucloud catalog refresh --region {region}` or remove the ceiling",
             ceiling,
         )
         return
-    worst = estimate_cost(sizings, region=spec.region, catalog=catalog).on_demand.max
+    worst = estimate_cost(sizings, region=region, catalog=catalog).on_demand.max
     if worst is not None and worst > ceiling:
         yield Problem(
             key_path("costCeilingUsdPerHour"),
-            f"max nodes at on-demand price in {spec.region} cost {worst:.2f} USD/hour, above the ceiling; "
+            f"max nodes at on-demand price in {region} cost {worst:.2f} USD/hour, above the ceiling; "
             "lower maxNodes or raise the ceiling",
             ceiling,
         )
@@ -942,7 +943,7 @@ def check(spec: ClusterSpec, catalog: Catalog) -> list[Problem]:
         *tag_characters(spec.tags),
         *tag_count(spec.tags),
         *drill_needs_spot(spec.drill, groups),
-        *cost_ceiling(spec, catalog),
+        *cost_ceiling(spec.cost_ceiling_usd_per_hour, spec.region, groups, catalog),
         *monitoring_instance_type(mon),
         *monitoring_alert_emails(mon),
         *monitoring_managed_grafana(mon),

@@ -9,7 +9,8 @@ from gpucloud.catalog import Catalog, get_instance_type, load_catalog, save_cata
 from gpucloud.errors import UserError
 
 
-def test_bundled_catalog_has_the_issue_types_with_sources_and_date() -> None:
+def test_bundled_catalog_has_the_gpu_types_the_stacks_use_with_sources_and_date() -> None:
+    """The GPU types the shipped stacks and the docs name are in the bundled catalog, which cites its sources."""
     catalog = load_catalog()
     for name in (
         "p4d.24xlarge",

@@ -1,4 +1,4 @@
-"""Keep it found (issue 10): hostile stack files either load or fail as lines naming the file.
+"""Hostile stack files either load or fail as lines naming the file, whatever shape they take.
 
 What `gpucloud plan --stack-file` does before the Pulumi preview (read, parse, validate, plan the
 cluster and its cost) runs in process on generated files: mutations of the shipped stacks (values

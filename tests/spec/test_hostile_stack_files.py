@@ -1,5 +1,6 @@
-"""Stack files written to break the reader (issue 10): each is refused with one line, exit 2, quickly
-and in bounded memory: never a traceback, never an accepted setting the file did not mean."""
+"""Stack files written to break the reader: each is refused with one line, exit 2, quickly and in
+bounded memory: never a traceback, never an accepted setting the file did not mean. Each attack here
+is kept so that the reader stays proof against it."""
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 from gpucloud.catalog import Catalog, load_catalog
 from gpucloud.errors import UserError
@@ -32,6 +33,8 @@ STACKS_DIR = Path(__file__).resolve().parents[3] / "stacks"  # the repository's 
 STACK_FILE_KEYS = {"config", "secretsprovider", "encryptedkey", "encryptionsalt", "environment"}
 OTHER_NAMESPACES = {"aws", "pulumi"}  # provider / engine settings we pass through untouched
 YAML_KINDS = {list: "a list", str: "text", int: "a number", float: "a number", bool: "true/false"}
+TOO_SMALL = {"greater_than", "greater_than_equal"}  # pydantic's error types for a bound not met
+TOO_LARGE = {"less_than", "less_than_equal"}
 
 
 def stack_file_for(name: str, stacks_dir: Path | None = None) -> Path:
@@ -209,17 +212,58 @@ def _problem_from_pydantic(error: Mapping[str, Any]) -> Problem:
         return Problem(key_path(*loc), "required key is missing")
     if kind == "literal_error":
         return Problem(key_path(*loc), f"not allowed; allowed: {error['ctx']['expected']}", value)
-    message = str(error["msg"]).removeprefix("Value error, ")
-    return Problem(key_path(*loc), message[:1].lower() + message[1:], value)
+    in_range = _allowed_range(loc) if kind in TOO_SMALL | TOO_LARGE else None
+    if in_range is not None:
+        return Problem(key_path(*loc), f"too {'small' if kind in TOO_SMALL else 'large'}; allowed: {in_range}", value)
+    message = str(error["msg"])
+    if kind == "value_error":  # our own validators' text, written as it is to be shown ('FSx for Lustre ...')
+        return Problem(key_path(*loc), message.removeprefix("Value error, "), value)
+    return Problem(key_path(*loc), message[:1].lower() + message[1:], value)  # pydantic's 'Input should ...'
+
+
+def _allowed_range(loc: tuple[Any, ...]) -> str | None:
+    """The range of the setting at ``loc`` as its field declares it (``Field(ge=..., le=...)``) and its
+    unit (the field's description): '1 to 5000 nodes', 'more than 0 and at most 8760 (hours)'."""
+    field = _field_at(loc)
+    if field is None:
+        return None
+    if isinstance(loc[-1], int):  # an item of a list: its bounds are on the item type
+        item = next(iter(typing.get_args(field.annotation)), None)
+        field = next((m for m in typing.get_args(item)[1:] if isinstance(m, FieldInfo)), None)
+        if field is None:
+            return None
+    bounds = {k: getattr(c, k) for c in field.metadata for k in ("ge", "gt", "le", "lt") if hasattr(c, k)}
+    if not bounds:
+        return None
+    if "ge" in bounds and "le" in bounds:
+        text = f"{bounds['ge']} to {bounds['le']}"
+    else:
+        words = {"ge": "at least", "gt": "more than", "le": "at most", "lt": "less than"}
+        text = " and ".join(f"{words[k]} {bounds[k]}" for k in words if k in bounds)
+    return f"{text} {field.description}" if field.description else text
+
+
+def _field_at(loc: tuple[Any, ...]) -> FieldInfo | None:
+    """The field of the setting at ``loc`` (list indexes skipped: an item's field is its list's)."""
+    model: type[BaseModel] | None = ClusterSpec
+    field = None
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if model is None:
+            return None
+        field = next((f for n, f in model.model_fields.items() if (f.alias or n) == part), None)
+        if field is None:
+            return None
+        model = _model_in(field.annotation)
+    return field
 
 
 def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     """The keys the model accepts at ``loc`` (for 'did you mean' style errors)."""
     model: type[BaseModel] | None = ClusterSpec
-    for part in loc:
-        if isinstance(part, int) or model is None:
-            continue
-        field = next((f for n, f in model.model_fields.items() if (f.alias or n) == part), None)
+    if any(not isinstance(part, int) for part in loc):
+        field = _field_at(loc)
         model = _model_in(field.annotation) if field else None
     if model is None:
         return []

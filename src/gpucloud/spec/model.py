@@ -4,8 +4,12 @@ Keys are camelCase in the file (Pulumi's convention) and snake_case in Python. E
 unknown keys so a typo is an error, not a silently ignored setting. Defaults live here, in code:
 under Pulumi mocks the CLI's project-level config defaults do not exist.
 
-Cross-field rules (EFA vs instance type, reservations, FSx sizes, cost ceiling, ...) are not here but
-in ``rules.py``, one small validator per rule.
+A setting's own range is part of its type here (``Field(ge=..., le=...)``, with the unit and the
+reason as the field's ``description``): ``loading.py`` turns a value out of range into one line that
+reads the bounds from the field, so each limit is written once. A setting's own form (ids, names,
+CIDRs, paths, addresses) is an annotated type from ``formats.py``. Rules that weigh settings against
+each other or against the catalog (EFA vs instance type, reservations, cost ceiling, ...) are in
+``rules.py``, one small validator per rule.
 """
 
 from __future__ import annotations
@@ -16,6 +20,29 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from gpucloud.spec.formats import (
+    DEFAULT_DLAMI_FLAVOUR,
+    AmiId,
+    BuildSchedule,
+    ClusterName,
+    DlamiFlavour,
+    FinanceEmail,
+    FsxSizeGiB,
+    FsxThroughput,
+    GroupName,
+    LinkPath,
+    MountPath,
+    OncallEmail,
+    RegionName,
+    ReservationId,
+    S3Prefix,
+    SshCidrs,
+    SsmParameter,
+    SubnetId,
+    VpcCidr,
+    VpcId,
+)
+
 CapacityType = Literal["spot", "on-demand", "capacity-block", "capacity-reservation"]
 SpotAllocationStrategy = Literal["price-capacity-optimized", "capacity-optimized", "lowest-price"]
 EfaMode = Literal["auto", "on", "off"]
@@ -25,8 +52,21 @@ MonitoringMode = Literal["self-hosted", "managed", "off"]
 BudgetOnExceeded = Literal["notify", "stop-scale-out"]
 
 DEFAULT_VPC_CIDR = "10.0.0.0/16"
-DEFAULT_DLAMI_FLAVOUR = "base-oss-nvidia-driver-gpu-ubuntu-22.04"
 RESERVED_CAPACITY: frozenset[str] = frozenset({"capacity-block", "capacity-reservation"})
+
+# Ranges of single settings (the schema enforces them; error messages read them from the fields).
+MAX_GROUP_NODES = 5000  # far above any GPU quota; keeps cost and capacity arithmetic in range
+DRAIN_TIMEOUT_MIN, DRAIN_TIMEOUT_MAX = 30, 7200  # seconds: the lifecycle hook heartbeat's range
+ROOT_VOLUME_GIB_MIN = 30  # the DLAMI's own snapshot needs this much
+ROOT_VOLUME_GIB_MAX = 16384  # gp3's largest volume
+IDLE_MINUTES_MAX = 1440  # a day
+WARMUP_SECONDS_MAX = 3600
+EXPECTED_CHECKPOINT_GIB_MAX = 1_048_576  # 1 PiB: far above any job; keeps the arithmetic in range
+MAX_RECEIVE_COUNT_MAX = 1000  # SQS redrive policy's maxReceiveCount: 1 to 1000
+VISIBILITY_TIMEOUT_MAX = 43200  # SQS: 12 hours
+RETENTION_DAYS_MAX = 3650
+BUDGET_PERCENT_MAX = 1000  # a notification above 10x the limit would never be read in time
+TTL_HOURS_MAX = 24 * 365  # a longer-lived stack is not a temporary one: leave ttlHours out
 
 
 def _not_a_boolean(value: object) -> object:
@@ -57,10 +97,12 @@ class Capacity(SpecModel):
     """How the group's nodes are bought."""
 
     type: CapacityType = "on-demand"
-    reservation_id: str | None = None  # cr-... for capacity-block / capacity-reservation
+    reservation_id: ReservationId | None = None  # cr-... for capacity-block / capacity-reservation
     spot_allocation_strategy: SpotAllocationStrategy = "price-capacity-optimized"
-    on_demand_base: Int = 0  # spot groups: this many nodes are on-demand, the rest spot
-    spot_max_price: Float | None = None  # USD/h; unset = capped at the on-demand price (AWS default)
+    # spot groups: this many nodes are on-demand, the rest spot
+    on_demand_base: Int = Field(default=0, ge=0, le=MAX_GROUP_NODES, description="nodes")
+    # unset = capped at the on-demand price (AWS default)
+    spot_max_price: Float | None = Field(default=None, gt=0, description="USD/hour")
     # capacity-block only: when the block ends (ISO 8601 with a zone, e.g. 2026-12-01T11:30:00Z) ...
     block_end: dt.datetime | None = None
     # ... and how long before it the group scales to 0; None: 30 min (AWS reclaims the nodes from
@@ -104,10 +146,21 @@ class Scaling(SpecModel):
     """How a node group follows the queue: out on the backlog metric, in by idle agents."""
 
     enabled: bool = True  # false: the group keeps the size you set (no alarm, agents never scale in)
-    idle_minutes: Int = 10  # an agent idle this long terminates its node and lowers desired by one
+    # an agent idle this long terminates its node and lowers desired by one
+    idle_minutes: Int = Field(
+        default=10,
+        ge=1,
+        le=IDLE_MINUTES_MAX,
+        description="minutes an agent waits for work before it terminates its node",
+    )
     # Step scaling's warmup: repeated alarms within it do not add the same nodes twice while the
     # desired-capacity metric catches up with the last scale-out.
-    instance_warmup_seconds: Int = 180
+    instance_warmup_seconds: Int = Field(
+        default=180,
+        ge=0,
+        le=WARMUP_SECONDS_MAX,
+        description="seconds (how long a scale-out is not repeated while it takes effect)",
+    )
 
 
 class InstanceTypeChoice(SpecModel):
@@ -131,7 +184,7 @@ def _primary_from_choices(value: object) -> object:
 
 
 class NodeGroup(SpecModel):
-    name: str
+    name: GroupName
     instance_type: str
     # spot groups: several instance types (the first is instanceType), each with its weight; the group
     # launches whichever has capacity (price-capacity-optimized). Empty: instanceType alone, weight 1.
@@ -139,16 +192,35 @@ class NodeGroup(SpecModel):
     # zones of the cluster's availabilityZones this group launches in; None: EFA and placement-group
     # groups the first zone (they cannot span zones), other groups every zone
     availability_zones: list[str] | None = None
-    min_nodes: Int = 0
-    desired_nodes: Int | None = None  # defaults to minNodes
-    max_nodes: Int = 1
+    min_nodes: Int = Field(default=0, ge=0, le=MAX_GROUP_NODES, description="nodes")
+    # defaults to minNodes
+    desired_nodes: Int | None = Field(default=None, ge=0, le=MAX_GROUP_NODES, description="nodes")
+    max_nodes: Int = Field(default=1, ge=1, le=MAX_GROUP_NODES, description="nodes")
     capacity: Capacity = Capacity()
     efa: Efa = Efa()
     placement_group: bool | None = None  # None: a cluster placement group whenever EFA is on
-    root_volume_gib: Int = Field(default=200, alias="rootVolumeGiB")
-    drain_timeout_seconds: Int = 600  # termination lifecycle hook heartbeat: time to checkpoint
+    root_volume_gib: Int = Field(
+        default=200,
+        alias="rootVolumeGiB",
+        ge=ROOT_VOLUME_GIB_MIN,
+        le=ROOT_VOLUME_GIB_MAX,
+        description="GiB (the DLAMI needs the minimum)",
+    )
+    # termination lifecycle hook heartbeat: time to checkpoint
+    drain_timeout_seconds: Int = Field(
+        default=600,
+        ge=DRAIN_TIMEOUT_MIN,
+        le=DRAIN_TIMEOUT_MAX,
+        description="seconds (the lifecycle hook heartbeat range)",
+    )
     # the emergency save this group's jobs make (GiB, whole job); `plan` warns when it misses the notice
-    expected_checkpoint_gib: Float | None = Field(default=None, alias="expectedCheckpointGiB")
+    expected_checkpoint_gib: Float | None = Field(
+        default=None,
+        alias="expectedCheckpointGiB",
+        gt=0,
+        le=EXPECTED_CHECKPOINT_GIB_MAX,
+        description="GiB of checkpoint state",
+    )
     scaling: Scaling = Scaling()
 
     @property
@@ -167,11 +239,11 @@ class NodeGroup(SpecModel):
 
 
 class Fsx(SpecModel):
-    size_gib: Int = Field(default=1200, alias="sizeGiB")
-    throughput_per_tib: Int = Field(default=250, alias="throughputPerTiB")
-    mount_path: str = "/fsx"
-    link_path: str = "/checkpoints"  # where the checkpoint bucket appears inside the file system
-    s3_prefix: str = "checkpoints/"  # which part of the bucket is linked
+    size_gib: Annotated[Int, FsxSizeGiB] = Field(default=1200, alias="sizeGiB")
+    throughput_per_tib: Annotated[Int, FsxThroughput] = Field(default=250, alias="throughputPerTiB")
+    mount_path: MountPath = "/fsx"
+    link_path: LinkPath = "/checkpoints"  # where the checkpoint bucket appears inside the file system
+    s3_prefix: S3Prefix = "checkpoints/"  # which part of the bucket is linked
     # before `pulumi destroy` deletes the link, export what automatic export has not written yet
     # (a before_delete hook on the data repository association; docs/teardown.md). The export lands
     # in the checkpoint bucket, which outlives the destroy only when protected: None (the default)
@@ -180,9 +252,10 @@ class Fsx(SpecModel):
 
 
 class CheckpointBucket(SpecModel):
-    noncurrent_expiry_days: Int = 7  # overwritten/deleted checkpoint objects are kept this long
-    expiry_days: Int | None = None  # delete checkpoints older than this (None: keep)
-    abort_multipart_days: Int = 1
+    # overwritten/deleted checkpoint objects are kept this long
+    noncurrent_expiry_days: Int = Field(default=7, ge=1, description="(days)")
+    expiry_days: Int | None = Field(default=None, ge=1, description="(days)")  # delete older checkpoints (None: keep)
+    abort_multipart_days: Int = Field(default=1, ge=1, description="(days)")
     # true: `pulumi destroy` refuses to delete the bucket (Pulumi's protect); false: the destroy
     # empties it, every version and delete marker included (docs/teardown.md)
     protect: bool = False
@@ -205,9 +278,9 @@ class Storage(SpecModel):
 
 
 class Ami(SpecModel):
-    flavour: str | None = None  # DLAMI flavour, resolved through its SSM public parameter
-    id: str | None = None  # or a fixed AMI id
-    parameter: str | None = None  # or an SSM parameter holding the AMI id (our image pipeline's)
+    flavour: DlamiFlavour | None = None  # DLAMI flavour, resolved through its SSM public parameter
+    id: AmiId | None = None  # or a fixed AMI id
+    parameter: SsmParameter | None = None  # or an SSM parameter holding the AMI id (our image pipeline's)
 
     @property
     def ssm_parameter(self) -> str:
@@ -222,8 +295,8 @@ class ImageBuild(SpecModel):
 
     wheel_s3_uri: str  # the gpucloud wheel the image installs, uploaded before a build
     build_instance_types: list[str] = ["g5.2xlarge"]  # a GPU type: the validate phase needs GPUs
-    schedule: str | None = None  # "cron(...)" / "rate(...)"; None: build on demand
-    ami_parameter: str | None = None  # default /gpucloud/<stack>/ami-id
+    schedule: BuildSchedule | None = None  # "cron(...)" / "rate(...)"; None: build on demand
+    ami_parameter: SsmParameter | None = None  # default /gpucloud/<stack>/ami-id
     matrix_file: str | None = None  # default images/versions.yaml
     root_volume_gib: Int = Field(default=100, alias="rootVolumeGiB")
 
@@ -279,9 +352,9 @@ class Agent(SpecModel):
 
 
 class Network(SpecModel):
-    vpc_cidr: str | None = None  # new VPC (default 10.0.0.0/16) ...
-    vpc_id: str | None = None  # ... or an existing VPC with private subnets
-    subnet_ids: list[str] = []
+    vpc_cidr: VpcCidr | None = None  # new VPC (default 10.0.0.0/16) ...
+    vpc_id: VpcId | None = None  # ... or an existing VPC with private subnets
+    subnet_ids: list[SubnetId] = []
     egress: EgressMode = "nat"  # new VPC: NAT gateway, or VPC endpoints only (no internet)
 
     @property
@@ -292,12 +365,15 @@ class Network(SpecModel):
 class Access(SpecModel):
     ssm: bool = True  # Session Manager: no SSH, no open ports
     ssh_key_name: str | None = None
-    ssh_cidrs: list[str] = []
+    ssh_cidrs: SshCidrs = []
 
 
 class JobPlane(SpecModel):
-    max_receive_count: Int = 5  # deliveries before a job message goes to the dead-letter queue
-    visibility_timeout_seconds: Int = 900
+    # deliveries before a job message goes to the dead-letter queue
+    max_receive_count: Int = Field(default=5, ge=1, le=MAX_RECEIVE_COUNT_MAX, description="deliveries")
+    visibility_timeout_seconds: Int = Field(
+        default=900, ge=0, le=VISIBILITY_TIMEOUT_MAX, description="seconds (the SQS limit)"
+    )
 
 
 class Monitoring(SpecModel):
@@ -306,10 +382,11 @@ class Monitoring(SpecModel):
     # self-hosted: one private monitor instance (Prometheus, Alertmanager, Grafana) reached through
     # SSM; managed: Amazon Managed Service for Prometheus; off: exporters only, nothing collects.
     mode: MonitoringMode = "off"
-    retention_days: Int = Field(default=15, ge=1, le=3650)  # the TSDB's retention; sizes its EBS volume
+    # the TSDB's retention; sizes its EBS volume
+    retention_days: Int = Field(default=15, ge=1, le=RETENTION_DAYS_MAX, description="days")
     instance_type: str = "t3.large"  # self-hosted: the monitor instance
     managed_grafana: bool = False  # managed: also an Amazon Managed Grafana workspace
-    alert_emails: list[str] = []  # subscribed to the alert topic (each confirms by mail)
+    alert_emails: list[OncallEmail] = []  # subscribed to the alert topic (each confirms by mail)
     # self-hosted: the monitor writes `gpucloud report` to s3://<bucket>/reports/ daily and sends the
     # summary to the alert topic (docs/cost.md, "The daily report"). Unset: on where the monitor can
     # install gpucloud (self-hosted and agent.package set); false turns it off.
@@ -324,21 +401,25 @@ class Monitoring(SpecModel):
 class Budget(SpecModel):
     """An AWS Budgets monthly cost budget over this stack's tagged resources (docs/cost.md, "Budgets")."""
 
-    monthly_usd: Float
+    monthly_usd: Float = Field(gt=0, description="(USD per month)")
     # notifications (ACTUAL cost GREATER_THAN this % of monthlyUsd) to the budget's SNS topic
-    alert_at_percent: list[Float] = [50, 80, 100]
+    alert_at_percent: list[Annotated[Float, Field(gt=0, le=BUDGET_PERCENT_MAX, description="(% of monthlyUsd)")]] = [
+        50,
+        80,
+        100,
+    ]
     # at 100%: notify only, or also stop scale-out for new work (running jobs are never stopped)
     on_exceeded: BudgetOnExceeded = "notify"
-    alert_emails: list[str] = []  # subscribed to the budget topic, besides monitoring.alertEmails
+    alert_emails: list[FinanceEmail] = []  # subscribed to the budget topic, besides monitoring.alertEmails
 
 
 class ClusterSpec(SpecModel):
-    region: str
+    region: RegionName
     availability_zone: str | None = None  # None: the region's first available AZ
     # new VPC: a node subnet in each of these zones (instead of availabilityZone); EFA groups, placement
     # groups and FSx use the first. Spot groups without EFA spread over all: more pools, fewer interruptions.
     availability_zones: list[str] = []
-    cluster_name: str | None = None  # None: the stack name
+    cluster_name: ClusterName | None = None  # None: the stack name
     node_groups: list[NodeGroup]
     network: Network = Network()
     storage: Storage = Storage()
@@ -351,12 +432,18 @@ class ClusterSpec(SpecModel):
     budget: Budget | None = None
     tags: dict[str, str] = {}
     # every resource gets gpucloud:expires-at = the time `pulumi up` ran + this (`gpucloud sweep --expired`)
-    ttl_hours: Float | None = None
+    ttl_hours: Float | None = Field(default=None, gt=0, le=TTL_HOURS_MAX, description="(hours)")
     # an AWS FIS experiment template that interrupts one spot node of a `gpucloud drill` job (docs/drill.md)
     drill: bool = False
-    cost_ceiling_usd_per_hour: Float | None = None
+    cost_ceiling_usd_per_hour: Float | None = Field(default=None, gt=0, description="USD/hour")
     # default for every group's expectedCheckpointGiB (GiB of checkpoint state per job)
-    expected_checkpoint_gib: Float | None = Field(default=None, alias="expectedCheckpointGiB")
+    expected_checkpoint_gib: Float | None = Field(
+        default=None,
+        alias="expectedCheckpointGiB",
+        gt=0,
+        le=EXPECTED_CHECKPOINT_GIB_MAX,
+        description="GiB of checkpoint state",
+    )
 
     def name_for(self, stack_name: str) -> str:
         return self.cluster_name or stack_name

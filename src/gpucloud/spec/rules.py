@@ -1,17 +1,21 @@
 """Validators: one small function per rule, each with its own error text (ParallelCluster style).
 
-A rule takes the parsed ``ClusterSpec`` and the catalog and yields ``Problem``s; it never raises.
-Rules that need a node group's instance type skip groups whose type is unknown: that is reported
-once, by ``known_instance_type``.
+What is checked here weighs settings against each other or against the catalog, or items of one
+list or mapping against each other (names given twice, the tags). A setting's own range is in the
+schema (``model.py``) and its own form in ``formats.py``, so every value a rule sees is already
+well formed and in range. (The package URIs stay here: ``agent.package`` is only required with
+some AMIs, and ``image.wheelS3Uri`` is checked the same way as an ``s3://`` package.) A rule takes
+the parts of the parsed ``ClusterSpec`` it checks (and the catalog where it needs it) and yields
+``Problem``s; it never raises. Rules that need a node group's instance type skip groups whose type
+is unknown: that is reported once, by ``known_instance_type``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import ipaddress
 import re
 import unicodedata
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Mapping, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -24,21 +28,24 @@ from gpucloud.cluster.monitoring_plan import monitor_instance_types
 from gpucloud.cluster.scaling_plan import default_lead_minutes, minimum_lead_minutes, wind_down_time
 from gpucloud.cluster.tags import MAX_RESOURCE_TAGS, OWN_TAGS_MAX
 from gpucloud.spec.decisions import efa_enabled, uses_placement_group
-from gpucloud.spec.model import RESERVED_CAPACITY, ClusterSpec, NodeGroup, S3Object
+from gpucloud.spec.model import (
+    RESERVED_CAPACITY,
+    Access,
+    Agent,
+    Ami,
+    Budget,
+    ClusterSpec,
+    Fsx,
+    ImageBuild,
+    Monitoring,
+    MonitoringMode,
+    Network,
+    NodeGroup,
+    S3Object,
+    Storage,
+)
 from gpucloud.spec.problems import Problem, key_path
 
-Rule = Callable[[ClusterSpec, Catalog], Iterator[Problem]]
-
-FSX_THROUGHPUTS = (125, 250, 500, 1000)  # PERSISTENT_2 SSD, MB/s per TiB
-NAME_RE = re.compile(r"[a-z][a-z0-9-]{0,19}")
-RESERVATION_RE = re.compile(r"cr-[0-9a-f]{17}")
-AMI_ID_RE = re.compile(r"ami-([0-9a-f]{8}|[0-9a-f]{17})")
-FLAVOUR_RE = re.compile(r"[a-z0-9][a-z0-9.-]*")
-REGION_RE = re.compile(r"[a-z]{2}(-gov)?-[a-z]+-\d")
-VPC_ID_RE = re.compile(r"vpc-[0-9a-f]{8,17}")
-SUBNET_ID_RE = re.compile(r"subnet-[0-9a-f]{8,17}")
-SSM_PARAMETER_RE = re.compile(r"/[A-Za-z0-9_.\-/]+")
-SCHEDULE_RE = re.compile(r"(cron|rate)\(.+\)")
 BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
 AGENT_PROJECT = "gpucloud"
 AGENT_PACKAGE_EXAMPLES = (
@@ -46,71 +53,57 @@ AGENT_PACKAGE_EXAMPLES = (
     "or 'gpucloud @ https://example.com/gpucloud-0.1.0-py3-none-any.whl'"
 )
 TAG_KEY_RESERVED = ("aws:", "gpucloud:")  # compared case-insensitively: AWS reserves aws: in any case
+TAG_KEY_MAX_CHARS = 128  # https://docs.aws.amazon.com/tag-editor/latest/userguide/tagging.html
 TAG_VALUE_MAX_CHARS = 256  # https://docs.aws.amazon.com/tag-editor/latest/userguide/tagging.html
-MAX_GROUP_NODES = 5000  # far above any GPU quota; keeps cost and capacity arithmetic in range
-DRAIN_TIMEOUT_RANGE = (30, 7200)  # lifecycle hook heartbeat, seconds
-LEAD_MINUTES_MAX = 1440
-EXPECTED_CHECKPOINT_GIB_MAX = 1_048_576  # 1 PiB: far above any job; keeps the arithmetic in range
-IPV4_PREFIX_RE = re.compile(r"\d{1,3}(\.\d{1,3}){3}/\d{1,2}")  # 10.0.0.0/16, not 10.0.0.0/255.255.0.0
-CIDR_PREFIX_RE = re.compile(r"[0-9A-Fa-f.:]+/\d{1,3}")  # IPv4 or IPv6 with a prefix length
-# an address SNS can deliver to: local@domain.tld, no spaces, one @ (not the full RFC 5322 grammar)
-EMAIL_RE = re.compile(
-    r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+"
-)
+LEAD_MINUTES_MAX = 1440  # capacity.blockEndLeadMinutes; the least depends on drainTimeoutSeconds
 
 
-def _groups(spec: ClusterSpec, catalog: Catalog) -> Iterator[tuple[int, NodeGroup, InstanceType]]:
-    for i, group in enumerate(spec.node_groups):
+def _groups(groups: Sequence[NodeGroup], catalog: Catalog) -> Iterator[tuple[int, NodeGroup, InstanceType]]:
+    for i, group in enumerate(groups):
         itype = catalog.instance_types.get(group.instance_type)
         if itype is not None:
             yield i, group, itype
 
 
-def region_format(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    if not REGION_RE.fullmatch(spec.region):
-        yield Problem(key_path("region"), "not an AWS region name; expected e.g. 'us-east-1'", spec.region)
-
-
-def availability_zone_in_region(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    az = spec.availability_zone
-    if az is not None and not re.fullmatch(re.escape(spec.region) + r"[a-z]", az):
+def availability_zone_in_region(region: str, az: str | None) -> Iterator[Problem]:
+    if az is not None and not re.fullmatch(re.escape(region) + r"[a-z]", az):
         yield Problem(
             key_path("availabilityZone"),
-            f"must be a zone of region {spec.region}, e.g. '{spec.region}a'",
+            f"must be a zone of region {region}, e.g. '{region}a'",
             az,
         )
 
 
-def cluster_zones(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    zones = spec.availability_zones
+def cluster_zones(region: str, zone: str | None, zones: Sequence[str], network: Network) -> Iterator[Problem]:
     if not zones:
         return
     key = key_path("availabilityZones")
-    if spec.availability_zone is not None:
+    if zone is not None:
         yield Problem(key, "give availabilityZone (one zone) or availabilityZones (several), not both", zones)
-    elif spec.network.existing:
+    elif network.existing:
         yield Problem(key, "with an existing VPC the node subnets (network.subnetIds) set the zones; remove it", zones)
     elif len(set(zones)) != len(zones) or not 1 <= len(zones) <= MAX_ZONES:
         yield Problem(key, f"allowed: 1 to {MAX_ZONES} different zones (a node subnet is carved for each)", zones)
     else:
         for j, zone in enumerate(zones):
-            if not re.fullmatch(re.escape(spec.region) + r"[a-z]", zone):
+            if not re.fullmatch(re.escape(region) + r"[a-z]", zone):
                 yield Problem(
                     key_path("availabilityZones", j),
-                    f"must be a zone of region {spec.region}, e.g. '{spec.region}a'",
+                    f"must be a zone of region {region}, e.g. '{region}a'",
                     zone,
                 )
 
 
-def group_zones(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    """A group's zones: among the cluster's, and one only where EFA or a placement group is used."""
-    known = list(spec.availability_zones)
-    for i, group in enumerate(spec.node_groups):
+def group_zones(
+    groups: Sequence[NodeGroup], known: Sequence[str], network: Network, catalog: Catalog
+) -> Iterator[Problem]:
+    """A group's zones: among the cluster's (``known``), and one only where EFA or a placement group is used."""
+    for i, group in enumerate(groups):
         zones = group.availability_zones
         if zones is None:
             continue
         key = key_path("nodeGroups", i, "availabilityZones")
-        if spec.network.existing or not known:
+        if network.existing or not known:
             yield Problem(
                 key,
                 "list the cluster's zones in availabilityZones first (a new VPC only); a group picks among them",
@@ -134,10 +127,10 @@ def _needs_one_zone(group: NodeGroup, catalog: Catalog) -> bool:
     return efa_enabled(group, itype) or uses_placement_group(group, itype)
 
 
-def instance_mix(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def instance_mix(groups: Sequence[NodeGroup], catalog: Catalog) -> Iterator[Problem]:
     """Several instance types: spot groups only, known types, each once, weights ASG accepts."""
     known = ", ".join(sorted(catalog.instance_types))
-    for i, group in enumerate(spec.node_groups):
+    for i, group in enumerate(groups):
         choices = group.instance_types
         if not choices:
             continue
@@ -177,9 +170,9 @@ def instance_mix(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
                 )
 
 
-def instance_mix_capabilities(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def instance_mix_capabilities(groups: Sequence[NodeGroup], catalog: Catalog) -> Iterator[Problem]:
     """Every type of a group can do what the group asks: EFA, cluster placement, spot."""
-    for i, group, primary in _groups(spec, catalog):
+    for i, group, primary in _groups(groups, catalog):
         efa = efa_enabled(group, primary)
         placement = uses_placement_group(group, primary)
         for j, choice in enumerate(group.instance_types[1:], start=1):
@@ -206,38 +199,22 @@ def instance_mix_capabilities(spec: ClusterSpec, catalog: Catalog) -> Iterator[P
                 )
 
 
-def at_least_one_group(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    if not spec.node_groups:
+def at_least_one_group(groups: Sequence[NodeGroup]) -> Iterator[Problem]:
+    if not groups:
         yield Problem(key_path("nodeGroups"), "at least one node group is required")
 
 
-def group_names(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def group_names(groups: Sequence[NodeGroup]) -> Iterator[Problem]:
     seen: set[str] = set()
-    for i, group in enumerate(spec.node_groups):
-        if not NAME_RE.fullmatch(group.name):
-            yield Problem(
-                key_path("nodeGroups", i, "name"),
-                "allowed: 1-20 characters, lower-case letters, digits and '-', starting with a letter",
-                group.name,
-            )
-        elif group.name in seen:
+    for i, group in enumerate(groups):
+        if group.name in seen:
             yield Problem(key_path("nodeGroups", i, "name"), "node group names must be unique", group.name)
         seen.add(group.name)
 
 
-def cluster_name_format(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    name = spec.cluster_name
-    if name is not None and not re.fullmatch(r"[a-z][a-z0-9-]{0,31}", name):
-        yield Problem(
-            key_path("clusterName"),
-            "allowed: 1-32 characters, lower-case letters, digits and '-', starting with a letter",
-            name,
-        )
-
-
-def known_instance_type(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def known_instance_type(groups: Sequence[NodeGroup], catalog: Catalog) -> Iterator[Problem]:
     known = ", ".join(sorted(catalog.instance_types))
-    for i, group in enumerate(spec.node_groups):
+    for i, group in enumerate(groups):
         # a group that lists instanceTypes has each checked where it is written (``instance_mix``)
         if group.instance_type not in catalog.instance_types and not group.instance_types:
             yield Problem(
@@ -247,38 +224,18 @@ def known_instance_type(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem
             )
 
 
-def node_counts(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for i, g in enumerate(spec.node_groups):
-        for key, value in (("minNodes", g.min_nodes), ("desiredNodes", g.desired), ("maxNodes", g.max_nodes)):
-            if value < 0:
-                yield Problem(key_path("nodeGroups", i, key), "node counts must be 0 or more", value)
-                break
-        else:
-            if g.max_nodes == 0:
-                yield Problem(key_path("nodeGroups", i, "maxNodes"), "must be at least 1", g.max_nodes)
-            elif not g.min_nodes <= g.desired <= g.max_nodes:
-                yield Problem(
-                    key_path("nodeGroups", i),
-                    f"node counts must satisfy minNodes <= desiredNodes <= maxNodes, "
-                    f"got {g.min_nodes} <= {g.desired} <= {g.max_nodes}",
-                )
+def node_counts(groups: Sequence[NodeGroup]) -> Iterator[Problem]:
+    for i, g in enumerate(groups):
+        if not g.min_nodes <= g.desired <= g.max_nodes:
+            yield Problem(
+                key_path("nodeGroups", i),
+                f"node counts must satisfy minNodes <= desiredNodes <= maxNodes, "
+                f"got {g.min_nodes} <= {g.desired} <= {g.max_nodes}",
+            )
 
 
-def node_count_limit(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for i, g in enumerate(spec.node_groups):
-        for key, value in (("minNodes", g.min_nodes), ("desiredNodes", g.desired), ("maxNodes", g.max_nodes)):
-            if value > MAX_GROUP_NODES:
-                yield Problem(key_path("nodeGroups", i, key), f"allowed: at most {MAX_GROUP_NODES} nodes", value)
-                break
-
-
-def _counts_in_range(group: NodeGroup) -> bool:
-    counts = (group.min_nodes, group.desired, group.max_nodes, group.capacity.on_demand_base)
-    return all(0 <= n <= MAX_GROUP_NODES for n in counts)
-
-
-def efa_supported(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for i, group, itype in _groups(spec, catalog):
+def efa_supported(groups: Sequence[NodeGroup], catalog: Catalog) -> Iterator[Problem]:
+    for i, group, itype in _groups(groups, catalog):
         if group.efa.mode == "on" and not (itype.efa_supported and itype.max_efa_interfaces > 0):
             yield Problem(
                 key_path("nodeGroups", i, "efa", "mode"),
@@ -287,9 +244,9 @@ def efa_supported(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
             )
 
 
-def efa_only_layout_documented(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def efa_only_layout_documented(groups: Sequence[NodeGroup], catalog: Catalog) -> Iterator[Problem]:
     """EFA-only interfaces only where the EC2 guide documents them (``cluster/efa_layout.py``)."""
-    for i, group, itype in _groups(spec, catalog):
+    for i, group, itype in _groups(groups, catalog):
         if group.efa.layout == "efa-only" and efa_enabled(group, itype) and not efa_only_documented(itype):
             families = ", ".join(sorted(EFA_ONLY_FAMILIES))
             yield Problem(
@@ -300,21 +257,21 @@ def efa_only_layout_documented(spec: ClusterSpec, catalog: Catalog) -> Iterator[
             )
 
 
-def efa_single_subnet(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    if len(spec.network.subnet_ids) <= 1:
+def efa_single_subnet(groups: Sequence[NodeGroup], network: Network, catalog: Catalog) -> Iterator[Problem]:
+    if len(network.subnet_ids) <= 1:
         return
-    efa_groups = [g.name for _, g, t in _groups(spec, catalog) if efa_enabled(g, t)]
+    efa_groups = [g.name for _, g, t in _groups(groups, catalog) if efa_enabled(g, t)]
     if efa_groups:
         yield Problem(
             key_path("network", "subnetIds"),
             f"EFA does not work across subnets or Availability Zones (node groups with EFA: "
             f"{', '.join(efa_groups)}); give exactly one subnet, or set efa.mode: off",
-            list(spec.network.subnet_ids),
+            list(network.subnet_ids),
         )
 
 
-def cluster_placement_supported(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for i, group, itype in _groups(spec, catalog):
+def cluster_placement_supported(groups: Sequence[NodeGroup], catalog: Catalog) -> Iterator[Problem]:
+    for i, group, itype in _groups(groups, catalog):
         if group.placement_group and not itype.supports_cluster_placement:
             yield Problem(
                 key_path("nodeGroups", i, "placementGroup"),
@@ -323,8 +280,8 @@ def cluster_placement_supported(spec: ClusterSpec, catalog: Catalog) -> Iterator
             )
 
 
-def placement_group_with_capacity_block(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for i, group in enumerate(spec.node_groups):
+def placement_group_with_capacity_block(groups: Sequence[NodeGroup]) -> Iterator[Problem]:
+    for i, group in enumerate(groups):
         if group.placement_group and group.capacity.type == "capacity-block":
             yield Problem(
                 key_path("nodeGroups", i, "placementGroup"),
@@ -334,8 +291,8 @@ def placement_group_with_capacity_block(spec: ClusterSpec, catalog: Catalog) -> 
             )
 
 
-def spot_with_reservation(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for i, group in enumerate(spec.node_groups):
+def spot_with_reservation(groups: Sequence[NodeGroup]) -> Iterator[Problem]:
+    for i, group in enumerate(groups):
         if group.capacity.type == "spot" and group.capacity.reservation_id is not None:
             yield Problem(
                 key_path("nodeGroups", i, "capacity", "reservationId"),
@@ -345,25 +302,19 @@ def spot_with_reservation(spec: ClusterSpec, catalog: Catalog) -> Iterator[Probl
             )
 
 
-def reservation_id_present(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for i, group in enumerate(spec.node_groups):
+def reservation_id_present(groups: Sequence[NodeGroup]) -> Iterator[Problem]:
+    for i, group in enumerate(groups):
         cap = group.capacity
         if cap.type in RESERVED_CAPACITY and cap.reservation_id is None:
             yield Problem(
                 key_path("nodeGroups", i, "capacity", "reservationId"),
                 f"required when capacity.type is '{cap.type}': the reservation id, e.g. cr-0123456789abcdef0",
             )
-        elif cap.reservation_id is not None and not RESERVATION_RE.fullmatch(cap.reservation_id):
-            yield Problem(
-                key_path("nodeGroups", i, "capacity", "reservationId"),
-                "not a capacity reservation id; expected 'cr-' and 17 hex digits",
-                cap.reservation_id,
-            )
 
 
-def usage_class_supported(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def usage_class_supported(groups: Sequence[NodeGroup], catalog: Catalog) -> Iterator[Problem]:
     needed = {"spot": "spot", "capacity-block": "capacity-block"}
-    for i, group, itype in _groups(spec, catalog):
+    for i, group, itype in _groups(groups, catalog):
         usage = needed.get(group.capacity.type)
         if usage and usage not in itype.usage_classes:
             yield Problem(
@@ -373,8 +324,8 @@ def usage_class_supported(spec: ClusterSpec, catalog: Catalog) -> Iterator[Probl
             )
 
 
-def spot_settings_only_for_spot(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for i, group in enumerate(spec.node_groups):
+def spot_settings_only_for_spot(groups: Sequence[NodeGroup]) -> Iterator[Problem]:
+    for i, group in enumerate(groups):
         cap = group.capacity
         if cap.type != "spot" and cap.on_demand_base:
             yield Problem(
@@ -382,66 +333,23 @@ def spot_settings_only_for_spot(spec: ClusterSpec, catalog: Catalog) -> Iterator
                 "only spot groups have an on-demand base; remove it or set capacity.type: spot",
                 cap.on_demand_base,
             )
-        if cap.on_demand_base < 0 or cap.on_demand_base > group.max_nodes:
+        if cap.on_demand_base > group.max_nodes:
             yield Problem(
                 key_path("nodeGroups", i, "capacity", "onDemandBase"),
                 f"must be between 0 and maxNodes ({group.max_nodes})",
                 cap.on_demand_base,
             )
-        if cap.spot_max_price is not None and (cap.type != "spot" or cap.spot_max_price <= 0):
+        if cap.spot_max_price is not None and cap.type != "spot":
             yield Problem(
                 key_path("nodeGroups", i, "capacity", "spotMaxPrice"),
-                "only for spot groups, and a positive USD/hour price",
+                "only spot groups have a maximum price; remove it or set capacity.type: spot",
                 cap.spot_max_price,
             )
 
 
-def node_group_sizes(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for i, group in enumerate(spec.node_groups):
-        if not 30 <= group.root_volume_gib <= 16384:
-            yield Problem(
-                key_path("nodeGroups", i, "rootVolumeGiB"),
-                "allowed: 30 to 16384 GiB (the DLAMI needs at least 30)",
-                group.root_volume_gib,
-            )
-        if not _drain_in_range(group):
-            yield Problem(
-                key_path("nodeGroups", i, "drainTimeoutSeconds"),
-                "allowed: 30 to 7200 seconds (the lifecycle hook heartbeat range)",
-                group.drain_timeout_seconds,
-            )
-
-
-def _drain_in_range(group: NodeGroup) -> bool:
-    low, high = DRAIN_TIMEOUT_RANGE
-    return low <= group.drain_timeout_seconds <= high
-
-
-def scaling_idle_minutes(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for i, group in enumerate(spec.node_groups):
-        idle = group.scaling.idle_minutes
-        if not 1 <= idle <= 1440:
-            yield Problem(
-                key_path("nodeGroups", i, "scaling", "idleMinutes"),
-                "allowed: 1 to 1440 minutes an agent waits for work before it terminates its node",
-                idle,
-            )
-
-
-def scaling_instance_warmup(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for i, group in enumerate(spec.node_groups):
-        warmup = group.scaling.instance_warmup_seconds
-        if not 0 <= warmup <= 3600:
-            yield Problem(
-                key_path("nodeGroups", i, "scaling", "instanceWarmupSeconds"),
-                "allowed: 0 to 3600 seconds (how long a scale-out is not repeated while it takes effect)",
-                warmup,
-            )
-
-
-def capacity_block_end(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def capacity_block_end(groups: Sequence[NodeGroup]) -> Iterator[Problem]:
     now = _utcnow()
-    for i, group in enumerate(spec.node_groups):
+    for i, group in enumerate(groups):
         end = group.capacity.block_end
         if end is None:
             continue
@@ -464,7 +372,7 @@ def capacity_block_end(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]
             )
         elif end.utcoffset() is not None and _utc_year(end) > dt.MAXYEAR:
             yield Problem(key, "is past the year 9999 in UTC; give the end of a current block", shown)
-        elif _drain_in_range(group) and _lead_in_range(group):  # else their own rules report them
+        elif _lead_in_range(group):  # else capacity_block_lead reports it
             lead = group.capacity.block_end_lead_minutes or default_lead_minutes(group.drain_timeout_seconds)
             scale_down = wind_down_time(end, lead)
             if scale_down <= now:
@@ -491,13 +399,13 @@ def _lead_in_range(group: NodeGroup) -> bool:
     return lead is None or 0 < lead <= LEAD_MINUTES_MAX
 
 
-def capacity_block_lead(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for i, group in enumerate(spec.node_groups):
+def capacity_block_lead(groups: Sequence[NodeGroup]) -> Iterator[Problem]:
+    for i, group in enumerate(groups):
         lead = group.capacity.block_end_lead_minutes
         if lead is None:
             continue
         key = key_path("nodeGroups", i, "capacity", "blockEndLeadMinutes")
-        drain = group.drain_timeout_seconds if _drain_in_range(group) else DRAIN_TIMEOUT_RANGE[0]
+        drain = group.drain_timeout_seconds
         least = minimum_lead_minutes(drain)
         if group.capacity.block_end is None:
             yield Problem(
@@ -506,7 +414,7 @@ def capacity_block_lead(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem
         elif not least <= lead <= LEAD_MINUTES_MAX:
             yield Problem(
                 key,
-                f"allowed: {least} to 1440 minutes: AWS reclaims the nodes 30 min before the end "
+                f"allowed: {least} to {LEAD_MINUTES_MAX} minutes: AWS reclaims the nodes 30 min before the end "
                 f"and draining may take drainTimeoutSeconds ({drain} s) more",
                 lead,
             )
@@ -516,48 +424,11 @@ def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
-def fsx_size(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    fsx = spec.storage.fsx
-    if fsx is not None and not (fsx.size_gib == 1200 or (fsx.size_gib > 0 and fsx.size_gib % 2400 == 0)):
-        yield Problem(
-            key_path("storage", "fsx", "sizeGiB"),
-            "FSx for Lustre PERSISTENT_2 size must be 1200 or a multiple of 2400 GiB",
-            fsx.size_gib,
-        )
-
-
-def fsx_throughput(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    fsx = spec.storage.fsx
-    if fsx is not None and fsx.throughput_per_tib not in FSX_THROUGHPUTS:
-        yield Problem(
-            key_path("storage", "fsx", "throughputPerTiB"),
-            f"allowed: {', '.join(map(str, FSX_THROUGHPUTS))} MB/s per TiB (PERSISTENT_2 SSD)",
-            fsx.throughput_per_tib,
-        )
-
-
-def fsx_paths(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    fsx = spec.storage.fsx
-    if fsx is None:
-        return
-    for key, value in (("mountPath", fsx.mount_path), ("linkPath", fsx.link_path)):
-        if not re.fullmatch(r"(/[A-Za-z0-9._-]+)+", value):
-            yield Problem(key_path("storage", "fsx", key), "an absolute path like /fsx, without spaces", value)
-    if fsx.link_path == "/":
-        yield Problem(key_path("storage", "fsx", "linkPath"), "cannot link the file system root", "/")
-    if fsx.s3_prefix and not re.fullmatch(r"([A-Za-z0-9._-]+/)+", fsx.s3_prefix):
-        yield Problem(
-            key_path("storage", "fsx", "s3Prefix"),
-            "a bucket prefix like 'checkpoints/' (ending in '/'), or '' for the whole bucket",
-            fsx.s3_prefix,
-        )
-
-
-def fsx_export_target(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def fsx_export_target(storage: Storage) -> Iterator[Problem]:
     """``exportOnDestroy: true`` exports into the checkpoint bucket, which the same destroy then empties
     and deletes unless it is protected: hours of export for nothing, in the way of a destroy that finishes."""
-    fsx = spec.storage.fsx
-    if fsx is not None and fsx.export_on_destroy and not spec.storage.checkpoint_bucket.protect:
+    fsx = storage.fsx
+    if fsx is not None and fsx.export_on_destroy and not storage.checkpoint_bucket.protect:
         yield Problem(
             key_path("storage", "fsx", "exportOnDestroy"),
             "exports into the checkpoint bucket, which the destroy deletes unless storage.checkpointBucket.protect "
@@ -566,73 +437,20 @@ def fsx_export_target(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
         )
 
 
-def checkpoint_lifecycle(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    b = spec.storage.checkpoint_bucket
-    for key, value in (
-        ("noncurrentExpiryDays", b.noncurrent_expiry_days),
-        ("expiryDays", b.expiry_days),
-        ("abortMultipartDays", b.abort_multipart_days),
-    ):
-        if value is not None and value < 1:
-            yield Problem(key_path("storage", "checkpointBucket", key), "days must be 1 or more", value)
-
-
-def network_choice(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    net = spec.network
+def network_choice(net: Network) -> Iterator[Problem]:
     if net.vpc_id is not None and net.vpc_cidr is not None:
         yield Problem(
             key_path("network", "vpcCidr"),
             "give either vpcCidr (create a VPC) or vpcId + subnetIds (use an existing one), not both",
             net.vpc_cidr,
         )
-    if net.vpc_id is not None and not VPC_ID_RE.fullmatch(net.vpc_id):
-        yield Problem(key_path("network", "vpcId"), "not a VPC id; expected 'vpc-' and hex digits", net.vpc_id)
     if net.vpc_id is not None and not net.subnet_ids:
         yield Problem(key_path("network", "subnetIds"), "required with vpcId: the private subnet(s) for the nodes")
     if net.vpc_id is None and net.subnet_ids:
         yield Problem(key_path("network", "vpcId"), "required with subnetIds: the VPC the subnets belong to")
-    for j, subnet in enumerate(net.subnet_ids):
-        if not SUBNET_ID_RE.fullmatch(subnet):
-            yield Problem(
-                key_path("network", "subnetIds", j), "not a subnet id; expected 'subnet-' and hex digits", subnet
-            )
 
 
-def vpc_cidr_valid(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    cidr = spec.network.vpc_cidr
-    if cidr is None:
-        return
-    try:
-        if not IPV4_PREFIX_RE.fullmatch(cidr):  # ipaddress also reads a netmask: 10.0.0.0/255.255.0.0
-            raise ValueError(cidr)
-        net = ipaddress.IPv4Network(cidr, strict=True)
-    except ValueError:
-        yield Problem(
-            key_path("network", "vpcCidr"),
-            "not a valid IPv4 network; expected e.g. 10.0.0.0/16 (a prefix length, host bits zero)",
-            cidr,
-        )
-        return
-    if not 16 <= net.prefixlen <= 24:
-        # /24 at most: the node subnet, public subnet and spare ranges are carved out of it
-        yield Problem(key_path("network", "vpcCidr"), "prefix length must be /16 to /24", cidr)
-
-
-def ssh_access(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    acc = spec.access
-    for j, cidr in enumerate(acc.ssh_cidrs):
-        net = _prefix_network(cidr)
-        if net is None:
-            yield Problem(
-                key_path("access", "sshCidrs", j), "not a valid CIDR with a prefix length, e.g. 10.1.0.0/16", cidr
-            )
-            continue
-        if net.prefixlen == 0:
-            yield Problem(
-                key_path("access", "sshCidrs", j),
-                "SSH from the whole internet is not allowed; give your VPN or bastion range",
-                cidr,
-            )
+def ssh_access(acc: Access) -> Iterator[Problem]:
     if acc.ssh_cidrs and acc.ssh_key_name is None:
         yield Problem(key_path("access", "sshKeyName"), "required with sshCidrs: the EC2 key pair name")
     if not acc.ssm and not acc.ssh_cidrs:
@@ -643,33 +461,7 @@ def ssh_access(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
         )
 
 
-def _prefix_network(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
-    if not CIDR_PREFIX_RE.fullmatch(cidr):  # ipaddress also reads netmasks: 0.0.0.0/0.0.0.0 is /0
-        return None
-    try:
-        return ipaddress.ip_network(cidr, strict=True)
-    except ValueError:
-        return None
-
-
-def ssh_union_not_whole_internet(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    """0.0.0.0/1 plus 128.0.0.0/1 is 0.0.0.0/0 again: judge what the ranges cover together."""
-    nets = [n for n in map(_prefix_network, spec.access.ssh_cidrs) if n is not None and n.prefixlen > 0]
-    v4 = [n for n in nets if isinstance(n, ipaddress.IPv4Network)]
-    v6 = [n for n in nets if isinstance(n, ipaddress.IPv6Network)]
-    merged: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = [*ipaddress.collapse_addresses(v4)]
-    merged += ipaddress.collapse_addresses(v6)
-    if len(nets) > 1 and any(n.prefixlen == 0 for n in merged):
-        yield Problem(
-            key_path("access", "sshCidrs"),
-            "together these ranges are the whole internet, and SSH from it is not allowed; "
-            "give your VPN or bastion range",
-            [str(n) for n in nets],
-        )
-
-
-def ami_choice(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    ami = spec.ami
+def ami_choice(ami: Ami) -> Iterator[Problem]:
     chosen = [key for key in ("id", "flavour", "parameter") if getattr(ami, key) is not None]
     if len(chosen) > 1:
         yield Problem(
@@ -677,24 +469,11 @@ def ami_choice(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
             f"give one of ami.id, ami.flavour or ami.parameter, not {' and '.join('ami.' + k for k in chosen)}",
             getattr(ami, chosen[0]),
         )
-    if ami.parameter is not None and not SSM_PARAMETER_RE.fullmatch(ami.parameter):
-        yield Problem(
-            key_path("ami", "parameter"),
-            "an SSM parameter name starting with '/', e.g. '/gpucloud/image/ami-id'",
-            ami.parameter,
-        )
-    if ami.id is not None and not AMI_ID_RE.fullmatch(ami.id):
-        yield Problem(key_path("ami", "id"), "not an AMI id; expected 'ami-' and 8 or 17 hex digits", ami.id)
-    if ami.flavour is not None and not FLAVOUR_RE.fullmatch(ami.flavour):
-        yield Problem(
-            key_path("ami", "flavour"),
-            "a DLAMI flavour as in its SSM parameter, e.g. 'base-oss-nvidia-driver-gpu-ubuntu-22.04'",
-            ami.flavour,
-        )
 
 
-def image_pipeline_settings(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    image = spec.image
+def image_pipeline_settings(
+    image: ImageBuild | None, ami: Ami, network: Network, catalog: Catalog
+) -> Iterator[Problem]:
     if image is None:
         return
     wheel = S3Object.parse(image.wheel_s3_uri)
@@ -715,48 +494,38 @@ def image_pipeline_settings(spec: ClusterSpec, catalog: Catalog) -> Iterator[Pro
                 f"the image is validated on its build instance, which needs NVIDIA GPUs; one of {', '.join(gpu_types)}",
                 build_type,
             )
-    if image.schedule is not None and not SCHEDULE_RE.fullmatch(image.schedule):
-        yield Problem(
-            key_path("image", "schedule"), "an Image Builder schedule: 'cron(...)' or 'rate(...)'", image.schedule
-        )
-    if image.ami_parameter is not None and not SSM_PARAMETER_RE.fullmatch(image.ami_parameter):
-        yield Problem(
-            key_path("image", "amiParameter"),
-            "an SSM parameter name starting with '/', e.g. '/gpucloud/image/ami-id'",
-            image.ami_parameter,
-        )
-    if spec.network.egress == "endpoints":
+    if network.egress == "endpoints":
         yield Problem(
             key_path("network", "egress"),
             "the image build downloads from NVIDIA, PyPI, EFA and FSx repositories; use egress 'nat' with image",
-            spec.network.egress,
+            network.egress,
         )
-    if image.ami_parameter is not None and spec.ami.parameter == image.ami_parameter:
+    if image.ami_parameter is not None and ami.parameter == image.ami_parameter:
         yield Problem(
             key_path("ami", "parameter"),
             "a stack cannot boot from the AMI its own pipeline has not built yet; "
             "build the image in its own stack (or boot a DLAMI until the first build)",
-            spec.ami.parameter,
+            ami.parameter,
         )
 
 
-def agent_package(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def agent_package(agent: Agent, ami: Ami) -> Iterator[Problem]:
     """The node agent's package must be installable on the node (``scripts/node-bootstrap.sh``)."""
-    package = spec.agent.package
+    package = agent.package
     key = key_path("agent", "package")
     if package is None:
-        if spec.ami.id is None and spec.ami.parameter is None:
+        if ami.id is None and ami.parameter is None:
             yield Problem(
                 key,
                 "required when the nodes boot a DLAMI (ami.flavour, the default), which has no "
                 f"gpucloud: give {AGENT_PACKAGE_EXAMPLES}, or boot the gpucloud image (ami.parameter)",
             )
         return
-    house = spec.agent.s3_wheelhouse
+    house = agent.s3_wheelhouse
     if house is not None:
         yield from _wheelhouse_problems(key, package, house.bucket, house.key)
         return
-    wheel = spec.agent.s3_wheel
+    wheel = agent.s3_wheel
     if wheel is not None:
         yield from _s3_wheel_problems(key, package, wheel.bucket, wheel.key)
         return
@@ -786,29 +555,29 @@ def agent_package(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
         )
 
 
-def agent_installable_offline(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def agent_installable_offline(agent: Agent, network: Network) -> Iterator[Problem]:
     """With ``egress: endpoints`` the nodes reach AWS APIs only, never a package index: pip cannot
     fetch a requirement, nor the dependencies of an s3:// wheel. The agent comes in the AMI, or from
     a wheelhouse in S3 (reached through the S3 gateway endpoint) installed with ``--no-index``."""
-    if spec.network.egress != "endpoints" or spec.network.existing:
+    if network.egress != "endpoints" or network.existing:
         return
-    if spec.agent.package is not None and spec.agent.s3_wheelhouse is None:
+    if agent.package is not None and agent.s3_wheelhouse is None:
         yield Problem(
             key_path("agent", "package"),
             "egress 'endpoints' has no route to a package index, and pip needs one to install it (and "
             "gpucloud's dependencies); give a wheelhouse (s3://bucket/folder/ holding gpucloud and every "
             "dependency), boot the gpucloud image (ami.parameter) without it, or use egress 'nat'",
-            spec.agent.package,
+            agent.package,
         )
 
 
-def fsx_client_offline(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def fsx_client_offline(fsx: Fsx | None, network: Network, ami: Ami) -> Iterator[Problem]:
     """A DLAMI node installs the FSx for Lustre client at boot from AWS's package repository
     (``scripts/node-bootstrap.sh``, install_lustre_client), which ``egress: endpoints`` cannot
     reach: every node's bootstrap would fail at the mount. The gpucloud image brings the client."""
-    if spec.network.egress != "endpoints" or spec.network.existing or spec.storage.fsx is None:
+    if network.egress != "endpoints" or network.existing or fsx is None:
         return
-    if spec.ami.parameter is None and spec.ami.id is None:
+    if ami.parameter is None and ami.id is None:
         yield Problem(
             key_path("storage", "fsx"),
             "egress 'endpoints' has no route to the FSx for Lustre client's package repository, which a "
@@ -866,19 +635,19 @@ def _s3_wheel_problems(key: str, package: str, bucket: str, object_key: str) -> 
         yield Problem(key, f"a wheel of {project!r}; the node agent is the {AGENT_PROJECT!r} package", package)
 
 
-def tag_keys(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for key in spec.tags:
-        if key.lower().startswith(TAG_KEY_RESERVED) or not 1 <= len(key) <= 128:
+def tag_keys(tags: Mapping[str, str]) -> Iterator[Problem]:
+    for key in tags:
+        if key.lower().startswith(TAG_KEY_RESERVED) or not 1 <= len(key) <= TAG_KEY_MAX_CHARS:
             yield Problem(
                 key_path("tags", key),
-                "tag keys are 1-128 characters and may not start with 'aws:' or 'gpucloud:' "
+                f"tag keys are 1-{TAG_KEY_MAX_CHARS} characters and may not start with 'aws:' or 'gpucloud:' "
                 "(gpucloud sets gpucloud:stack and gpucloud:cluster itself)",
                 key,
             )
 
 
-def tag_values(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for key, value in spec.tags.items():
+def tag_values(tags: Mapping[str, str]) -> Iterator[Problem]:
+    for key, value in tags.items():
         if len(value) > TAG_VALUE_MAX_CHARS:
             yield Problem(key_path("tags", key), f"tag values are at most {TAG_VALUE_MAX_CHARS} characters", value)
 
@@ -888,8 +657,8 @@ def tag_values(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
 TAG_CHARACTERS_RE = re.compile(r"[\w\s+\-=.:/@]*")
 
 
-def tag_characters(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    for key, value in spec.tags.items():
+def tag_characters(tags: Mapping[str, str]) -> Iterator[Problem]:
+    for key, value in tags.items():
         for what, text in (("key", key), ("value", value)):
             if not TAG_CHARACTERS_RE.fullmatch(text):
                 yield Problem(
@@ -900,45 +669,40 @@ def tag_characters(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
                 )
 
 
-def tag_count(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def tag_count(tags: Mapping[str, str]) -> Iterator[Problem]:
     """AWS takes 50 tags on a resource; gpucloud adds up to ``OWN_TAGS_MAX`` of its own."""
     room = MAX_RESOURCE_TAGS - OWN_TAGS_MAX
-    if len(spec.tags) > room:
+    if len(tags) > room:
         yield Problem(
             key_path("tags"),
-            f"{len(spec.tags)} tags; at most {room}: AWS takes {MAX_RESOURCE_TAGS} on a resource and "
+            f"{len(tags)} tags; at most {room}: AWS takes {MAX_RESOURCE_TAGS} on a resource and "
             f"gpucloud adds up to {OWN_TAGS_MAX} (stack, cluster, Name, node group, expiry)",
         )
-
-
-TTL_HOURS_MAX = 24 * 365  # a longer-lived stack is not a temporary one: leave ttlHours out
-
-
-def ttl_hours(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    """``ttlHours`` sets ``gpucloud:expires-at`` (docs/teardown.md): a positive number of hours."""
-    if spec.ttl_hours is not None and not 0 < spec.ttl_hours <= TTL_HOURS_MAX:
-        yield Problem(key_path("ttlHours"), f"allowed: more than 0 and at most {TTL_HOURS_MAX} (hours)", spec.ttl_hours)
 
 
 def drillable_groups(spec: ClusterSpec) -> list[str]:
     """The node groups a drill job can run on and get interrupted in: spot, with room above their
     on-demand base (stack order; ``gpucloud drill`` submits to the first)."""
-    return [g.name for g in spec.node_groups if g.capacity.type == "spot" and g.max_nodes > g.capacity.on_demand_base]
+    return _drillable(spec.node_groups)
 
 
-def drill_needs_spot(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def _drillable(groups: Sequence[NodeGroup]) -> list[str]:
+    return [g.name for g in groups if g.capacity.type == "spot" and g.max_nodes > g.capacity.on_demand_base]
+
+
+def drill_needs_spot(drill: bool, groups: Sequence[NodeGroup]) -> Iterator[Problem]:
     """``drill: true`` makes an AWS FIS template that interrupts a *spot* instance (infra/drill.py):
     some group must be able to run one (spot, with room above its on-demand base)."""
-    if spec.drill and not drillable_groups(spec):
+    if drill and not _drillable(groups):
         yield Problem(
             key_path("drill"),
             "needs a node group with capacity.type: spot and maxNodes above its onDemandBase "
             "(the drill interrupts a spot instance); add one or remove gpucloud:drill",
-            spec.drill,
+            drill,
         )
 
 
-def printable_text(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def printable_text(spec: ClusterSpec) -> Iterator[Problem]:
     """No setting holds a line break or other control character: each ends up in a name, a tag,
     a script or a log line, where 'dev\\n' is not 'dev' (an ASG named 'dev\\n-asg')."""
     for path, text in _strings(spec.model_dump(by_alias=True, exclude_none=True), ()):
@@ -960,31 +724,14 @@ def _strings(data: object, path: tuple[str | int, ...]) -> Iterator[tuple[tuple[
             yield from _strings(item, (*path, index))
 
 
-def job_plane_limits(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    jp = spec.job_plane
-    if not 1 <= jp.max_receive_count <= 1000:
-        yield Problem(key_path("jobPlane", "maxReceiveCount"), "allowed: 1 to 1000", jp.max_receive_count)
-    if not 0 <= jp.visibility_timeout_seconds <= 43200:
-        yield Problem(
-            key_path("jobPlane", "visibilityTimeoutSeconds"),
-            "allowed: 0 to 43200 seconds (the SQS limit)",
-            jp.visibility_timeout_seconds,
-        )
-
-
-def cost_ceiling(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    ceiling = spec.cost_ceiling_usd_per_hour
+def cost_ceiling(
+    ceiling: float | None, region: str, groups: Sequence[NodeGroup], catalog: Catalog
+) -> Iterator[Problem]:
     if ceiling is None:
         return
-    if ceiling <= 0:
-        yield Problem(key_path("costCeilingUsdPerHour"), "must be a positive USD/hour amount", ceiling)
-        return
-    groups = list(_groups(spec, catalog))
-    if not all(_counts_in_range(g) for _, g, _ in groups):
-        return  # node_counts / node_count_limit report the counts; the cost of 10**400 nodes is no figure
-    sizings = [sizing_for(g, t) for _, g, t in groups]
+    sizings = [sizing_for(g, t) for _, g, t in _groups(groups, catalog)]
     # The stack's own region's prices: on-demand rates differ by region (us-west-2 is not us-east-1's).
-    regional = catalog.region_prices(spec.region)
+    regional = catalog.region_prices(region)
     if regional is None:
         return  # no prices for the region (or not a region): plan warns that node costs are unknown
     priced = regional.instance_types
@@ -996,37 +743,23 @@ def cost_ceiling(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     if unknown:
         yield Problem(
             key_path("costCeilingUsdPerHour"),
-            f"cannot check: no on-demand price in the catalog for {', '.join(sorted(set(unknown)))} in {spec.region}; "
-            f"run `gpucloud catalog refresh --region {spec.region}` or remove the ceiling",
+            f"cannot check: no on-demand price in the catalog for {', '.join(sorted(set(unknown)))} in {region}; "
+            f"run `gpucloud catalog refresh --region {region}` or remove the ceiling",
             ceiling,
         )
         return
-    worst = estimate_cost(sizings, region=spec.region, catalog=catalog).on_demand.max
+    worst = estimate_cost(sizings, region=region, catalog=catalog).on_demand.max
     if worst is not None and worst > ceiling:
         yield Problem(
             key_path("costCeilingUsdPerHour"),
-            f"max nodes at on-demand price in {spec.region} cost {worst:.2f} USD/hour, above the ceiling; "
+            f"max nodes at on-demand price in {region} cost {worst:.2f} USD/hour, above the ceiling; "
             "lower maxNodes or raise the ceiling",
             ceiling,
         )
 
 
-def expected_checkpoint_size(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    sizes = [(key_path("expectedCheckpointGiB"), spec.expected_checkpoint_gib)]
-    sizes += [
-        (key_path("nodeGroups", i, "expectedCheckpointGiB"), g.expected_checkpoint_gib)
-        for i, g in enumerate(spec.node_groups)
-    ]
-    for key, gib in sizes:
-        if gib is not None and not 0 < gib <= EXPECTED_CHECKPOINT_GIB_MAX:
-            yield Problem(
-                key, f"allowed: more than 0 and at most {EXPECTED_CHECKPOINT_GIB_MAX} GiB of checkpoint state", gib
-            )
-
-
-def monitoring_instance_type(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def monitoring_instance_type(mon: Monitoring) -> Iterator[Problem]:
     """The self-hosted monitor's type must be one `plan` can price (catalog/service_prices.json)."""
-    mon = spec.monitoring
     known = monitor_instance_types()
     if mon.mode == "self-hosted" and mon.instance_type not in known:
         yield Problem(
@@ -1036,8 +769,7 @@ def monitoring_instance_type(spec: ClusterSpec, catalog: Catalog) -> Iterator[Pr
         )
 
 
-def monitoring_alert_emails(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    mon = spec.monitoring
+def monitoring_alert_emails(mon: Monitoring) -> Iterator[Problem]:
     if mon.alert_emails and mon.mode == "off":
         yield Problem(
             key_path("monitoring", "alertEmails"),
@@ -1045,18 +777,18 @@ def monitoring_alert_emails(spec: ClusterSpec, catalog: Catalog) -> Iterator[Pro
             mon.alert_emails,
         )
         return
+    yield from _emails_once(("monitoring", "alertEmails"), mon.alert_emails)
+
+
+def _emails_once(where: tuple[str, str], emails: Sequence[str]) -> Iterator[Problem]:
     seen: set[str] = set()
-    for j, email in enumerate(mon.alert_emails):
-        key = key_path("monitoring", "alertEmails", j)
-        if not EMAIL_RE.fullmatch(email):
-            yield Problem(key, "not an email address; expected e.g. 'oncall@example.com'", email)
-        elif email.lower() in seen:
-            yield Problem(key, "given twice; list each address once (SNS subscribes it once)", email)
+    for j, email in enumerate(emails):
+        if email.lower() in seen:
+            yield Problem(key_path(*where, j), "given twice; list each address once (SNS subscribes it once)", email)
         seen.add(email.lower())
 
 
-def monitoring_managed_grafana(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    mon = spec.monitoring
+def monitoring_managed_grafana(mon: Monitoring) -> Iterator[Problem]:
     if mon.managed_grafana and mon.mode != "managed":
         yield Problem(
             key_path("monitoring", "managedGrafana"),
@@ -1066,9 +798,8 @@ def monitoring_managed_grafana(spec: ClusterSpec, catalog: Catalog) -> Iterator[
         )
 
 
-def monitoring_daily_report(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def monitoring_daily_report(mon: Monitoring, agent: Agent) -> Iterator[Problem]:
     """The daily report runs on the self-hosted monitor, which installs gpucloud from agent.package."""
-    mon = spec.monitoring
     if mon.daily_report is not True:
         return
     if mon.mode != "self-hosted":
@@ -1078,7 +809,7 @@ def monitoring_daily_report(spec: ClusterSpec, catalog: Catalog) -> Iterator[Pro
             f"(mode is {mon.mode}, which has no instance to run it); run `gpucloud report` yourself, or set false",
             mon.daily_report,
         )
-    elif spec.agent.package is None:
+    elif agent.package is None:
         yield Problem(
             key_path("monitoring", "dailyReport"),
             "the monitor installs gpucloud from gpucloud:agent.package, and the stack sets none; set agent.package "
@@ -1092,22 +823,20 @@ AMP_MAX_RETENTION_DAYS = (
 )
 
 
-def monitoring_managed_retention(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    mon = spec.monitoring
+def monitoring_managed_retention(mon: Monitoring) -> Iterator[Problem]:
     if mon.mode == "managed" and mon.retention_days > AMP_MAX_RETENTION_DAYS:
         yield Problem(
             key_path("monitoring", "retentionDays"),
-            f"Amazon Managed Prometheus keeps metrics at most {AMP_MAX_RETENTION_DAYS} days; allowed: 1 to "
-            f"{AMP_MAX_RETENTION_DAYS} with mode managed",
+            f"Amazon Managed Prometheus keeps metrics at most {AMP_MAX_RETENTION_DAYS} days; "
+            f"allowed with mode managed: at most {AMP_MAX_RETENTION_DAYS}",
             mon.retention_days,
         )
 
 
-def monitoring_egress(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def monitoring_egress(mode: MonitoringMode, network: Network) -> Iterator[Problem]:
     """The monitor downloads Prometheus, Alertmanager and Grafana at first boot, and managed nodes
     remote-write to the AMP endpoint: both need the NAT gateway (the endpoints egress has neither)."""
-    mode = spec.monitoring.mode
-    if mode != "off" and spec.network.egress != "nat" and not spec.network.existing:
+    if mode != "off" and network.egress != "nat" and not network.existing:
         yield Problem(
             key_path("monitoring", "mode"),
             f"{mode} monitoring needs network.egress nat (the endpoints egress reaches no package "
@@ -1116,44 +845,34 @@ def monitoring_egress(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
         )
 
 
-BUDGET_PERCENT_MAX = 1000  # a notification above 10x the limit would never be read in time
-
-
-def budget_amount(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    budget = spec.budget
-    if budget is not None and not budget.monthly_usd > 0:
-        yield Problem(key_path("budget", "monthlyUsd"), "allowed: more than 0 (USD per month)", budget.monthly_usd)
-
-
-def budget_alert_percents(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
-    budget = spec.budget
+def budget_alert_percents(budget: Budget | None) -> Iterator[Problem]:
     if budget is None:
         return
     seen: set[float] = set()
     for j, percent in enumerate(budget.alert_at_percent):
-        key = key_path("budget", "alertAtPercent", j)
-        if not 0 < percent <= BUDGET_PERCENT_MAX:
-            yield Problem(key, f"allowed: more than 0 and at most {BUDGET_PERCENT_MAX} (% of monthlyUsd)", percent)
-        elif percent in seen:
-            yield Problem(key, "given twice; list each percentage once (one notification each)", percent)
+        if percent in seen:
+            yield Problem(
+                key_path("budget", "alertAtPercent", j),
+                "given twice; list each percentage once (one notification each)",
+                percent,
+            )
         seen.add(percent)
 
 
-def budget_stop_scale_out(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def budget_stop_scale_out(budget: Budget | None, groups: Sequence[NodeGroup], network: Network) -> Iterator[Problem]:
     """stop-scale-out acts on the groups' scale-out (with none scaling there is nothing to stop), and
     the agents read the budget from the AWS Budgets API, which the endpoints egress does not reach
     (no VPC endpoint for it among network.py's)."""
-    budget = spec.budget
     if budget is None or budget.on_exceeded != "stop-scale-out":
         return
     key = key_path("budget", "onExceeded")
-    if not any(g.scaling.enabled for g in spec.node_groups):
+    if not any(g.scaling.enabled for g in groups):
         yield Problem(
             key,
             "no node group scales out (every scaling.enabled is false); use notify, or enable scaling",
             "stop-scale-out",
         )
-    elif spec.network.egress != "nat" and not spec.network.existing:
+    elif network.egress != "nat" and not network.existing:
         yield Problem(
             key,
             "the nodes read the budget from the AWS Budgets API, which network.egress endpoints does not reach; "
@@ -1162,25 +881,17 @@ def budget_stop_scale_out(spec: ClusterSpec, catalog: Catalog) -> Iterator[Probl
         )
 
 
-def budget_alert_destination(spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+def budget_alert_destination(budget: Budget | None, mon: Monitoring) -> Iterator[Problem]:
     """The budget's notifications go to its SNS topic: someone must be subscribed to it."""
-    budget = spec.budget
     if budget is None:
         return
-    if not budget.alert_emails and not spec.monitoring.alert_emails:
+    if not budget.alert_emails and not mon.alert_emails:
         yield Problem(
             key_path("budget", "alertEmails"),
             "budget alerts need somewhere to go: list budget.alertEmails (or monitoring.alertEmails)",
             budget.alert_emails,
         )
-    seen: set[str] = set()
-    for j, email in enumerate(budget.alert_emails):
-        key = key_path("budget", "alertEmails", j)
-        if not EMAIL_RE.fullmatch(email):
-            yield Problem(key, "not an email address; expected e.g. 'finance@example.com'", email)
-        elif email.lower() in seen:
-            yield Problem(key, "given twice; list each address once (SNS subscribes it once)", email)
-        seen.add(email.lower())
+    yield from _emails_once(("budget", "alertEmails"), budget.alert_emails)
 
 
 def sizing_for(group: NodeGroup, itype: InstanceType) -> GroupSizing:
@@ -1195,78 +906,54 @@ def sizing_for(group: NodeGroup, itype: InstanceType) -> GroupSizing:
     )
 
 
-RULES: tuple[Rule, ...] = (
-    region_format,
-    availability_zone_in_region,
-    cluster_zones,
-    cluster_name_format,
-    at_least_one_group,
-    group_names,
-    known_instance_type,
-    instance_mix,
-    instance_mix_capabilities,
-    group_zones,
-    node_counts,
-    node_count_limit,
-    efa_supported,
-    efa_only_layout_documented,
-    efa_single_subnet,
-    cluster_placement_supported,
-    placement_group_with_capacity_block,
-    spot_with_reservation,
-    reservation_id_present,
-    usage_class_supported,
-    spot_settings_only_for_spot,
-    node_group_sizes,
-    scaling_idle_minutes,
-    scaling_instance_warmup,
-    capacity_block_end,
-    capacity_block_lead,
-    fsx_size,
-    fsx_throughput,
-    fsx_paths,
-    checkpoint_lifecycle,
-    fsx_export_target,
-    network_choice,
-    vpc_cidr_valid,
-    ssh_access,
-    ssh_union_not_whole_internet,
-    ami_choice,
-    image_pipeline_settings,
-    agent_package,
-    agent_installable_offline,
-    fsx_client_offline,
-    tag_keys,
-    tag_values,
-    tag_characters,
-    tag_count,
-    ttl_hours,
-    drill_needs_spot,
-    printable_text,
-    job_plane_limits,
-    cost_ceiling,
-    expected_checkpoint_size,
-    monitoring_instance_type,
-    monitoring_alert_emails,
-    monitoring_managed_grafana,
-    monitoring_daily_report,
-    monitoring_managed_retention,
-    monitoring_egress,
-    budget_amount,
-    budget_alert_percents,
-    budget_stop_scale_out,
-    budget_alert_destination,
-)
-
-
-# Catch-all rules: a key another rule already reported is not reported twice ('dev\\n' breaks the name rule).
-SUPPLEMENTARY: frozenset[Rule] = frozenset({printable_text})
-
-
 def check(spec: ClusterSpec, catalog: Catalog) -> list[Problem]:
-    """Every problem every rule finds, in rule order."""
-    found: list[Problem] = []
-    for rule in RULES:
-        reported = {p.key for p in found}
-        found += [p for p in rule(spec, catalog) if rule not in SUPPLEMENTARY or p.key not in reported]
-    return found
+    """Every problem every rule finds, in this order."""
+    groups, net, mon = spec.node_groups, spec.network, spec.monitoring
+    found = [
+        *availability_zone_in_region(spec.region, spec.availability_zone),
+        *cluster_zones(spec.region, spec.availability_zone, spec.availability_zones, net),
+        *at_least_one_group(groups),
+        *group_names(groups),
+        *known_instance_type(groups, catalog),
+        *instance_mix(groups, catalog),
+        *instance_mix_capabilities(groups, catalog),
+        *group_zones(groups, spec.availability_zones, net, catalog),
+        *node_counts(groups),
+        *efa_supported(groups, catalog),
+        *efa_only_layout_documented(groups, catalog),
+        *efa_single_subnet(groups, net, catalog),
+        *cluster_placement_supported(groups, catalog),
+        *placement_group_with_capacity_block(groups),
+        *spot_with_reservation(groups),
+        *reservation_id_present(groups),
+        *usage_class_supported(groups, catalog),
+        *spot_settings_only_for_spot(groups),
+        *capacity_block_end(groups),
+        *capacity_block_lead(groups),
+        *fsx_export_target(spec.storage),
+        *network_choice(net),
+        *ssh_access(spec.access),
+        *ami_choice(spec.ami),
+        *image_pipeline_settings(spec.image, spec.ami, net, catalog),
+        *agent_package(spec.agent, spec.ami),
+        *agent_installable_offline(spec.agent, net),
+        *fsx_client_offline(spec.storage.fsx, net, spec.ami),
+        *tag_keys(spec.tags),
+        *tag_values(spec.tags),
+        *tag_characters(spec.tags),
+        *tag_count(spec.tags),
+        *drill_needs_spot(spec.drill, groups),
+        *cost_ceiling(spec.cost_ceiling_usd_per_hour, spec.region, groups, catalog),
+        *monitoring_instance_type(mon),
+        *monitoring_alert_emails(mon),
+        *monitoring_managed_grafana(mon),
+        *monitoring_daily_report(mon, spec.agent),
+        *monitoring_managed_retention(mon),
+        *monitoring_egress(mon.mode, net),
+        *budget_alert_percents(spec.budget),
+        *budget_stop_scale_out(spec.budget, groups, net),
+        *budget_alert_destination(spec.budget, mon),
+    ]
+    # The catch-all comes last and skips keys already reported ('dev\n' breaks the name rule too).
+    reported = {p.key for p in found}
+    return found + [p for p in printable_text(spec) if p.key not in reported]

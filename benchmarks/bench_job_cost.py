@@ -37,7 +37,7 @@ from pathlib import Path
 
 from gpucloud.commands.job_show import render_cost, render_timeline
 from gpucloud.cost.job_cost import catalog_prices, job_cost
-from gpucloud.jobs.report import build_timeline
+from gpucloud.cost.timeline import build_timeline
 from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobSpec
 from gpucloud.queue.sqlite import SqliteQueue
 from report import config_of, finish

@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 
 from gpucloud.checkpoint.store import latest_committed
+from gpucloud.cost.timeline import build_timeline
 from gpucloud.jobs.process_group import ProcessGroup
-from gpucloud.jobs.report import build_timeline
 from gpucloud.jobs.runner import attempt_environment, supervise_job
 from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.lifecycle.model import JobSpec

@@ -174,7 +174,7 @@ def test_a_corrupt_dynamodb_request_is_a_one_line_error(aws_job_plane):
 
 
 def test_job_show_renders_the_request_as_one_line(jq):
-    from gpucloud.jobs.report import build_timeline
+    from gpucloud.cost.timeline import build_timeline
 
     job = running(jq)
     notice = warning()

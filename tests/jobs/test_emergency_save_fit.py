@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpucloud.cli import main
-from gpucloud.jobs.report import build_timeline
+from gpucloud.cost.timeline import build_timeline
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.jobs.supervisor import (
     SAVE_RECORD_EVERY_S,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpucloud.jobs.report import build_timeline
+from gpucloud.cost.timeline import build_timeline
 from gpucloud.lifecycle.model import JobSpec, JobState
 from gpucloud.queue.sqlite import SqliteQueue
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpucloud.jobs.report import build_timeline, steps_lost
+from gpucloud.cost.timeline import build_timeline, steps_lost
 from gpucloud.lifecycle.model import Attempt, AttemptState, Event, Job, JobSpec, JobState
 
 

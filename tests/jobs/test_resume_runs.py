@@ -10,7 +10,7 @@ import textwrap
 import threading
 from pathlib import Path
 
-from gpucloud.jobs.report import build_timeline
+from gpucloud.cost.timeline import build_timeline
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.jobs.supervisor import EXIT_CANCELLED, SupervisorConfig
 from gpucloud.lifecycle.model import AttemptState, JobSpec, JobState

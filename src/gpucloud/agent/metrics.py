@@ -38,8 +38,7 @@ from prometheus_client.registry import Collector
 from gpucloud import control
 from gpucloud.agent.efa_metrics import EfaCollector
 from gpucloud.errors import UserError
-from gpucloud.jobs.report import steps_lost
-from gpucloud.lifecycle.model import JobState, NodeState
+from gpucloud.lifecycle.model import JobState, NodeState, steps_lost
 from gpucloud.signals.events import STOP_KINDS, Notice, NoticeKind
 from gpucloud.training_metrics import SAVE_KINDS, Histogram, Snapshot
 

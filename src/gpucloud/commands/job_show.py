@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from gpucloud.cost.job_cost import JobCost, NodeCost
-    from gpucloud.jobs.report import JobTimeline
+    from gpucloud.cost.timeline import JobTimeline
 
 
 @click.command("show")
@@ -39,7 +39,7 @@ def show(job_id: str, queue_uri: str | None, output: str) -> None:
     Example: gpucloud job show j-4f2a9c01de --output json
     """
     from gpucloud.cost.job_cost import catalog_prices
-    from gpucloud.jobs.report import build_timeline
+    from gpucloud.cost.timeline import build_timeline
     from gpucloud.queue.connect import open_queue
     from gpucloud.queue.names import resolve_job
 

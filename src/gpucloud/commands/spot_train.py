@@ -293,7 +293,7 @@ def _check_same_settings(job, command: tuple[str, ...], given: dict[str, tuple[A
 
 
 def job_summary(queue, job_id: str) -> dict[str, Any]:
-    from gpucloud.jobs.report import build_timeline
+    from gpucloud.cost.timeline import build_timeline
 
     job = queue.get(job_id)
     report = build_timeline(job, queue.attempts(job_id), queue.events(job_id))

@@ -1,1 +1,6 @@
-"""What GPU time costs: prices in force, per-job dollars, the daily report, the goodput estimator."""
+"""What jobs cost, in steps, seconds and dollars.
+
+``timeline``: what one job's records say (attempts, interruptions, steps and time lost; ``job show``);
+``job_cost``: a job's dollars per attempt and node; ``report*``: the daily training-efficiency report
+(``gpucloud report``); ``estimate`` and ``goodput``: the pre-deploy estimate (``gpucloud estimate``).
+"""

@@ -27,7 +27,7 @@ Definitions (docs/cost.md, "Dollars per job"):
     else the end of attempt k (a crash, a lost lease);
   - *lost steps' share* = the dollars of k's nodes from k's training start (its ``resume`` event,
     else its start) to the interruption × (steps lost / steps k completed), steps lost being k's
-    furthest step − the step k+1 resumed from (``jobs/report.py``; all of it while k+1 has not
+    furthest step − the step k+1 resumed from (``cost/timeline.py``; all of it while k+1 has not
     resumed: nothing is known to be kept);
   - *restart overhead* time = k+1's ``resume`` event − the interruption; its dollars are the part
     of that interval the job paid for: k's nodes after the interruption (the save, the stop) plus
@@ -49,7 +49,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from gpucloud.catalog import Catalog
-from gpucloud.lifecycle.model import Attempt, AttemptState, Event, Job
+from gpucloud.lifecycle.model import Attempt, AttemptState, Event, Job, steps_lost
 
 SECONDS_PER_HOUR = 3600.0
 ON_DEMAND = "on-demand"
@@ -381,8 +381,6 @@ def _lost(
     next_events: list[Event],
 ) -> tuple[float | None, float | None, float | None]:
     """(lost steps' share, restart overhead seconds, restart overhead dollars) of interrupted ``attempt``."""
-    from gpucloud.jobs import report as timeline_report  # here: jobs/report.py imports this module
-
     notice = next((e for e in evs if e.kind == "notice" and e.data.get("deadline") is not None), None)
     end = attempt.ended_at if attempt.ended_at is not None else following.created_at
     interrupted_at = notice.at if notice is not None else end
@@ -393,7 +391,7 @@ def _lost(
 
     lost_share = 1.0  # nothing known to be kept until k+1 resumes
     if next_resume is not None and attempt.last_step is not None:
-        lost = timeline_report.steps_lost(attempt.last_step, following.resumed_step)
+        lost = steps_lost(attempt.last_step, following.resumed_step)
         done = attempt.last_step - (attempt.resumed_step or 0)
         lost_share = 0.0 if not lost else (min(1.0, lost / done) if done > 0 else 1.0)
     trained = _priced(own, own_costs, train_start, interrupted_at) if train_start is not None else 0.0

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from pydantic import BaseModel
 
-from gpucloud.jobs.report import build_timeline
+from gpucloud.cost.timeline import build_timeline
 from gpucloud.lifecycle.model import Attempt, Event, Job, NodeRecord, NodeState
 
 SECONDS_PER_HOUR = 3600.0

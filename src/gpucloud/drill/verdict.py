@@ -2,7 +2,7 @@
 
 A pure judge over the drill job's record in the queue (the job, its attempts, its events), the same
 whichever injector interrupted it (AWS FIS on a cluster, an IMDS emulator on the local fleet). The
-per-interruption figures are ``jobs/report.py``'s (what ``gpucloud job show`` prints); this module
+per-interruption figures are ``cost/timeline.py``'s (what ``gpucloud job show`` prints); this module
 only holds them against the promise:
 
 * ``commit-within-lead``: notice → checkpoint committed, before the notice's deadline (the
@@ -23,8 +23,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from gpucloud.cost.timeline import Interruption, build_timeline
 from gpucloud.drill.run import DrillRun
-from gpucloud.jobs.report import Interruption, build_timeline
 from gpucloud.lifecycle.model import Attempt, Event, Job, JobState
 
 MAX_STEPS_LOST = 1

@@ -471,3 +471,17 @@ def cancel_reason(job: Job) -> str:
     if job.state is JobState.QUEUED:
         return f"cancelled while queued (attempt {job.attempt} never ran)"
     return f"cancelled while running attempt {job.attempt}"
+
+
+# The session counts completed steps (``step_done(n)`` after the n-th step; a fresh start restores
+# step 0), so "steps lost" is a plain difference.
+FRESH_START_STEP = 0
+
+
+def steps_lost(last_step: int | None, resumed_step: int | None) -> int | None:
+    """Steps an interrupted attempt trained that the next one trains again: from the step it resumed
+    (or 0) to the last it reported; None when it reported none."""
+    if last_step is None:
+        return None
+    start = FRESH_START_STEP if resumed_step is None else resumed_step
+    return max(0, last_step - start)

@@ -26,9 +26,9 @@ from typing import IO, Any
 
 from pydantic import BaseModel
 
+from gpucloud.cost.timeline import JobTimeline, build_timeline
 from gpucloud.drill.run import EXAMPLE, check_steps
 from gpucloud.errors import UserError
-from gpucloud.jobs.report import JobTimeline, build_timeline
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.lifecycle.model import JobSpec

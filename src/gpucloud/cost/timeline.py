@@ -21,11 +21,7 @@ from collections.abc import Iterable
 from pydantic import BaseModel
 
 from gpucloud.cost.job_cost import JobCost, PriceLookup, job_cost
-from gpucloud.lifecycle.model import CANCEL_SOURCE, Attempt, AttemptState, Event, Job
-
-# The session counts completed steps (``step_done(n)`` after the n-th step; a fresh start restores
-# step 0), so "steps lost" is a plain difference.
-FRESH_START_STEP = 0
+from gpucloud.lifecycle.model import CANCEL_SOURCE, FRESH_START_STEP, Attempt, AttemptState, Event, Job, steps_lost
 
 
 class Interruption(BaseModel):
@@ -205,13 +201,6 @@ def _reports_progress(job: Job, attempt: Attempt) -> bool:
 
 _INTERRUPTED = (AttemptState.REQUEUED, AttemptState.CRASHED, AttemptState.LOST, AttemptState.FAILED)
 _ENDED = (AttemptState.FAILED, AttemptState.CANCELLED)  # ended the job, until `gpucloud job resume`
-
-
-def steps_lost(last_step: int | None, resumed_step: int | None) -> int | None:
-    if last_step is None:
-        return None
-    start = FRESH_START_STEP if resumed_step is None else resumed_step
-    return max(0, last_step - start)
 
 
 def _first(events: Iterable[Event], kind: str) -> Event | None:

@@ -8,7 +8,7 @@ per attempt, each member's started/resume/exit events with its node (type, AZ, l
 notice, flag, ack, commit and requeue — the timeline a real run leaves. Measured:
 
 * in-process, median of --repeat: ``cost.job_cost.job_cost`` over the records with the catalog's
-  prices (the pure cost function), and ``jobs.report.build_timeline`` with and without prices (what
+  prices (the pure cost function), and ``cost.timeline.build_timeline`` with and without prices (what
   the cost adds to the report `job show` builds);
 * in-process, median of --repeat: rendering the cost section of the table (``render_cost``) and
   the whole report's tables (``render_timeline``) at 80 columns: what the dollars add to the table;

@@ -437,7 +437,7 @@ UPLOADER_ENV = "GPUCLOUD_S3_UPLOADER"  # auto (default) | s3torchconnector | bot
 S3TORCH = "s3torchconnector"
 UPLOADERS = ("auto", S3TORCH, "boto3")
 # The CRT sizes its connection pool for this target; its default (10 Gbps) is a tenth of a P4d/P5
-# node's IP card (infra/emergency_save.IP_CARD_GBPS). A higher target on a small node costs little.
+# node's IP card (cluster/emergency_save.IP_CARD_GBPS). A higher target on a small node costs little.
 S3TORCH_TARGET_GBPS = 100.0
 _MIN_PART_MB = 5  # S3's minimum multipart part size (all parts but the last)
 _MAX_PART_MB = 5 * 1024

@@ -4,7 +4,7 @@ Pure: the stack spec and the catalog in, one ``GroupEstimate`` per node group ou
 model needs comes from what ``gpucloud plan`` already computes, so the two never disagree:
 
 * the save time ``C``: the emergency-save model (``cluster/emergency_save.py`` through
-  ``infra/planning.plan_emergency_save``) for the group's fastest durable tier, the whole checkpoint
+  ``planning/cluster_plan.plan_emergency_save``) for the group's fastest durable tier, the whole checkpoint
   written by all ``maxNodes`` nodes at once; whether it fits in the notice comes from there too;
 * the price: the group's hourly price as ``plan`` shows it ("as configured": spot groups pay spot for
   their spot nodes and on-demand for ``onDemandBase``; other capacity types as ``cluster/hourly_cost.py`` says),

@@ -5,7 +5,7 @@ records), an optional GPU-utilisation reading from Prometheus (``report_sources`
 cost function. Nothing here reads a clock, a file or the network.
 
 Which jobs: every job with an attempt that ran in the window ``[since, until]`` (or that was
-submitted in it). A job's figures are its whole life's (``jobs.report.build_timeline``, the same timeline
+submitted in it). A job's figures are its whole life's (``cost.timeline.build_timeline``, the same timeline
 ``gpucloud job show`` prints), so a job that ran across midnight reads the same in both days'
 reports; the cost-per-day chart splits each job's cost over the days its attempts ran in.
 

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucloud.cluster.drill_contract import STACK_OUTPUT
+from gpucloud.cluster.tags import STACK_TAG
 from gpucloud.drill import fis as fis_calls
 from gpucloud.drill.run import EXAMPLE, DrillAborted, DrillRun, check_steps
 from gpucloud.errors import UserError, error_line
@@ -57,7 +58,6 @@ Say = Callable[[str], None]
 
 JOB_NAME = "gpucloud-drill"
 DRILL_JOB_TAG = "gpucloud:drill-job"  # on the experiment: which job it interrupted
-STACK_TAG = "gpucloud:stack"  # infra.tags.STACK_TAG (not imported: that module loads Pulumi)
 SPOT = "spot"
 
 

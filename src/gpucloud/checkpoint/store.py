@@ -49,11 +49,6 @@ def parse_latest_record(raw: bytes, where: str) -> LatestRecord:
         raise LatestError(str(exc)) from None
 
 
-def parse_latest(text: str | bytes, where: str) -> int | None:
-    raw = text.encode("utf-8", errors="surrogateescape") if isinstance(text, str) else text
-    return parse_latest_record(raw, where).step
-
-
 def read_latest_record(tier: Tier, job_id: str) -> LatestRecord | None:
     raw = tier.read_latest(job_id)
     return None if raw is None else parse_latest_record(raw, tier.describe(job_id))

@@ -83,15 +83,6 @@ def test_a_session_outside_spot_train_is_not_fenced_and_keeps_the_holder(tmp_pat
     assert (record.step, record.attempt) == (2, 4)
 
 
-def test_a_legacy_latest_is_read_and_migrated_by_the_claim(tmp_path, monkeypatch, tiny_job):
-    uri = str(tmp_path / "ck")
-    tiny_job(uri, every_steps=3).run(3)
-    (tmp_path / "ck" / "job" / "LATEST").write_text("step-3\n")  # as written before the fence
-    job = _attempt(monkeypatch, tiny_job, uri, tmp_path, 7)
-    assert job.session.restore() == 3
-    assert latest.parse(_latest_bytes(uri, tmp_path), "x") == latest.LatestRecord(step=3, attempt=7)
-
-
 def test_s3_commit_loses_the_race_to_a_claim_made_between_its_read_and_its_write(moto_s3, tmp_path):
     """The conditional put: a newer attempt claims the job after the commit read LATEST (while
     the manifest goes up); the commit's put fails its If-Match, re-reads, and is refused."""

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from test_manifest_completeness import fingerprint, identical
 
 from fuzzing import fuzz_settings
+from gpucloud.checkpoint.latest import LatestRecord
 from gpucloud.errors import UserError
 
 STEPS = (0, 2, 4)
@@ -120,7 +121,7 @@ damage = st.lists(
 )
 latest_text = st.one_of(
     st.none(),
-    st.sampled_from(["step-2\n", "step-4\n", "step-6\n", "none\n", "step-4\nattempt 1\n"]),
+    st.sampled_from([*(LatestRecord(step=s).render() for s in (2, 4, 6, None)), "step-4\n", "step-4\nattempt 1\n"]),
     st.binary(max_size=40),
 )
 

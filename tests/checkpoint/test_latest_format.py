@@ -1,4 +1,4 @@
-"""The LATEST pointer's format: written and read back, legacy lines, damage refused (pure)."""
+"""The LATEST pointer's format: written and read back, anything else refused (pure)."""
 
 from __future__ import annotations
 
@@ -23,9 +23,19 @@ def test_a_commit_of_an_older_step_forgets_the_newer_ones():
     assert record.committed(16, "2" * 16, None).manifests == {16: "2" * 16, 15: "1" * 16}
 
 
-def test_legacy_and_hand_written_latest_is_read():
-    assert latest.parse(b"step-12\n", "x") == LatestRecord(step=12)
-    assert latest.parse(b"  step-12  ", "x") == LatestRecord(step=12)
+def test_a_pointer_rendered_by_hand_names_its_step_without_fence_or_checksums():
+    assert latest.parse(LatestRecord(step=12).render().encode(), "x") == LatestRecord(step=12)
+
+
+@pytest.mark.parametrize("raw", [b"step-12\n", b"  step-12  ", b"none\n", b""])
+def test_a_step_name_alone_is_refused_like_any_damage(raw):
+    """Without its checksum line a LATEST cannot be told from a damaged one."""
+    with pytest.raises(LatestCorrupt) as info:
+        latest.parse(raw, "/ck/job")
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"/ck/job/LATEST is corrupt (contains {raw.decode().strip()!r}; it has no checksum line)" in message
+    assert "expected 'step-<n>' on its first line and 'xxh3 <checksum>' on its last" in message
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from gpucloud.checkpoint.latest import LatestRecord
 from gpucloud.checkpoint.store import CheckpointStore
 
 OFFSETS = 62
@@ -60,7 +61,7 @@ def _unlist(manifest_path: Path, variant: str, shard: Path) -> None:
     manifest_path.write_text(json.dumps(manifest))
 
 
-@pytest.mark.parametrize("latest", ["as committed", "legacy 'step-20' only"])
+@pytest.mark.parametrize("latest", ["as committed", "no manifest checksum"])
 @pytest.mark.parametrize("variant", ["no files listed", "shard left out"])
 def test_unlisted_flipped_shard_falls_back_at_every_offset(job_15_20, variant, latest):
     uri, job_dir, _, shard = job_15_20
@@ -71,7 +72,7 @@ def test_unlisted_flipped_shard_falls_back_at_every_offset(job_15_20, variant, l
     try:
         _unlist(manifest_path, variant, shard)
         if latest != "as committed":  # no manifest checksum to catch the edit: completeness must
-            latest_path.write_text("step-20\n")
+            latest_path.write_text(LatestRecord(step=20).render())
         for offset in (round(i * (size - 1) / (OFFSETS - 1)) for i in range(OFFSETS)):
             data = bytearray(pristine[shard])
             data[offset] ^= 0xFF
@@ -109,7 +110,7 @@ def test_a_shard_deleted_and_unlisted_is_caught_by_the_dcp_metadata(job_15_20):
     pristine = {p: p.read_bytes() for p in (shard, manifest_path, latest_path)}
     try:
         _unlist(manifest_path, "shard left out", shard)
-        latest_path.write_text("step-20\n")
+        latest_path.write_text(LatestRecord(step=20).render())
         shard.unlink()
         store = CheckpointStore(uri, "job")
         assert store.resolve().step == 15
@@ -138,7 +139,7 @@ def test_a_manifest_of_another_step_is_refused(job_15_20, caplog):
     latest_path = job_dir / "LATEST"
     pristine = latest_path.read_bytes()
     try:
-        latest_path.write_text("step-20\n")
+        latest_path.write_text(LatestRecord(step=20).render())
         manifest = job_dir / "step-20" / "manifest.json"
         saved = manifest.read_bytes()
         manifest.write_bytes((job_dir / "step-15" / "manifest.json").read_bytes())

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from gpucloud import control
+from gpucloud.checkpoint.latest import LatestRecord
 from gpucloud.checkpoint.store import CheckpointStore, latest_committed
 from gpucloud.checkpoint.tiers import s3_transfer_settings
 from gpucloud.errors import UserError
@@ -97,6 +98,6 @@ def test_an_object_the_manifest_does_not_list_makes_the_step_invalid(moto_s3, tm
     manifest = json.loads(s3.get_object(Bucket="ckpt-bucket", Key=key)["Body"].read())
     left_out = manifest["files"].pop()["name"]
     s3.put_object(Bucket="ckpt-bucket", Key=key, Body=json.dumps(manifest).encode())
-    s3.put_object(Bucket="ckpt-bucket", Key="runs/job/LATEST", Body=b"step-4\n")
+    s3.put_object(Bucket="ckpt-bucket", Key="runs/job/LATEST", Body=LatestRecord(step=4).render().encode())
     resolved = CheckpointStore(URI, "job", local_dir=str(tmp_path / "fresh")).resolve()
     assert resolved.step == 2, f"step-4 with {left_out} unlisted was accepted"

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from gpucloud.checkpoint.latest import LatestRecord
 from gpucloud.checkpoint.store import CheckpointStore, latest_committed
 from gpucloud.errors import UserError
 
@@ -67,10 +68,10 @@ def test_corrupt_manifest_falls_back(three_steps, tiny_job, caplog):
     assert "manifest.json checksum" in caplog.text and "does not match LATEST's" in caplog.text
 
 
-def test_corrupt_manifest_under_a_legacy_latest_falls_back(three_steps, tiny_job, caplog):
-    """A LATEST written before it recorded manifest checksums ("step-9" alone) still works."""
+def test_corrupt_manifest_without_a_recorded_checksum_falls_back(three_steps, tiny_job, caplog):
+    """A LATEST that records no checksum for the step (one pointed at it by hand) still checks the manifest."""
     uri, job_dir = three_steps
-    (job_dir / "LATEST").write_text("step-9\n")
+    (job_dir / "LATEST").write_text(LatestRecord(step=9).render())
     (job_dir / "step-9" / "manifest.json").write_text('{"format": "gpucloud-checkpoint/1", "step": "nine"}')
     with caplog.at_level(logging.WARNING, logger="gpucloud.checkpoint"):
         assert _restore(tiny_job, uri) == 6
@@ -79,19 +80,19 @@ def test_corrupt_manifest_under_a_legacy_latest_falls_back(three_steps, tiny_job
 
 def test_latest_naming_a_missing_step_falls_back(three_steps, tiny_job):
     uri, job_dir = three_steps
-    (job_dir / "LATEST").write_text("step-12\n")
+    (job_dir / "LATEST").write_text(LatestRecord(step=12).render())
     assert _restore(tiny_job, uri) == 9
     assert latest_committed(uri, "job") == 9
 
 
 def test_steps_newer_than_latest_are_never_loaded(three_steps, tiny_job):
     uri, job_dir = three_steps
-    (job_dir / "LATEST").write_text("step-6\n")  # step-9 renamed but LATEST never moved
+    (job_dir / "LATEST").write_text(LatestRecord(step=6).render())  # step-9 renamed but LATEST never moved
     assert _restore(tiny_job, uri) == 6
     assert latest_committed(uri, "job") == 6
 
 
-@pytest.mark.parametrize("garbage", ["", "step-x\n", "\x00\x01\x02", "9"])
+@pytest.mark.parametrize("garbage", ["", "step-x\n", "\x00\x01\x02", "9", "step-9\n"])
 def test_garbage_in_latest_is_a_clear_error_and_deletes_nothing(three_steps, tiny_job, garbage):
     uri, job_dir = three_steps
     (job_dir / "LATEST").write_text(garbage)

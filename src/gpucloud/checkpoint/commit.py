@@ -30,7 +30,6 @@ from typing import Any, Protocol
 
 from gpucloud.checkpoint.manifest import FileEntry, Manifest
 from gpucloud.checkpoint.store import CheckpointStore, FencedError
-from gpucloud.checkpoint.tiers import LocalTier, S3Tier
 
 
 class Group(Protocol):
@@ -88,37 +87,15 @@ def commit(ctx: SaveContext, my_files: list[FileEntry], group: Group) -> Manifes
     manifest = build_manifest(ctx, per_rank, group.world_size)
     manifest_bytes = manifest.to_json().encode()
     store = ctx.store
-    names = [e.name for e in my_files]
     durable = store.durable
-
-    if store.writes_direct_to_durable:
-        assert isinstance(durable, LocalTier)
-        group.barrier()
-        failure = None
-        if group.rank == 0:
-            failure = _commit_durable(
-                ctx, manifest_bytes, lambda: durable.commit_staging(store.job_id, ctx.step, ctx.staging, manifest_bytes)
-            )
-        _raise_if_rank0_failed(group.all_gather_object(failure)[0])
-        return manifest
-
-    durable_staging = None
-    if isinstance(durable, S3Tier):
-        durable.upload_files(ctx.staging, names, store.job_id, ctx.step)
-    else:
-        durable_staging = durable.staging_path(store.job_id, ctx.step, ctx.token)
-        durable.import_files(ctx.staging, names, durable_staging)
+    if not store.writes_direct_to_durable:  # else DCP wrote the files into the tier's own staging
+        durable.stage_files(store.job_id, ctx.step, ctx.token, ctx.staging, [e.name for e in my_files])
     group.barrier()
     failure = None
     if group.rank == 0:
-        publish: Callable[[], object]
-        if isinstance(durable, S3Tier):
-            publish = lambda: durable.put_manifest(store.job_id, ctx.step, manifest_bytes)  # noqa: E731
-        else:
-            assert durable_staging is not None
-            staging = durable_staging
-            publish = lambda: durable.commit_staging(store.job_id, ctx.step, staging, manifest_bytes)  # noqa: E731
-        failure = _commit_durable(ctx, manifest_bytes, publish)
+        failure = _commit_durable(
+            ctx, manifest_bytes, lambda: durable.publish_step(store.job_id, ctx.step, ctx.token, manifest_bytes)
+        )
     _raise_if_rank0_failed(group.all_gather_object(failure)[0])
     if group.is_node_leader and store.local is not None:
         store.local.commit_staging(store.job_id, ctx.step, ctx.staging, manifest_bytes)

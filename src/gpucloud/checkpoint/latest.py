@@ -9,8 +9,9 @@ Format (text, one item per line)::
     manifest step-15 ...                 ... and of the steps committed before it (at most MAX_MANIFESTS)
     xxh3 89abcdef01234567                XXH3-64 of every byte above this line
 
-The first line alone (``step-20``) is the format written before these fields existed, and what
-a person may write by hand to pick a step; it is still read: no fence, no manifest checksums.
+Anything else is refused (LatestCorrupt), a bare ``step-20`` included: the checksum line is what
+tells the pointer a commit wrote from damage. ``LatestRecord(step=20).render()`` is a valid pointer
+to a chosen step (no fence, no manifest checksums), for a person who has to pick one by hand.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ _HEX16 = re.compile(r"^[0-9a-f]{16}$")
 
 
 class LatestCorrupt(ValueError):
-    """LATEST's bytes are not a pointer we wrote or a step name; the message shows what it holds."""
+    """LATEST's bytes are not a pointer we wrote; the message shows what it holds."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,8 +75,8 @@ def parse(raw: bytes, where: str) -> LatestRecord:
     except UnicodeDecodeError:
         raise LatestCorrupt(_corrupt(where, raw)) from None
     lines = text.strip().split("\n")
-    if len(lines) == 1:
-        return LatestRecord(step=_step(lines[0], where, raw))
+    if len(lines) < 2:
+        raise LatestCorrupt(_corrupt(where, raw, "it has no checksum line"))
     *fields, checksum = lines
     body = "".join(f"{line}\n" for line in fields)
     if checksum != f"xxh3 {xxhash.xxh3_64_hexdigest(body.encode())}":
@@ -110,6 +111,7 @@ def _corrupt(where: str, raw: bytes, why: str = "") -> str:
     shown = raw.decode("utf-8", errors="backslashreplace").strip()[:40]
     reason = f"; {why}" if why else ""
     return (
-        f"{where}/LATEST is corrupt (contains {shown!r}{reason}); expected 'step-<n>' on its first line. "
-        "Write the step to resume from into it, or delete it to start from scratch"
+        f"{where}/LATEST is corrupt (contains {shown!r}{reason}); expected 'step-<n>' on its first line and "
+        "'xxh3 <checksum>' on its last, as a commit writes it. Delete it to start from scratch, or point it "
+        "at a step (docs/checkpoint.md, 'Layout and commit protocol')"
     )

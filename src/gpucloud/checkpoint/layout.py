@@ -1,8 +1,11 @@
 """Where checkpoints live: the URI forms we accept and the names inside a job's directory.
 
-Contract (ARCHITECTURE.md): ``<uri>/<job-id>/step-<n>/`` holds the DCP files and ``manifest.json``;
-``<uri>/<job-id>/LATEST`` names the committed step and is written last. ``uri`` is a local or
-shared path (also ``file://``) or ``s3://bucket/prefix``.
+The layout every reader and writer relies on (docs/architecture.md, 'Checkpoint layout'):
+``<uri>/<job-id>/step-<n>/`` holds the DCP files and ``manifest.json``, and a step is committed
+only once its manifest is in place; ``<uri>/<job-id>/LATEST`` names the committed step and is
+written last, so a reader that goes through LATEST never sees a partial step. Work in progress
+sits beside the steps under a dot-name. ``uri`` is a local or shared path (also ``file://``) or
+``s3://bucket/prefix``.
 """
 
 from __future__ import annotations

@@ -169,10 +169,6 @@ def read_manifest_bytes(directory: Path) -> bytes:
         raise ManifestError(f"{directory}: manifest.json cannot be read ({os_reason(exc)})") from None
 
 
-def read_manifest(directory: Path) -> Manifest:
-    return Manifest.parse(check_size(read_manifest_bytes(directory), str(directory)), str(directory))
-
-
 # A manifest lists a few files per rank; 64 MiB is room for ~500k files, and bounds what is read.
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 
@@ -181,10 +177,6 @@ def check_size(raw: bytes, where: str) -> bytes:
     if len(raw) > MAX_MANIFEST_BYTES:
         raise ManifestError(f"{where}: manifest.json is larger than {MAX_MANIFEST_BYTES} bytes")
     return raw
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:

@@ -37,7 +37,6 @@ from gpucloud.checkpoint.manifest import FileEntry, Manifest, ManifestError, ver
 from gpucloud.checkpoint.policy import SaveHistory, SavePolicy, should_save
 from gpucloud.checkpoint.ranks import Ranks
 from gpucloud.checkpoint.store import CheckpointStore, FencedError, Resolved
-from gpucloud.checkpoint.tiers import S3Tier
 from gpucloud.errors import UserError
 from gpucloud.training_metrics import SessionMeter
 
@@ -193,7 +192,7 @@ class TrainingSession:
             directory = (
                 resolved.directory if resolved is not None else self._directory_for(manifest, decision["manifest"])
             )
-            if isinstance(self.store.durable, S3Tier) and self.ranks.distributed:
+            if self.store.durable.needs_local_copy and self.ranks.distributed:
                 self.ranks.barrier()  # downloads by each node's first rank are complete
             step, missing_extra = loaded[-1] if loaded else self._load(directory)
             self.data_position = self._data_position(missing_extra, manifest.world_size)
@@ -240,16 +239,17 @@ class TrainingSession:
                 return local
             except ManifestError:
                 pass
-        if isinstance(self.store.durable, S3Tier):
-            assert self.store.local is not None
-            local = self.store.local.step_path(self.store.job_id, step)
-            if self.ranks.is_node_leader:
-                staging = self.store.local.staging_path(self.store.job_id, step, f"download-r{self.ranks.rank}")
-                self.store.durable.download_step(self.store.job_id, step, manifest, manifest_bytes, staging)
-                verify_directory(staging, manifest, checksums=True)
-                self.store.local.commit_staging(self.store.job_id, step, staging, manifest_bytes)
-            return local
-        return self.store.durable.step_path(self.store.job_id, step)
+        in_place = self.store.durable.step_directory(self.store.job_id, step)
+        if in_place is not None:
+            return in_place
+        assert self.store.local is not None, "a tier read by download always gets a local one"
+        local = self.store.local.step_path(self.store.job_id, step)
+        if self.ranks.is_node_leader:
+            staging = self.store.local.staging_path(self.store.job_id, step, f"download-r{self.ranks.rank}")
+            self.store.durable.download_step(self.store.job_id, step, manifest, manifest_bytes, staging)
+            verify_directory(staging, manifest, checksums=True)
+            self.store.local.commit_staging(self.store.job_id, step, staging, manifest_bytes)
+        return local
 
     def _load(self, directory: Path, *, verify: list[FileEntry] | None = None) -> tuple[int, list[str]]:
         """Load ``directory``; return its step and the extra_state names it had no state for.

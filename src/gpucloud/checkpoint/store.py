@@ -28,7 +28,7 @@ from gpucloud.checkpoint.manifest import (
 )
 from gpucloud.checkpoint.placement import SCRATCH_ENV
 from gpucloud.checkpoint.retention import steps_to_delete
-from gpucloud.checkpoint.tiers import LocalTier, S3Tier, open_tier
+from gpucloud.checkpoint.tiers import LocalTier, Tier, open_tier
 from gpucloud.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -49,17 +49,12 @@ def parse_latest_record(raw: bytes, where: str) -> LatestRecord:
         raise LatestError(str(exc)) from None
 
 
-def parse_latest(text: str | bytes, where: str) -> int | None:
-    raw = text.encode("utf-8", errors="surrogateescape") if isinstance(text, str) else text
-    return parse_latest_record(raw, where).step
-
-
-def read_latest_record(tier: LocalTier | S3Tier, job_id: str) -> LatestRecord | None:
+def read_latest_record(tier: Tier, job_id: str) -> LatestRecord | None:
     raw = tier.read_latest(job_id)
     return None if raw is None else parse_latest_record(raw, tier.describe(job_id))
 
 
-def read_latest(tier: LocalTier | S3Tier, job_id: str) -> int | None:
+def read_latest(tier: Tier, job_id: str) -> int | None:
     record = read_latest_record(tier, job_id)
     return None if record is None else record.step
 
@@ -108,7 +103,7 @@ class CheckpointStore:
         self.durable = open_tier(self.location)
         if local_dir:
             self.local: LocalTier | None = LocalTier(Path(local_dir).expanduser().absolute())
-        elif isinstance(self.durable, S3Tier):
+        elif self.durable.needs_local_copy:
             # S3 needs files on disk to upload from and to load from; without a configured fast
             # tier, stage on the node's NVMe scratch, else in a per-user temp directory.
             self.local = LocalTier(default_staging_root())
@@ -117,9 +112,11 @@ class CheckpointStore:
 
     # -- where a save is written -------------------------------------------------------------
     def staging_path(self, step: int, token: str) -> Path:
-        tier = self.local if self.local is not None else self.durable
-        assert isinstance(tier, LocalTier)
-        return tier.staging_path(self.job_id, step, token)
+        if self.local is not None:
+            return self.local.staging_path(self.job_id, step, token)
+        directory = self.durable.save_directory(self.job_id, step, token)
+        assert directory is not None, "a tier that cannot be written in place always gets a local one"
+        return directory
 
     @property
     def writes_direct_to_durable(self) -> bool:
@@ -195,11 +192,12 @@ class CheckpointStore:
                 except OSError as exc:  # verified, but keeping it failed (e.g. the local disk is full)
                     log.warning("local copy not usable, reading the durable tier: %s: %s", directory, os_reason(exc))
         try:
-            if isinstance(self.durable, S3Tier):  # hashed as it is checked after the download
+            in_place = self.durable.step_directory(self.job_id, step)
+            if in_place is None:  # hashed as it is checked after the download
                 directory, manifest, raw = self._download_verified(step, expected_digest, verify_checksums)
                 verified = verify_checksums
             else:
-                directory = self.durable.step_path(self.job_id, step)
+                directory = in_place
                 manifest, raw = self._verify_copy(directory, step, expected_digest, checks)
                 verified = checks is True
             resolved = Resolved(step, "durable", directory, manifest, raw, data_verified=verified)
@@ -240,7 +238,7 @@ class CheckpointStore:
     def _download_verified(
         self, step: int, expected_digest: str | None, verify_checksums: bool
     ) -> tuple[Path, Manifest, bytes]:
-        assert isinstance(self.durable, S3Tier) and self.local is not None
+        assert self.local is not None, "a tier read by download always gets a local one"
         where = self.durable_description(step)
         raw = self.durable.read_manifest_bytes(self.job_id, step)
         manifest = self._trusted_manifest(raw, where, step, expected_digest)
@@ -314,8 +312,7 @@ class CheckpointStore:
             doomed = steps_to_delete(self.committed_durable(), keep_last, protected=(latest,))
             for step in doomed:
                 self.durable.delete_step(self.job_id, step)
-            if isinstance(self.durable, LocalTier):
-                _remove_all(self.durable.stale_staging(self.job_id))
+            self.durable.remove_stale_staging(self.job_id)
         if local and self.local is not None:
             try:
                 local_latest = read_latest(self.local, self.job_id)
@@ -325,7 +322,7 @@ class CheckpointStore:
                 self.local.committed_steps(self.job_id), keep_last, protected=(latest, local_latest)
             ):
                 self.local.delete_step(self.job_id, step)
-            _remove_all(self.local.stale_staging(self.job_id))
+            self.local.remove_stale_staging(self.job_id)
         return doomed
 
 
@@ -354,11 +351,6 @@ def _is_dir(path: Path) -> bool:
     except OSError as exc:  # e.g. permission denied on the tier's directory
         log.warning("%s: %s", path, os_reason(exc))
         return False
-
-
-def _remove_all(paths: list[Path]) -> None:
-    for path in paths:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def latest_committed(uri: str, job_id: str) -> int | None:

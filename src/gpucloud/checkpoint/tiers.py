@@ -50,7 +50,15 @@ LatestChange = Callable[[bytes | None], str | None]
 
 
 class Tier(Protocol):
-    """What the store needs from a place that holds committed checkpoints."""
+    """What the store, the commit and a restore need from a place that holds committed
+    checkpoints. Callers ask these members, never the tier's class."""
+
+    @property
+    def needs_local_copy(self) -> bool:
+        """True when a step cannot be written or read where it lies (S3: objects, not files): a
+        save is written to a local directory and staged into the tier, a restore downloads the
+        step into one. False: a save may write into the tier and a restore reads it in place."""
+        ...
 
     def describe(self, job_id: str) -> str: ...
     def read_latest(self, job_id: str) -> bytes | None: ...
@@ -59,10 +67,44 @@ class Tier(Protocol):
     ) -> bool: ...
     def committed_steps(self, job_id: str) -> list[int]: ...
     def read_manifest_bytes(self, job_id: str, step: int) -> bytes: ...
+
+    def step_directory(self, job_id: str, step: int) -> Path | None:
+        """Where a committed step can be read in place; None when it has to be downloaded first (``download_step``)."""
+        ...
+
+    def save_directory(self, job_id: str, step: int, token: str) -> Path | None:
+        """Where a save may write a step's files straight into the tier, for ``publish_step`` to
+        commit there; None when they are written elsewhere and staged (``stage_files``)."""
+        ...
+
+    def stage_files(self, job_id: str, step: int, token: str, src_dir: Path, names: list[str]) -> None:
+        """Make this rank's ``names`` in ``src_dir`` durable in the tier, not yet visible as a step."""
+        ...
+
+    def publish_step(self, job_id: str, step: int, token: str, manifest_bytes: bytes) -> None:
+        """Make the staged step visible (its manifest is what makes it committed); LATEST is not touched."""
+        ...
+
+    def step_object_names(self, job_id: str, step: int) -> list[str]:
+        """Every name under the step, relative to it (what its manifest must list)."""
+        ...
+
+    def download_step(self, job_id: str, step: int, manifest: Manifest, manifest_bytes: bytes, dst: Path) -> None:
+        """Copy the files ``manifest`` lists (and the manifest's exact bytes) into ``dst``."""
+        ...
+
     def delete_step(self, job_id: str, step: int) -> None: ...
+
+    def remove_stale_staging(self, job_id: str) -> None:
+        """Remove what saves killed before their commit left behind."""
+        ...
 
 
 class LocalTier:
+    """A directory on a file system: the node-local fast tier, or a shared durable one."""
+
+    needs_local_copy = False  # DCP writes and reads the step directories themselves
+
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
 
@@ -74,6 +116,12 @@ class LocalTier:
 
     def staging_path(self, job_id: str, step: int, token: str) -> Path:
         return self.job_dir(job_id) / f"{layout.TMP_PREFIX}{layout.step_dir(step)}-{token}"
+
+    def step_directory(self, job_id: str, step: int) -> Path:
+        return self.step_path(job_id, step)
+
+    def save_directory(self, job_id: str, step: int, token: str) -> Path:
+        return self.staging_path(job_id, step, token)
 
     def describe(self, job_id: str) -> str:
         return str(self.job_dir(job_id))
@@ -157,12 +205,12 @@ class LocalTier:
         directory = self.step_path(job_id, step)
         return check_size(read_manifest_bytes(directory), str(directory))
 
-    def import_files(self, src_dir: Path, names: list[str], staging: Path) -> None:
-        """Copy ``names`` from ``src_dir`` into ``staging`` and make them durable (fsync)."""
-        staging.mkdir(parents=True, exist_ok=True)
-        for name in names:
-            _copy_durably(src_dir / name, staging / name)
-        fsync_dir(staging)
+    def stage_files(self, job_id: str, step: int, token: str, src_dir: Path, names: list[str]) -> None:
+        """Copy ``names`` into the save's staging directory and make them durable (fsync)."""
+        _copy_files_durably(src_dir, names, self.staging_path(job_id, step, token))
+
+    def publish_step(self, job_id: str, step: int, token: str, manifest_bytes: bytes) -> None:
+        self.commit_staging(job_id, step, self.staging_path(job_id, step, token), manifest_bytes)
 
     def commit_staging(self, job_id: str, step: int, staging: Path, manifest_bytes: bytes) -> Path:
         """Write the manifest into ``staging`` and rename it to ``step-<n>`` (the commit)."""
@@ -180,14 +228,28 @@ class LocalTier:
         fsync_dir(final.parent)
         return final
 
+    def step_object_names(self, job_id: str, step: int) -> list[str]:
+        directory = self.step_path(job_id, step)
+        try:
+            return os.listdir(directory)
+        except OSError as exc:
+            raise ManifestError(f"{directory}: cannot be listed ({os_reason(exc)})") from None
+
+    def download_step(self, job_id: str, step: int, manifest: Manifest, manifest_bytes: bytes, dst: Path) -> None:
+        _copy_files_durably(self.step_path(job_id, step), [entry.name for entry in manifest.files], dst)
+        write_bytes_atomic(dst / layout.MANIFEST, manifest_bytes)
+
     def delete_step(self, job_id: str, step: int) -> None:
         shutil.rmtree(self.step_path(job_id, step), ignore_errors=True)
 
-    def stale_staging(self, job_id: str) -> list[Path]:
+    def remove_stale_staging(self, job_id: str) -> None:
+        """Remove the dot-directories of saves (and downloads) killed before their rename."""
         try:
-            return [p for p in self.job_dir(job_id).iterdir() if p.name.startswith(layout.TMP_PREFIX)]
+            stale = [p for p in self.job_dir(job_id).iterdir() if p.name.startswith(layout.TMP_PREFIX)]
         except FileNotFoundError:
-            return []
+            return
+        for path in stale:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _access_error(exc: ClientError, where: str) -> UserError:
@@ -198,6 +260,14 @@ def _access_error(exc: ClientError, where: str) -> UserError:
         "403": "access denied (the instance role needs s3:GetObject/PutObject/ListBucket/DeleteObject on it)",
     }
     return UserError(f"cannot read {where}: {hints.get(code, code)}")
+
+
+def _copy_files_durably(src_dir: Path, names: list[str], dst_dir: Path) -> None:
+    """Copy ``names`` from ``src_dir`` into ``dst_dir`` and make them durable (fsync)."""
+    dst_dir.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        _copy_durably(src_dir / name, dst_dir / name)
+    fsync_dir(dst_dir)
 
 
 def _copy_durably(src: Path, dst: Path) -> None:
@@ -212,6 +282,8 @@ def _copy_durably(src: Path, dst: Path) -> None:
 
 class S3Tier:
     """Checkpoints under ``s3://bucket/prefix/<job-id>/``."""
+
+    needs_local_copy = True  # DCP writes and reads files: a save is staged locally, a restore downloads
 
     def __init__(
         self,
@@ -247,6 +319,24 @@ class S3Tier:
 
     def describe(self, job_id: str) -> str:
         return f"s3://{self.location.bucket}/{self._key(job_id)}"
+
+    def step_directory(self, job_id: str, step: int) -> None:
+        return None  # objects, not a directory DCP can read: download_step first
+
+    def save_directory(self, job_id: str, step: int, token: str) -> None:
+        return None  # DCP cannot write objects: the save is written locally, then stage_files
+
+    def stage_files(self, job_id: str, step: int, token: str, src_dir: Path, names: list[str]) -> None:
+        """Upload the files to their final keys: there is no rename on S3, and a step without its
+        manifest is not committed, so the keys of an unfinished step are its staging area."""
+        self.upload_files(src_dir, names, job_id, step)
+
+    def publish_step(self, job_id: str, step: int, token: str, manifest_bytes: bytes) -> None:
+        self.put_manifest(job_id, step, manifest_bytes)
+
+    def remove_stale_staging(self, job_id: str) -> None:
+        """Nothing is removed: a killed upload leaves objects under a step with no manifest, which
+        is never listed as committed (the keys are the step's own, not a separate staging area)."""
 
     def read_latest(self, job_id: str) -> bytes | None:
         return self._read_latest_versioned(job_id)[0]
@@ -484,7 +574,7 @@ def s3_uploader(environ: dict[str, str] | None = None) -> str:
     return choice
 
 
-def open_tier(location: layout.Location) -> LocalTier | S3Tier:
+def open_tier(location: layout.Location) -> Tier:
     if isinstance(location, layout.S3Location):
         return S3Tier(location, **s3_transfer_settings(), uploader=s3_uploader())
     return LocalTier(location.root)

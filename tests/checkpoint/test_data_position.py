@@ -1,4 +1,4 @@
-"""The data position survives a resume (issue 12 item 7): the StatefulDataLoader recipe of
+"""The data position survives a resume: the StatefulDataLoader recipe of
 examples/train_data.py replays exactly the uninterrupted run's batches; loaders that cannot are
 refused in one line; the resumed control file (kept with the job's "resume" event, shown by
 `job show`) says whether the position came back."""

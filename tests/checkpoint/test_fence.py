@@ -1,4 +1,4 @@
-"""The commit fence (issue 10, item 2): an attempt that no longer holds the job can never replace
+"""The commit fence: an attempt that no longer holds the job can never replace
 LATEST, on a file system and on S3. A newer attempt claims the job in LATEST when it restores;
 an older one still running is refused at its next commit and stops."""
 

@@ -1,4 +1,4 @@
-"""Fuzzer (issue 10, "keep it found"): random damage to a committed checkpoint directory.
+"""Fuzzer (keep it found): random damage to a committed checkpoint directory.
 
 Restore either returns a committed step whose state is bitwise what was saved at that step (or
 step 0, untouched, when no LATEST is left), or raises a one-line UserError. Never corrupt

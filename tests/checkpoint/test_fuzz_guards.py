@@ -1,4 +1,4 @@
-"""Keep it found (issue 12 item 9): whatever a script passes to step_done(), and whatever URI it
+"""Keep it found: whatever a script passes to step_done(), and whatever URI it
 passes to load(), the answer is a committed LATEST that never goes backwards, or one-line UserError."""
 
 from __future__ import annotations

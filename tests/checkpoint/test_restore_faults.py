@@ -1,5 +1,5 @@
 """Restore in a hostile file system: each fault falls back to the previous committed step, or is a
-one-line UserError when nothing valid is left or the problem is the user's to fix (issue 10)."""
+one-line UserError when nothing valid is left or the problem is the user's to fix."""
 
 from __future__ import annotations
 

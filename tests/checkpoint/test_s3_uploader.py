@@ -1,4 +1,4 @@
-"""Which library uploads a step's files to S3 (issue 11 §2: chosen on benchmarks/bench_s3_writers.py):
+"""Which library uploads a step's files to S3 (chosen on benchmarks/bench_s3_writers.py):
 AWS's s3torchconnector when installed, boto3's managed transfer otherwise or when asked."""
 
 from __future__ import annotations

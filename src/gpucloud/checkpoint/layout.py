@@ -1,6 +1,6 @@
 """Where checkpoints live: the URI forms we accept and the names inside a job's directory.
 
-The layout every reader and writer relies on (docs/architecture.md, 'Checkpoint layout'):
+The layout every reader and writer relies on (docs/architecture.md, "Contracts"):
 ``<uri>/<job-id>/step-<n>/`` holds the DCP files and ``manifest.json``, and a step is committed
 only once its manifest is in place; ``<uri>/<job-id>/LATEST`` names the committed step and is
 written last, so a reader that goes through LATEST never sees a partial step. Work in progress

@@ -1,4 +1,4 @@
-"""`gpucloud job show` says whether a resume brought the data position back (issue 12 item 7):
+"""`gpucloud job show` says whether a resume brought the data position back:
 examples/train_data.py under `gpucloud spot-train`, interrupted by a spot notice from the IMDS
 emulator, resumed by `gpucloud worker --once`."""
 

@@ -1,4 +1,4 @@
-"""Training API guards (issue 12 item 9): one-line UserErrors that lose nothing, finish(save=True),
+"""Training API guards: one-line UserErrors that lose nothing, finish(save=True),
 and gpucloud.checkpoint.load outside any job."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A step is valid only if every file in it, and every file DCP's metadata references, is listed
-in its manifest and verifies; the manifest itself is checked against LATEST (issue 10, item 1).
+in its manifest and verifies; the manifest itself is checked against LATEST.
 
 The reproduction: step-20's manifest lists no files, or leaves one shard out, and that shard has
 one flipped byte. Before, restore loaded step 20 (corrupt weights at some offsets, "does not fit

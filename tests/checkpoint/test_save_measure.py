@@ -1,5 +1,5 @@
 """The session measures each committed save (bytes, start -> durable commit) and reports it to the
-supervisor through the control files (issue 11 §2: the previous save's duration and bytes)."""
+supervisor through the control files (the previous save's duration and bytes)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The cancel contract (``JobQueue.cancel``, issue 12 item 1) on every backend: a queued job never
+"""The cancel contract (``JobQueue.cancel``) on every backend: a queued job never
 runs; a running one gets a stop request and, however its attempt then ends, ends CANCELLED with no
 attempt k+1; its lease and slots are released."""
 

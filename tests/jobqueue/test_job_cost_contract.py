@@ -1,4 +1,4 @@
-"""Dollars per job on every backend (issue 14 item 2): the node each attempt ran on travels in the
+"""Dollars per job on every backend: the node each attempt ran on travels in the
 started/exit events' data (no schema change), and jobs recorded before it are still read."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Names work where ids do (issue 12 item 4), on every backend: an id wins, a unique name resolves,
+"""Names work where ids do, on every backend: an id wins, a unique name resolves,
 an ambiguous name's error lists every match, an unknown one says ids and names were tried."""
 
 from __future__ import annotations

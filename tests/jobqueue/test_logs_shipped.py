@@ -1,4 +1,4 @@
-"""`gpucloud job logs` on a cluster (issue 12 item 2): the supervisor ships the attempt's log to the
+"""`gpucloud job logs` on a cluster: the supervisor ships the attempt's log to the
 checkpoint bucket while the attempt runs and when it ends, and `job logs` on an aws:// queue reads it
 from there, after the node (and its copy) is gone. The AWS queue and S3 are moto's."""
 

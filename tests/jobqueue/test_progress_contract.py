@@ -1,4 +1,4 @@
-"""Live progress on every backend (issue 12 item 5): the lease renewal carries the running attempt's
+"""Live progress on every backend: the lease renewal carries the running attempt's
 step and rate onto the job (no write of its own); its end keeps the last step and drops the rate."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The resume contract (``JobQueue.resume``, issue 12 item 3) on every backend: a failed or cancelled
+"""The resume contract (``JobQueue.resume``) on every backend: a failed or cancelled
 job gets attempt k+1 under its id, claimable like any queued attempt; queued, running and finished
 jobs are refused in one line; racing resumes queue exactly one attempt."""
 

@@ -242,10 +242,10 @@ def test_scaling_disabled_builds_no_policy_and_tells_the_agent(mixed, previews) 
     assert not in_group(mixed, POLICY, "fixed") and not in_group(mixed, ALARM, "fixed")
     (asg,) = in_group(mixed, ASG, "fixed")
     assert "enabledMetrics" not in asg.inputs
-    assert user_data_env(mixed, "fixed")[backlog_metric.SCALE_IN_ENV] == "0"
+    assert user_data_env(mixed, "fixed")[agent_contract.SCALE_IN_ENV] == "0"
     assert not previews["p5-capacity-block"].of_type(POLICY)  # the shipped block keeps its nodes
     env = user_data_env(mixed, "h100")
-    assert (env[backlog_metric.SCALE_IN_ENV], env[backlog_metric.IDLE_MINUTES_ENV]) == ("1", "25")
+    assert (env[agent_contract.SCALE_IN_ENV], env[agent_contract.IDLE_MINUTES_ENV]) == ("1", "25")
 
 
 # --- the capacity block's end ----------------------------------------------------------------

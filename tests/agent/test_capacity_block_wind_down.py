@@ -25,7 +25,7 @@ from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.lifecycle.model import JobSpec, JobState
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.events import Notice, event_id_for
-from jobs.conftest import Inbox
+from helpers.notices import Inbox
 
 CONFIG = SupervisorConfig(lease_seconds=10.0, ack_timeout=60.0, stop_margin=1.0, kill_after=5.0)
 INSTANCE, GROUP, HOOK = "i-0123456789abcdef0", "gpucloud-p5-block", "gpucloud-drain"

@@ -31,9 +31,9 @@ from gpucloud.jobs.demo import EXAMPLE
 from gpucloud.lifecycle.model import AttemptState, Job, JobSpec, JobState, NodeState
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.imds_emulator import ImdsEmulator
+from helpers.waiting import wait_for
 from signals import eventbridge_samples as samples  # the reference's EventBridge payloads
 
-from .conftest import wait_for
 from .test_lost_member import descendants
 
 SLOT_LEASE = 3.0

@@ -20,7 +20,7 @@ from gpucloud.agent.loop import Agent, AgentOptions
 from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.lifecycle.model import JobSpec, JobState
 from gpucloud.queue.sqlite import SqliteQueue
-from jobs.conftest import Inbox
+from helpers.notices import Inbox
 
 CONFIG = SupervisorConfig(lease_seconds=10.0, ack_timeout=5.0, stop_margin=1.0, kill_after=2.0)
 REGION = "us-east-1"

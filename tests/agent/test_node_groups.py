@@ -23,7 +23,7 @@ from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobSpec, JobState, NodeRecord, NodeState
 from gpucloud.queue import gang
 from gpucloud.queue.sqlite import SqliteQueue
-from jobs.conftest import Inbox
+from helpers.notices import Inbox
 
 CLUSTER = ("a", "b")
 LEASE = 60.0

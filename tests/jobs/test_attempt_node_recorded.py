@@ -12,8 +12,7 @@ from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.lifecycle.model import JobSpec
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.imds_emulator import ImdsEmulator
-
-from .conftest import Inbox
+from helpers.notices import Inbox
 
 FAST = SupervisorConfig(ack_timeout=0.5, stop_margin=1.0, exit_grace=2.0, kill_after=0.5, tick=0.02)
 

@@ -23,9 +23,10 @@ from gpucloud.jobs.runner import supervise_job
 from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.lifecycle.model import AttemptState, JobState
 from gpucloud.queue.locations import default_checkpoint_uri, open_queue
+from helpers.notices import Inbox, spot_notice
+from helpers.waiting import wait_for
 from jobqueue.aws_fixtures import aws_job_plane  # noqa: F401  (fixture)
 
-from .conftest import Inbox, spot_notice, wait_for
 from .test_cli import one_line_error, run
 
 FAST = SupervisorConfig(ack_timeout=5.0, stop_margin=1.0, exit_grace=10.0, kill_after=2.0, tick=0.02)

@@ -27,8 +27,8 @@ from gpucloud.jobs.supervisor import (
 )
 from gpucloud.lifecycle.model import Event, JobSpec
 from gpucloud.queue.sqlite import SqliteQueue
-
-from .conftest import Inbox, spot_notice, wait_for
+from helpers.notices import Inbox, spot_notice
+from helpers.waiting import wait_for
 
 FAST = SupervisorConfig(ack_timeout=5.0, stop_margin=1.0, exit_grace=2.0, kill_after=0.5, tick=0.02)
 

@@ -15,8 +15,7 @@ import pytest
 
 from gpucloud.jobs import guard
 from gpucloud.jobs.process_group import ProcessGroup
-
-from .conftest import wait_for
+from helpers.waiting import wait_for
 
 pytestmark = pytest.mark.skipif(not guard.available(), reason="PR_SET_PDEATHSIG is Linux only")
 

@@ -11,8 +11,8 @@ import sys
 
 from gpucloud.jobs.demo import EXAMPLE
 from gpucloud.queue.locations import open_queue
+from helpers.waiting import wait_for
 
-from .conftest import wait_for
 from .test_cli import run
 
 

@@ -8,8 +8,9 @@ import pytest
 from gpucloud.jobs.report import build_report
 from gpucloud.lifecycle.model import JobSpec, JobState
 from gpucloud.queue.sqlite import SqliteQueue
+from helpers.notices import Inbox
+from helpers.waiting import wait_for
 
-from .conftest import Inbox, wait_for
 from .test_runner import run_in_thread, script
 
 # The session's side of the progress contract: a step per 50 ms, until the test opens the gate.

@@ -20,7 +20,8 @@ from gpucloud.jobs.code.setup_env import env_key, requirement_files
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.lifecycle.model import JobSpec
 from gpucloud.queue.locations import open_queue
-from jobs.conftest import Inbox, wait_for
+from helpers.notices import Inbox
+from helpers.waiting import wait_for
 from jobs.test_cli import run
 from jobs.test_runner import FAST
 

@@ -13,8 +13,8 @@ import boto3
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.lifecycle.model import JobState
 from gpucloud.queue.locations import open_queue
+from helpers.notices import Inbox
 from jobqueue.aws_fixtures import aws_job_plane  # noqa: F401  (fixture)
-from jobs.conftest import Inbox
 from jobs.test_cli import one_line_error, run
 from jobs.test_runner import FAST
 

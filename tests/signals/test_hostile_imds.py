@@ -21,9 +21,9 @@ from gpucloud.signals import interpret
 from gpucloud.signals.imds import ImdsClient, ImdsUnavailable
 from gpucloud.signals.interpret import InterpretRules, MalformedPayload
 from gpucloud.signals.poller import ImdsPoller
+from helpers.waiting import wait_for
 
 from .adversarial_imds import AdversarialImds
-from .helpers import wait_for
 
 DEEP = "[" * 100_000 + "]" * 100_000
 DEEP_OBJECT = '{"a":' * 5_000 + "1" + "}" * 5_000
@@ -110,7 +110,7 @@ def test_a_notice_arriving_while_a_bad_item_is_served_is_seen_within_one_interva
     poller.on_notice = on_notice
     poller.start()
     try:
-        wait_for(lambda: poller.health.rounds >= 2, what="two rounds over the bad item")
+        wait_for(lambda: poller.health.rounds >= 2, timeout=5, what="two rounds over the bad item")
         rounds_done = poller.health.rounds
         server.serve(interpret.TARGET_LIFECYCLE_STATE, "Terminated")
         assert arrived.wait(10), "the lifecycle notice was never reported"

@@ -1,0 +1,4 @@
+"""Helpers that tests in several folders share: waiting on a condition, hand-fed notices, job histories.
+
+Imported as ``helpers.<module>`` (pytest puts ``tests/`` on ``sys.path``, as for ``cli_run`` and ``node_env``).
+"""

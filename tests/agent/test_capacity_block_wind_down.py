@@ -1,4 +1,4 @@
-"""Issue 11 §3: a capacity block's wind-down (min/max/desired 0) drains busy nodes.
+"""A capacity block's wind-down (min/max/desired 0) drains busy nodes.
 
 Scale-in never picks an instance protected from scale-in, and every busy node holds that protection,
 so the scheduled wind-down alone never reaches them: EC2 takes them at the block's end, unsaved.

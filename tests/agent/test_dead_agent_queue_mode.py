@@ -1,5 +1,5 @@
 """Queue mode end to end: a 2-node gang whose node a loses its AGENT (killed -9). a's training does
-not outlive its supervisor (issue 10), but it does not die unsaved either: a's guard flags a's ranks
+not outlive its supervisor (its guard kills it), but it does not die unsaved either: a's guard flags a's ranks
 as a notice would, the ranks' collective makes b's ranks save the same step, and the attempt is
 requeued exactly once as REQUEUED (no crash counted) before a's ranks go. When the EventBridge spot
 warning for a's instance then arrives on the events queue (moto SQS), the surviving agent's consumer

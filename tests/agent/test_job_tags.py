@@ -1,5 +1,6 @@
 """gpucloud:job-id on every instance, volume and network interface a job runs on, while it runs
-(issue 14 item 2), against EC2 in the moto server; a tagging failure never fails the job."""
+(so AWS's cost allocation tags can confirm each job's dollars), against EC2 in the moto server; a
+tagging failure never fails the job."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Several node groups scale independently (issue 11 item 5) and a job falls back to another group
-after a wait in the queue (item 7), on the SQLite backend.
+"""Several node groups scale independently and a job falls back to another group after a wait in
+the queue, on the SQLite backend.
 
 What a group's backlog alarm adds is ``BusyNodes + UnclaimedSlots - GroupDesiredCapacity`` of that
 group (``infra/scaling_plan.py``); the agents publish the two counts. An idle group must publish

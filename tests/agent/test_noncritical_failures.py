@@ -1,4 +1,4 @@
-"""Issue 11 §4: a failure in a non-critical call (CloudWatch PutMetricData, the node record) is
+"""A failure in a non-critical call (CloudWatch PutMetricData, the node record) is
 logged once and retried later; it never escapes ``Agent.run``, and the agent keeps running jobs.
 
 The CloudWatch client is real: its failures come from botocore's Stubber (AccessDenied, as a node

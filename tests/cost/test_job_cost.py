@@ -1,4 +1,4 @@
-"""Dollars per job (issue 14 item 2): hand-computed costs, lost dollars, unknown prices, old jobs."""
+"""Dollars per job: hand-computed costs, lost dollars, unknown prices, old jobs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Each attempt records the node it ran on (issue 14 item 2): the started and exit events carry the
+"""Each attempt records the node it ran on: the started and exit events carry the
 instance type, AZ, region and life cycle, so the job's dollars can be priced afterwards."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Checkpoints go where the next attempt can read them (issue 11, section 1).
+"""Checkpoints go where the next attempt can read them.
 
 The pure rule (``checkpoint/placement.py``), what ``submit`` refuses and records, and the cluster
 case end to end: a job submitted from a laptop to a cluster's ``aws://`` queue without a URI saves

@@ -1,4 +1,4 @@
-"""`gpucloud job show` and `gpucloud jobs` report dollars (issue 14 item 2): the table at 80
+"""`gpucloud job show` and `gpucloud jobs` report dollars: the table at 80
 columns and --output json, with the price source used."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A damaged, edited or busy SQLite queue: one line naming the problem, never a traceback, and one
-bad row never hides or blocks the rest of the queue (issue 10, items 11 and 12)."""
+bad row never hides or blocks the rest of the queue."""
 
 from __future__ import annotations
 
@@ -151,7 +151,7 @@ class _Seen(logging.Handler):
 
 
 def test_a_patient_queue_outwaits_a_lock_held_past_the_busy_timeout_and_proceeds(tmp_path):
-    """The worker's side of item 2: a queue write-locked for longer than SQLite's busy timeout must
+    """The worker's side: a queue write-locked for longer than SQLite's busy timeout must
     not raise ``database is locked`` (which killed the worker and orphaned its training)."""
     db = tmp_path / "queue.db"
     q = SqliteQueue(db, busy_timeout_s=0.05, lock_patience_s=None)

@@ -1,5 +1,5 @@
 """At a notice the supervisor says whether the emergency save will fit, from the previous save's
-measured duration kept with the job; `job show` says so afterwards when it would not (issue 11 §2)."""
+measured duration kept with the job; `job show` says so afterwards when it would not."""
 
 from __future__ import annotations
 

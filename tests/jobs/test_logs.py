@@ -1,4 +1,4 @@
-"""`gpucloud job logs` (issue 12 item 2, offline): every attempt's stdout and stderr are kept, the
+"""`gpucloud job logs`, offline: every attempt's stdout and stderr are kept, the
 crashed and the interrupted ones too, with the supervisor's lines interleaved and marked; --attempt
 picks one; --follow streams a running attempt until the job ends."""
 

@@ -1,4 +1,4 @@
-"""Live progress through the supervisor (issue 12 item 5): a running attempt's step and rate reach
+"""Live progress through the supervisor: a running attempt's step and rate reach
 the job record while it trains; its end leaves the last step and no rate."""
 
 from __future__ import annotations

@@ -73,8 +73,8 @@ def test_steps_lost_of_a_fresh_restart_is_everything():
 
 
 def test_a_resume_without_its_data_position_is_a_warning() -> None:
-    """The session says on its resume event when the data loader's position did not come back (issue
-    12 item 7): the steps are then not really kept, and job show must say so, not only 0 lost."""
+    """The session says on its resume event when the data loader's position did not come back: the
+    steps are then not really kept, and job show must say so, not only 0 lost."""
     job, attempts, events = interrupted_job()
     events[8] = ev(2, "resume", 3760.0, step=100, data_position="not restored: no extra_state holds the data loader")
     [warning] = build_report(job, attempts, events).warnings

@@ -1,4 +1,4 @@
-"""`gpucloud job resume` end to end (issue 12 item 3): a real training script under the supervisor is
+"""`gpucloud job resume` end to end: a real training script under the supervisor is
 cancelled, saves its step through the training API, and its resumed attempt (same job id) restores
 that committed step and finishes; `job show` counts the cancel as an interruption that lost 0 steps."""
 

@@ -1,4 +1,4 @@
-"""`submit --setup CMD` (issue 12 item 6): a real virtualenv, layered on the interpreter running
+"""`submit --setup CMD`: a real virtualenv, layered on the interpreter running
 gpucloud (the image's, with its torch), where CMD runs once per node and requirements hash; the
 command sees the venv first on PATH, its own packages and the image's. Offline: the package comes
 from a wheel built here and installed with --no-index."""

@@ -1,4 +1,4 @@
-"""Code reaches the node on a cluster (issue 12 item 6): `submit --workdir` to an aws:// queue puts the
+"""Code reaches the node on a cluster: `submit --workdir` to an aws:// queue puts the
 snapshot in the checkpoint bucket under code/<hash>.tar.gz (once per tree), and a node fetches it
 from there, verifies it and runs the command in it. The queue (SQS + DynamoDB) and S3 are moto's."""
 

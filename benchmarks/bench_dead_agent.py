@@ -34,13 +34,14 @@ sys.path.insert(0, str(ROOT))  # the scenario lives in the test package
 sys.path.insert(1, str(ROOT / "tests"))  # ... and imports its neighbours as pytest does (`fleet.samples`)
 
 from tests.agent.test_dead_agent_queue_mode import orphan_job, run_dead_agent_gang  # noqa: E402
-from tests.conftest import FAKE_AWS, NODE_ENV, moto_endpoint, reset_account  # noqa: E402
+from tests.conftest import FAKE_AWS, moto_endpoint, reset_account  # noqa: E402
 
 from gpucloud import control  # noqa: E402
 from gpucloud.agent.loop import EXIT_STOPPED  # noqa: E402
 from gpucloud.jobs.supervisor import SupervisorConfig  # noqa: E402
 from gpucloud.lifecycle.model import AttemptState  # noqa: E402
 from gpucloud.queue.sqlite import SqliteQueue  # noqa: E402
+from node_env import NODE_ENV  # noqa: E402
 from report import config_of, finish  # noqa: E402  (benchmarks/report.py)
 
 RESULTS = ROOT / "benchmarks" / "results" / "dead-agent.json"

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_fleet.py [--trials 3] [--depths 1 10 100 1000] [--max-nodes 64]
                                                [--backend sqlite|aws]
 
-**Interruption across nodes** (issue 4), ``--trials`` times: the fleet simulation of
+**Interruption across nodes**, ``--trials`` times: the fleet simulation of
 ``tests/agent/test_fleet_simulation.py`` (its ``run_noticed_gang``: ``gpucloud drill --local``'s fleet run,
 ``src/gpucloud/offline/local_fleet.py``, with the test's gate, not a copy): three ``gpucloud agent``
 processes, each with its own IMDS emulator as its "node", run a 2-node gang job with real
@@ -15,7 +15,7 @@ a spot interruption. Measured from that announcement:
 * notice → commit: the first ``committed`` control file of attempt 1;
 * commit → attempt 2 running on the survivor plus the standby: the later ``started`` of attempt 2.
 
-Goals (the issue's behaviour, checked in every trial): both nodes ack the same step, the job is
+Goals (behaviour, checked in every trial): both nodes ack the same step, the job is
 requeued exactly once, attempt 2 runs on the survivor and the standby (never on the noticed node),
 it resumes at the committed step, and the commit lands before the notice's deadline.
 

@@ -1,4 +1,4 @@
-"""Benchmark `gpucloud job show`'s dollars for a job of 100 attempts (issue 14, Must measure).
+"""Benchmark `gpucloud job show`'s dollars for a job of 100 attempts.
 
     .venv/bin/python benchmarks/bench_job_cost.py [--attempts 100] [--nodes 4] [--repeat 5]
 

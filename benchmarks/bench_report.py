@@ -33,6 +33,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(1, str(REPO / "tests"))  # ... whose helpers import their neighbours as pytest does (`helpers`)
 
 from tests.cost.report_seed import write_sqlite  # noqa: E402
 

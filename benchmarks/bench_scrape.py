@@ -47,10 +47,10 @@ sys.path.insert(0, str(ROOT / "tests"))  # the scenario lives in the test packag
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from conftest import NODE_ENV  # noqa: E402  (tests/conftest.py)
 from gpucloud.catalog import load_catalog  # noqa: E402
 from gpucloud.cluster import monitoring_plan as plan  # noqa: E402
 from gpucloud.monitoring.names import AGENT_JOB, DCGM_JOB, NODE_JOB  # noqa: E402
+from helpers.waiting import wait_for  # noqa: E402
 from monitoring_e2e.efa_sysfs import EFA_DEVICES, write_efa_sysfs  # noqa: E402
 from monitoring_e2e.scenario import JOB_ID, SCRAPE_INTERVAL, monitored_node  # noqa: E402
 from monitoring_e2e.tools import (  # noqa: E402
@@ -61,8 +61,8 @@ from monitoring_e2e.tools import (  # noqa: E402
     missing_tools_reason,
     timed_scrape,
     tool,
-    wait_until,
 )
+from node_env import NODE_ENV  # noqa: E402  (tests/node_env.py)
 from report import config_of, finish  # noqa: E402  (benchmarks/report.py)
 
 RESULTS = ROOT / "benchmarks" / "results" / "scrape.json"
@@ -139,10 +139,11 @@ def measure(args: argparse.Namespace, work: Path) -> dict:
     targets: dict[str, dict] = {}
     with monitored_node(work, env, instance_type=args.instance_type, linger=0) as node:
         prom = node.prometheus
-        wait_until(
+        wait_for(
             lambda: prom.query(f'gpucloud_attempt_running{{job_id="{JOB_ID}"}} == 1'),
             180,
             f"Prometheus to scrape the agent running the attempt\n{node.agent.output()}",
+            every=0.1,  # polling an HTTP server
         )
         # While Prometheus scrapes every second, time GETs of each endpoint from here.
         urls = {
@@ -153,13 +154,14 @@ def measure(args: argparse.Namespace, work: Path) -> dict:
         for job, url in urls.items():
             targets[job] = timed_gets(url, args.scrapes)
         window = args.scrapes + 5
-        wait_until(
+        wait_for(
             lambda: all(
                 prom.query(f'count_over_time(scrape_duration_seconds{{job="{job}"}}[{window}s]) >= {args.scrapes}')
                 for job in urls
             ),
             args.scrapes * 4 + 60,
             f"{args.scrapes} scrapes of every target",
+            every=0.1,  # polling an HTTP server
         )
         for job in urls:
             targets[job] |= prometheus_view(prom, job, window)

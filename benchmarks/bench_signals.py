@@ -4,7 +4,7 @@
 
 For each trial: a poller thread runs against the IMDS emulator on 127.0.0.1; the notice is injected
 at a random phase of the poll cycle; the latency is the time until ``on_notice`` runs. The goal
-(issue 3) is notice -> flag within one poll interval (plus one training step, not measured here):
+is notice -> flag within one poll interval (plus one training step, not measured here):
 the report gives the latency as a fraction of the interval and the cost of one quiet poll round
 (5 IMDS reads with an IMDSv2 token), which is the floor. Writes benchmarks/results/signals.json.
 """

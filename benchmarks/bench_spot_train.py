@@ -15,7 +15,7 @@ checkpoints every ``--every-steps`` steps in both):
   the node dies (SIGKILL) at the notice deadline; it restarts from the last periodic checkpoint.
   Steps lost = the last step it completed − that checkpoint.
 
-Goals (issue 3): announce→all ranks flagged ≤ poll interval + one step; steps lost ≤ 1.
+Goals: announce→all ranks flagged ≤ poll interval + one step; steps lost ≤ 1.
 Writes benchmarks/results/spot_train.json.
 """
 

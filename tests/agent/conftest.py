@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
@@ -33,16 +32,6 @@ def gpucloud_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def env(gpucloud_home: Path) -> dict[str, str]:
     return dict(os.environ)
-
-
-def wait_for(predicate: Callable[[], object], timeout: float = 30.0, what: str = "condition") -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)  # polling the queue, which the agents write
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 _FAKE_AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}

@@ -1,4 +1,4 @@
-"""The node agent runs a shipped job in its snapshot (issue 12 item 6): each node unpacks the tree once
+"""The node agent runs a shipped job in its snapshot: each node unpacks the tree once
 into its own cache, beside its run directory, and every gang member runs in its attempt's copy."""
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from gpucloud.lifecycle.model import JobSpec, JobState, NodeState
 from gpucloud.queue import gang
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.events import Notice, event_id_for
-from jobs.conftest import Inbox  # the same hand-fed notice source the supervisor tests use
+from helpers.notices import Inbox  # the same hand-fed notice source the supervisor tests use
 
 CONFIG = SupervisorConfig(lease_seconds=10.0, ack_timeout=5.0, stop_margin=1.0, kill_after=2.0)
 

@@ -197,7 +197,7 @@ def _own_action() -> dict:
 
 
 def test_an_idle_node_that_scales_itself_in_completes_its_own_lifecycle_action(clients):
-    # Issue 11 §6: the last idle node's drain hook waited out its timeout because nobody completed it.
+    # Before: the last idle node's drain hook waited out its timeout because nobody completed it.
     # The action appears once the instance reaches Terminating:Wait, a moment after the terminate call.
     _, _, asg, _ = clients
     asg.add_response(

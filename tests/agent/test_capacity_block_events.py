@@ -1,4 +1,4 @@
-"""Issue 11 §3, the events-queue side: a capacity block's expiration warning (the documented payload,
+"""The events-queue side of a capacity block's end: its expiration warning (the documented payload,
 on moto SQS) reaches the fleet consumer, which lists the reservation's instances (EC2
 DescribeInstances, answered by botocore's Stubber) and stops the gangs running there, through the
 job table, so they save and requeue before EC2 terminates the block's instances. No lifecycle

@@ -1,4 +1,4 @@
-"""Issue 11 §3: a capacity block's wind-down (min/max/desired 0) drains busy nodes.
+"""A capacity block's wind-down (min/max/desired 0) drains busy nodes.
 
 Scale-in never picks an instance protected from scale-in, and every busy node holds that protection,
 so the scheduled wind-down alone never reaches them: EC2 takes them at the block's end, unsaved.
@@ -25,7 +25,7 @@ from gpucloud.lifecycle.model import JobSpec, JobState
 from gpucloud.offline.demo import EXAMPLE
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.events import Notice, event_id_for
-from jobs.conftest import Inbox
+from helpers.notices import Inbox
 
 CONFIG = SupervisorConfig(lease_seconds=10.0, ack_timeout=60.0, stop_margin=1.0, kill_after=5.0)
 INSTANCE, GROUP, HOOK = "i-0123456789abcdef0", "gpucloud-p5-block", "gpucloud-drain"

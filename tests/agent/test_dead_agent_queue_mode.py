@@ -1,5 +1,5 @@
 """Queue mode end to end: a 2-node gang whose node a loses its AGENT (killed -9). a's training does
-not outlive its supervisor (issue 10), but it does not die unsaved either: a's guard flags a's ranks
+not outlive its supervisor (its guard kills it), but it does not die unsaved either: a's guard flags a's ranks
 as a notice would, the ranks' collective makes b's ranks save the same step, and the attempt is
 requeued exactly once as REQUEUED (no crash counted) before a's ranks go. When the EventBridge spot
 warning for a's instance then arrives on the events queue (moto SQS), the surviving agent's consumer
@@ -31,9 +31,9 @@ from gpucloud.offline.demo import EXAMPLE
 from gpucloud.offline.imds_emulator import ImdsEmulator
 from gpucloud.offline.local_fleet import free_port, start_agent
 from gpucloud.queue.sqlite import SqliteQueue
+from helpers.waiting import wait_for
 from signals import eventbridge_samples as samples  # the reference's EventBridge payloads
 
-from .conftest import wait_for
 from .test_lost_member import descendants
 
 SLOT_LEASE = 3.0

@@ -25,9 +25,8 @@ from gpucloud.errors import UserError
 from gpucloud.lifecycle.model import AttemptEnd, AttemptState, Job, JobSpec, JobState, NodeRecord, NodeState
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.eventbridge import parse_message
+from helpers.waiting import wait_for
 from signals import eventbridge_samples as s  # the reference's EventBridge payloads
-
-from .conftest import wait_for
 
 X, OTHER = s.INSTANCE, s.OTHER_INSTANCE
 SELF = "i-0aaaaaaaaaaaaaaaa"  # the instance the handling agent runs on

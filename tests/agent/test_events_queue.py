@@ -186,7 +186,7 @@ def test_bad_settings_are_refused_with_one_line(kwargs, message):
 
 
 def test_a_poison_message_does_not_take_its_batch_with_it(sqs):
-    """Issue 10 item 4: a body that broke the parser (a time in the year 10000 raised ValueError)
+    """A body that broke the parser (a time in the year 10000 raised ValueError)
     made poll_once raise, so the genuine spot warning received in the same batch was never handled
     and went to the dead-letter queue after maxReceiveCount receives."""
     queue, dlq = make_queues(sqs, max_receives=5)

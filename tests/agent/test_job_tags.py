@@ -1,5 +1,6 @@
 """gpucloud:job-id on every instance, volume and network interface a job runs on, while it runs
-(issue 14 item 2), against EC2 in the moto server; a tagging failure never fails the job."""
+(so AWS's cost allocation tags can confirm each job's dollars), against EC2 in the moto server; a
+tagging failure never fails the job."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from gpucloud.agent.loop import Agent, AgentOptions
 from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.lifecycle.model import JobSpec, JobState
 from gpucloud.queue.sqlite import SqliteQueue
-from jobs.conftest import Inbox
+from helpers.notices import Inbox
 
 CONFIG = SupervisorConfig(lease_seconds=10.0, ack_timeout=5.0, stop_margin=1.0, kill_after=2.0)
 REGION = "us-east-1"

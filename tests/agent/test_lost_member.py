@@ -23,8 +23,9 @@ from gpucloud.lifecycle.model import AttemptState, JobSpec, JobState
 from gpucloud.offline.demo import EXAMPLE
 from gpucloud.offline.local_fleet import free_port
 from gpucloud.queue.sqlite import SqliteQueue
+from helpers.waiting import wait_for
 
-from .conftest import CLI, wait_for
+from .conftest import CLI
 
 
 def descendants(pid: int) -> list[int]:

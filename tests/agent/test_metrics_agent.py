@@ -23,9 +23,10 @@ from gpucloud.lifecycle.model import JobSpec, JobState
 from gpucloud.offline.imds_emulator import ImdsEmulator
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.events import Notice, event_id_for
-from jobs.conftest import Inbox
+from helpers.notices import Inbox
+from helpers.waiting import wait_for
 
-from .conftest import CLI, wait_for
+from .conftest import CLI
 from .gated_train import held_marker
 from .test_metrics import scrape, value
 

@@ -1,5 +1,5 @@
-"""Several node groups scale independently (issue 11 item 5) and a job falls back to another group
-after a wait in the queue (item 7), on the SQLite backend.
+"""Several node groups scale independently and a job falls back to another group after a wait in
+the queue, on the SQLite backend.
 
 What a group's backlog alarm adds is ``BusyNodes + UnclaimedSlots - GroupDesiredCapacity`` of that
 group (``cluster/scaling_plan.py``); the agents publish the two counts. An idle group must publish
@@ -23,7 +23,7 @@ from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobSpec, JobState, NodeRecord, NodeState
 from gpucloud.queue import gang
 from gpucloud.queue.sqlite import SqliteQueue
-from jobs.conftest import Inbox
+from helpers.notices import Inbox
 
 CLUSTER = ("a", "b")
 LEASE = 60.0

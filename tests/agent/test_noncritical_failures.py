@@ -1,4 +1,4 @@
-"""Issue 11 §4: a failure in a non-critical call (CloudWatch PutMetricData, the node record) is
+"""A failure in a non-critical call (CloudWatch PutMetricData, the node record) is
 logged once and retried later; it never escapes ``Agent.run``, and the agent keeps running jobs.
 
 The CloudWatch client is real: its failures come from botocore's Stubber (AccessDenied, as a node
@@ -18,14 +18,14 @@ import pytest
 from botocore.config import Config
 from botocore.stub import ANY, Stubber
 
-from agent.conftest import wait_for
 from gpucloud.agent.asg_hooks import AsgHooks, NodeSettings
 from gpucloud.agent.identity import NodeIdentity
 from gpucloud.agent.loop import Agent, AgentOptions
 from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.lifecycle.model import JobSpec, JobState, NodeRecord
 from gpucloud.queue.sqlite import SqliteQueue
-from jobs.conftest import Inbox
+from helpers.notices import Inbox
+from helpers.waiting import wait_for
 
 CONFIG = SupervisorConfig(lease_seconds=10.0, ack_timeout=5.0, stop_margin=1.0, kill_after=2.0)
 INSTANCE, GROUP = "i-0123456789abcdef0", "gpucloud-dev-spot"
@@ -97,7 +97,11 @@ def test_a_failing_put_metric_data_is_logged_once_and_the_agent_keeps_running_jo
         outcome: dict = {}
         runner = threading.Thread(target=lambda: outcome.update(summary=agent.run()), daemon=True)
         runner.start()
-        wait_for(lambda: agent.noncritical.failures >= 1 or not runner.is_alive(), what="the failed PutMetricData")
+        wait_for(
+            lambda: agent.noncritical.failures >= 1 or not runner.is_alive(),
+            timeout=30,
+            what="the failed PutMetricData",
+        )
         job = queue.submit(JobSpec(command=[sys.executable, "-c", "print('trained')"]))
         runner.join(timeout=120)
         assert not runner.is_alive(), "the agent did not finish its job"

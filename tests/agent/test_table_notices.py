@@ -17,10 +17,9 @@ from gpucloud.jobs.runner import run_attempt
 from gpucloud.lifecycle.model import AttemptState, JobSpec, JobState
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.signals.events import Notice, event_id_for
-from jobs.conftest import Inbox  # the supervisor tests' hand-fed notice source
+from helpers.notices import Inbox  # the supervisor tests' hand-fed notice source
+from helpers.waiting import wait_for
 from jobs.test_runner import COOPERATIVE, FAST, script  # a cooperative training script as a real process
-
-from .conftest import wait_for
 
 INSTANCE = "i-1234567890abcdef0"
 
@@ -107,7 +106,7 @@ def test_a_stop_request_in_the_table_flags_the_ranks_and_the_attempt_is_requeued
         )
     )
     thread.start()
-    wait_for(lambda: "resume" in [e.kind for e in q.events(job.id)], what="the command to start training")
+    wait_for(lambda: "resume" in [e.kind for e in q.events(job.id)], timeout=30, what="the command to start training")
     request = warning()
     other_member = SqliteQueue(tmp_path / "queue.db")  # e.g. the events-queue handler of another agent
     assert request_gang_stop(other_member, job.id, 1, request) is True
@@ -142,7 +141,7 @@ def test_an_agents_own_stop_notice_is_recorded_for_its_gang(tmp_path):
     result: dict = {}
     thread = threading.Thread(target=lambda: result.setdefault("summary", agent.run()))
     thread.start()
-    wait_for(lambda: "resume" in [e.kind for e in q.events(job.id)], what="the attempt to start training")
+    wait_for(lambda: "resume" in [e.kind for e in q.events(job.id)], timeout=30, what="the attempt to start training")
     own = warning(instance=None, source="imds")  # IMDS notices carry no instance id
     inbox.put(own)
     thread.join(timeout=60)

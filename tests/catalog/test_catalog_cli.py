@@ -166,7 +166,7 @@ def test_help_teaches_the_commands():
     ids=["deep", "5000-digits", "bad-utf8"],
 )
 def test_show_refuses_hostile_json_in_one_line(capsys, tmp_path, text, expected):
-    # issue 10: RecursionError / ValueError tracebacks from `catalog show`
+    # each of these once gave a RecursionError / ValueError traceback from `catalog show`
     bad = tmp_path / "catalog.json"
     bad.write_bytes(text if isinstance(text, bytes) else text.encode())
     code, out, err = run_cli(capsys, "catalog", "show", "--catalog-file", str(bad))

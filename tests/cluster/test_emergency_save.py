@@ -1,4 +1,4 @@
-"""The emergency-save model: notice -> durable commit at cluster sizes (issue 11, section 2)."""
+"""The emergency-save model: notice -> durable commit at cluster sizes."""
 
 from __future__ import annotations
 

@@ -13,8 +13,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from gpucloud.cost.report import JobHistory
-from gpucloud.lifecycle.model import Attempt, AttemptState, Event, Job, JobSpec, JobState, NodeRecord, NodeState
+from gpucloud.lifecycle.model import Event, JobSpec, NodeRecord, NodeState
 from gpucloud.queue.sqlite import SqliteQueue
+from helpers.job_histories import Span, interrupted_once
 
 
 def write_sqlite(path: Path, histories: Iterable[JobHistory], nodes: Sequence[NodeRecord] = ()) -> str:
@@ -59,31 +60,6 @@ def interrupted_job(
     One save of ``save_seconds`` in each attempt. ``node_info``: what the ``started`` events carry
     about the node (instance type, region, AZ, life cycle; ``jobs/runner.py``), which prices it."""
     spec = JobSpec(command=["python", "train.py"], gpus_per_node=gpus, nodes=1, group=group, name=f"{job_id}-run")
-    job = Job(id=job_id, spec=spec, state=JobState.FINISHED, attempt=2, created_at=start - 10, updated_at=start + 7300)
-    attempts = [
-        Attempt(
-            job_id=job_id,
-            number=1,
-            state=AttemptState.REQUEUED,
-            worker=worker,
-            created_at=start - 10,
-            started_at=start,
-            ended_at=start + 3600,
-            last_step=120,
-            committed_step=100,
-        ),
-        Attempt(
-            job_id=job_id,
-            number=2,
-            state=AttemptState.FINISHED,
-            worker=next_worker,
-            created_at=start + 3600,
-            started_at=start + 3700,
-            ended_at=start + 7300,
-            resumed_step=100,
-            last_step=220,
-        ),
-    ]
 
     def ev(attempt: int, what: str, at: float, **data: object) -> Event:
         return Event(job_id=job_id, attempt=attempt, kind=what, at=start + at, data=data)
@@ -99,7 +75,10 @@ def interrupted_job(
         ev(2, "saved", 5400.0, step=160, bytes=10**9, seconds=save_seconds),
         ev(2, "finish", 7300.0, step=220),
     ]
-    return JobHistory(job, attempts, events)
+    first = Span(started_at=start, ended_at=start + 3600, last_step=120, committed_step=100, worker=worker)
+    second = Span(started_at=start + 3700, ended_at=start + 7300, resumed_step=100, last_step=220, worker=next_worker)
+    history = interrupted_once(job_id, spec, first, second, events, created_at=start - 10, updated_at=start + 7300)
+    return JobHistory(*history)
 
 
 def node(worker: str, *, group: str, lifecycle: str, state: NodeState, updated_at: float, instance: str) -> NodeRecord:

@@ -1,4 +1,4 @@
-"""Dollars per job (issue 14 item 2): hand-computed costs, lost dollars, unknown prices, old jobs."""
+"""Dollars per job: hand-computed costs, lost dollars, unknown prices, old jobs."""
 
 from __future__ import annotations
 
@@ -9,15 +9,9 @@ import pytest
 
 from gpucloud.cost.job_cost import catalog_prices, job_cost
 from gpucloud.lifecycle.model import Attempt, AttemptState, Event, Job, JobSpec, JobState
+from helpers.job_histories import SPOT_NODE_A, Span, interrupted_once
 
-SPOT_A = {
-    "worker": "i-a:1",
-    "instance_id": "i-a",
-    "instance_type": "p4d.24xlarge",
-    "lifecycle": "spot",
-    "availability_zone": "us-east-1a",
-    "region": "us-east-1",
-}
+SPOT_A = SPOT_NODE_A
 SPOT_B = {**SPOT_A, "worker": "i-b:1", "instance_id": "i-b", "availability_zone": "us-east-1b"}
 
 
@@ -56,39 +50,23 @@ def interrupted_spot_job(node_a=SPOT_A, node_b=SPOT_B):
     """Attempt 1 on spot in us-east-1a: starts at 0, restored step 0 at 60, noticed at 3600, exits at
     3660 after step 1000 (last checkpoint: 900). Attempt 2 on spot in us-east-1b: starts at 4000,
     restores step 900 at 4120, finishes at 7720 (step 2000)."""
-    attempts = [
-        Attempt(
-            job_id="j1",
-            number=1,
-            state=AttemptState.REQUEUED,
-            created_at=0,
-            started_at=0,
-            ended_at=3660,
-            last_step=1000,
-            committed_step=900,
-        ),
-        Attempt(
-            job_id="j1",
-            number=2,
-            state=AttemptState.FINISHED,
-            created_at=3660,
-            started_at=4000,
-            ended_at=7720,
-            resumed_step=900,
-            last_step=2000,
-        ),
-    ]
-    events = [
-        ev(1, "started", 0, **({"node": node_a} if node_a else {})),
-        ev(1, "resume", 60, step=0),
-        ev(1, "notice", 3600, kind="spot-interruption", deadline=3720),
-        ev(1, "exit", 3660, exit_code=75, **({"node": node_a} if node_a else {})),
-        ev(1, "requeue", 3660, next_attempt=2),
-        ev(2, "started", 4000, **({"node": node_b} if node_b else {})),
-        ev(2, "resume", 4120, step=900),
-        ev(2, "exit", 7720, exit_code=0, **({"node": node_b} if node_b else {})),
-    ]
-    return attempts, events
+    history = interrupted_once(
+        "j1",
+        job().spec,
+        Span(started_at=0, ended_at=3660, last_step=1000, committed_step=900),
+        Span(started_at=4000, ended_at=7720, resumed_step=900, last_step=2000),
+        [
+            ev(1, "started", 0, **({"node": node_a} if node_a else {})),
+            ev(1, "resume", 60, step=0),
+            ev(1, "notice", 3600, kind="spot-interruption", deadline=3720),
+            ev(1, "exit", 3660, exit_code=75, **({"node": node_a} if node_a else {})),
+            ev(1, "requeue", 3660, next_attempt=2),
+            ev(2, "started", 4000, **({"node": node_b} if node_b else {})),
+            ev(2, "resume", 4120, step=900),
+            ev(2, "exit", 7720, exit_code=0, **({"node": node_b} if node_b else {})),
+        ],
+    )
+    return history.attempts, history.events
 
 
 def test_a_spot_job_with_one_interruption_costs_what_hand_arithmetic_says():

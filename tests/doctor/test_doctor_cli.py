@@ -200,7 +200,7 @@ def test_imds_probe_reports_a_missing_token():
     ],
 )
 def test_hostile_recorded_output_fails_its_check_not_the_command(capsys, tmp_path, file, text, observed):
-    # issue 10: each was a RecursionError / ValueError / AttributeError traceback from `doctor --recorded`
+    # each was once a RecursionError / ValueError / AttributeError traceback from `doctor --recorded`
     recorded = tmp_path / "capture"
     shutil.copytree(FIXTURES / "p4d-healthy", recorded)
     (recorded / file).write_text(text)

@@ -28,8 +28,8 @@ from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobState, NodeRec
 from gpucloud.queue.connect import open_queue
 from gpucloud.queue.gang import GangQueue, claim_slot, gang_worker, start_gang
 from gpucloud.queue.sqlite import SqliteQueue
+from helpers.waiting import wait_for
 from jobqueue.aws_fixtures import REGION, aws_job_plane  # noqa: F401  (fixture)
-from jobs.conftest import wait_for
 
 from .fis_replies import EXPERIMENT_ID, TEMPLATE_ID
 from .fis_replies import experiment as fis_reply

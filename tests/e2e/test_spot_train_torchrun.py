@@ -71,7 +71,7 @@ def test_torchrun_interrupted_by_a_spot_notice_resumes_elsewhere_bitwise_identic
         node_a.spot_interruption("terminate", lead_seconds=120)
         out, err = proc.communicate(timeout=120)
     assert proc.returncode == 75, err
-    assert "ChildFailedError" not in err and "Traceback" not in err, err  # a requeue is no crash (issue 12 item 11)
+    assert "ChildFailedError" not in err and "Traceback" not in err, err  # a requeue is no crash
     first = json.loads(out)
     assert first["state"] == "queued" and first["attempt"] == 2
     assert not (tmp_path / "interrupted.pt").exists()

@@ -80,7 +80,7 @@ def test_render_writes_the_documents(capsys, tmp_path):
     ids=["deep-flow", "deep-block", "duplicate-key", "huge-integer", "alias-bomb"],
 )
 def test_hostile_matrix_is_a_one_line_error(capsys, tmp_path, text, expected):
-    # issue 10: deep YAML gave a RecursionError traceback from `image check`
+    # deep YAML once gave a RecursionError traceback from `image check`
     bad = tmp_path / "versions.yaml"
     bad.write_text(text)
     code, out, err = run(capsys, "image", "check", str(bad))

@@ -90,7 +90,7 @@ def test_file_is_left_untouched_by_loading(tmp_path):
 
 
 def test_errors_quote_a_bounded_value_on_one_line():
-    # issue 10: a problem quoted the whole bad value, and a key with a line break split the message
+    # before: a problem quoted the whole bad value, and a key with a line break split the message
     message = _error("schema_version: '" + "9" * 100_000 + "'\n")
     assert "schema_version: '9999" in message and len(message) < 300
     assert "\n" not in _error('schema_version: 1\n"bad\\nkey": 1\n')

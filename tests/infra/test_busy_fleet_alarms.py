@@ -34,8 +34,9 @@ from gpucloud.lifecycle.model import AttemptEnd, AttemptState, JobSpec, JobState
 from gpucloud.queue import gang
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.spec import spec_from_config
+from helpers.notices import Inbox, spot_notice
+from helpers.waiting import wait_for
 from infra.test_group_alarms import group
-from jobs.conftest import Inbox, spot_notice, wait_for
 
 from .test_group_alarms import alarm_of, evaluate
 

@@ -1,4 +1,4 @@
-"""Issue 11 §3: the stack's EventBridge rule forwards a capacity block's expiration warning to the
+"""The stack's EventBridge rule forwards a capacity block's expiration warning to the
 events queue, and what arrives there is read as the warning. The rule's pattern is the one
 ``InterruptionEvents`` deploys; EventBridge and SQS are moto's (rule pattern -> SQS delivery is
 faithful there; moto accepts an ``aws.ec2`` source, real AWS would not from PutEvents)."""

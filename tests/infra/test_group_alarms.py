@@ -1,4 +1,4 @@
-"""Several node groups scale independently (issue 11 item 5): each group's backlog alarm, as the
+"""Several node groups scale independently: each group's backlog alarm, as the
 stack program builds it under Pulumi mocks, evaluated on the metrics the agents and AWS publish.
 
 The cluster has one job queue, so its visible slot messages are every group's. Only the first

@@ -1,4 +1,4 @@
-"""Spot capacity that is not one pool (issue 11 §7): several instance types in a spot group, each
+"""Spot capacity that is not one pool: several instance types in a spot group, each
 with its weight and its own EFA layout (a mixed instances policy with launch-template overrides,
 price-capacity-optimized), and several zones for groups without EFA."""
 

@@ -134,7 +134,7 @@ def _strict_json(text: str) -> object:
 
 
 def test_plan_json_is_strict_json(tmp_path: Path, capsys) -> None:
-    # issue 10: a catalog spot price of NaN printed a bare NaN in `plan -o json`; now the catalog is refused
+    # before: a catalog spot price of NaN printed a bare NaN in `plan -o json`; now the catalog is refused
     catalog = json.loads((REPO / "src/gpucloud/catalog/instance_types.json").read_text())
     catalog["instance_types"]["g6.xlarge"]["spot_usd_per_hour"] = "NAN"
     file = tmp_path / "catalog.json"

@@ -1,6 +1,6 @@
 """`gpucloud plan` and the emergency save: per group and tier, the largest checkpoint that commits
 within the notice; a warning naming the tier and the time when gpucloud:expectedCheckpointGiB
-does not fit (issue 11 §2)."""
+does not fit."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`gpucloud plan` warns when the stack's agent package still names the placeholder wheel bucket the
-shipped stacks carry (issue 12 item 6): one line in the table output and in the JSON's warnings."""
+shipped stacks carry: one line in the table output and in the JSON's warnings."""
 
 from __future__ import annotations
 

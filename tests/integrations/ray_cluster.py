@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.helpers import waiting
+
 from gpucloud.integrations.ray.drain import GcsDrain, NoticeDrainer
 from gpucloud.offline.emulator_control import EmulatorControl
 from gpucloud.offline.imds_emulator import ImdsEmulator
@@ -23,14 +25,8 @@ RAY_ENV = {"RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S": "0.5", "RAY_DEDUP_LOGS": "0"}
 
 
 def wait_for(what: str, condition: Callable[[], Any], timeout: float = 120.0, every: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(every)
+    """The shared wait (``tests/helpers/waiting.py``), called with what is awaited first, as the Ray tests do."""
+    return waiting.wait_for(condition, timeout, what, every=every)
 
 
 class Node:

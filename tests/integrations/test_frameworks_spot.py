@@ -9,13 +9,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from gpucloud.offline.demo import weights_identical
 from gpucloud.offline.imds_emulator import ImdsEmulator
+from helpers.waiting import wait_for
 
 GPUCLOUD = [sys.executable, "-m", "gpucloud"]
 HERE = Path(__file__).parent
@@ -34,14 +34,6 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 def _gpucloud(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess:
     return subprocess.run([*GPUCLOUD, *argv], env=env, capture_output=True, text=True, timeout=300)
-
-
-def _wait_for(path: Path, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 240
-    while not path.exists():
-        assert proc.poll() is None, proc.communicate()[1][-3000:]
-        assert time.monotonic() < deadline, f"attempt 1 never reached step {PAUSE_AT}"
-        time.sleep(0.02)  # polling a file the training process writes
 
 
 def _interrupted_then_resumed(tmp_path: Path, script: str, framework_dir: str) -> None:
@@ -66,7 +58,7 @@ def _interrupted_then_resumed(tmp_path: Path, script: str, framework_dir: str) -
         proc = subprocess.Popen(
             [*spot, "--output", "json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
-        _wait_for(tmp_path / "paused", proc)
+        wait_for((tmp_path / "paused").exists, 240, f"attempt 1 to reach step {PAUSE_AT}", proc=proc)
         node.spot_interruption("terminate", lead_seconds=120)
         out, err = proc.communicate(timeout=240)
     assert proc.returncode == 75, err[-3000:]

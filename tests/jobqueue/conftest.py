@@ -10,7 +10,8 @@ import pytest
 
 from gpucloud.queue.protocol import JobQueue
 from gpucloud.queue.sqlite import SqliteQueue
-from jobs.conftest import gpucloud_home, wait_for  # noqa: F401  (an isolated GPUCLOUD_HOME; shared helper)
+from helpers.home import gpucloud_home  # noqa: F401  (autouse: an isolated GPUCLOUD_HOME)
+from helpers.waiting import wait_for  # noqa: F401
 
 from .aws_fixtures import aws_job_plane  # noqa: F401  (fixture)
 

@@ -12,7 +12,8 @@ from pathlib import Path
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.jobs.supervisor import EXIT_CANCELLED, SupervisorConfig
 from gpucloud.lifecycle.model import AttemptState, JobSpec, JobState
-from jobs.conftest import Inbox, wait_for
+from helpers.notices import Inbox
+from helpers.waiting import wait_for
 from jobs.test_runner import COOPERATIVE  # the spot-train side of the contract, as a cooperative script speaks it
 
 FAST = SupervisorConfig(ack_timeout=5.0, stop_margin=1.0, exit_grace=5.0, kill_after=1.0, tick=0.02, stop_poll=0.1)

@@ -13,7 +13,8 @@ from gpucloud.jobs import logs
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.lifecycle.model import JobSpec, JobState
 from gpucloud.queue.connect import open_queue
-from jobs.conftest import Inbox, wait_for
+from helpers.notices import Inbox
+from helpers.waiting import wait_for
 from jobs.test_cli import run
 from jobs.test_logs import SUPERVISOR_LINE, TICKING
 from jobs.test_runner import FAST, script

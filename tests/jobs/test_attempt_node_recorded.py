@@ -1,4 +1,4 @@
-"""Each attempt records the node it ran on (issue 14 item 2): the started and exit events carry the
+"""Each attempt records the node it ran on: the started and exit events carry the
 instance type, AZ, region and life cycle, so the job's dollars can be priced afterwards."""
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.lifecycle.model import JobSpec
 from gpucloud.offline.imds_emulator import ImdsEmulator
 from gpucloud.queue.sqlite import SqliteQueue
-
-from .conftest import Inbox
+from helpers.notices import Inbox
 
 FAST = SupervisorConfig(ack_timeout=0.5, stop_margin=1.0, exit_grace=2.0, kill_after=0.5, tick=0.02)
 

@@ -1,5 +1,5 @@
 """`gpucloud job cancel` from the shell: text and JSON, `cancelled` shown by `jobs` and `job show`,
-one-line refusals (issue 12 item 1)."""
+one-line refusals."""
 
 from __future__ import annotations
 

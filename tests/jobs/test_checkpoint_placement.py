@@ -1,4 +1,4 @@
-"""Checkpoints go where the next attempt can read them (issue 11, section 1).
+"""Checkpoints go where the next attempt can read them.
 
 The pure rule (``checkpoint/placement.py``), what ``submit`` refuses and records, and the cluster
 case end to end: a job submitted from a laptop to a cluster's ``aws://`` queue without a URI saves
@@ -24,9 +24,10 @@ from gpucloud.jobs.runner import supervise_job
 from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.lifecycle.model import AttemptState, JobState
 from gpucloud.queue.connect import open_queue
+from helpers.notices import Inbox, spot_notice
+from helpers.waiting import wait_for
 from jobqueue.aws_fixtures import aws_job_plane  # noqa: F401  (fixture)
 
-from .conftest import Inbox, spot_notice, wait_for
 from .test_cli import one_line_error, run
 
 FAST = SupervisorConfig(ack_timeout=5.0, stop_margin=1.0, exit_grace=10.0, kill_after=2.0, tick=0.02)

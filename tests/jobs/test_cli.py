@@ -15,8 +15,7 @@ import pytest
 from cli_run import one_line_error
 from cli_run import run_cli as run
 from gpucloud.queue.sqlite import SqliteQueue
-
-from .conftest import wait_for
+from helpers.waiting import wait_for
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""`gpucloud job show` and `gpucloud jobs` report dollars (issue 14 item 2): the table at 80
+"""`gpucloud job show` and `gpucloud jobs` report dollars: the table at 80
 columns and --output json, with the price source used."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from gpucloud.catalog.pricing import hourly_price
 from gpucloud.queue.sqlite import SqliteQueue
-from jobqueue.test_job_cost_contract import NODE_A, record_interrupted_job
+from helpers.job_histories import SPOT_NODE_A, record_history, spot_then_on_demand
 
 from .test_cli import run
 
@@ -23,7 +23,7 @@ def _at(epoch: float) -> datetime.datetime:
 def recorded(tmp_path):
     db = tmp_path / "q.db"
     queue = SqliteQueue(db)
-    job_id = record_interrupted_job(queue)
+    job_id = record_history(queue, spot_then_on_demand())
     queue.close()
     return f"sqlite:///{db}", job_id
 
@@ -49,7 +49,7 @@ def test_job_show_json_has_the_dollars_and_the_price_source(capsys, recorded):
     assert (first["instance_type"], first["lifecycle"], first["availability_zone"]) == (
         "p4d.24xlarge",
         "spot",
-        NODE_A["availability_zone"],
+        SPOT_NODE_A["availability_zone"],
     )
     assert first["price_source"] == spot_source and first["price_as_of"]
 
@@ -85,7 +85,7 @@ def test_jobs_lists_the_cost_in_the_table_and_json(capsys, recorded, monkeypatch
 def test_an_unpriced_job_shows_a_question_mark_and_says_why(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     queue = SqliteQueue(tmp_path / "q.db")
-    job_id = record_interrupted_job(queue, with_nodes=False)
+    job_id = record_history(queue, spot_then_on_demand(with_nodes=False))
     queue.close()
     code, out, _ = run(capsys, "job", "show", job_id, "--queue", f"sqlite:///{tmp_path / 'q.db'}")
     assert code == 0 and "cost: ? USD" in out

@@ -1,5 +1,5 @@
 """A damaged, edited or busy SQLite queue: one line naming the problem, never a traceback, and one
-bad row never hides or blocks the rest of the queue (issue 10, items 11 and 12)."""
+bad row never hides or blocks the rest of the queue."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import pytest
 from gpucloud.errors import UserError
 from gpucloud.lifecycle.model import JobSpec
 from gpucloud.queue.sqlite import QueueBusy, SqliteQueue
+from helpers.waiting import wait_for
 
-from .conftest import wait_for
 from .test_cli import one_line_error, run
 
 QUEUE_LOG = "gpucloud.queue.sqlite"
@@ -151,7 +151,7 @@ class _Seen(logging.Handler):
 
 
 def test_a_patient_queue_outwaits_a_lock_held_past_the_busy_timeout_and_proceeds(tmp_path):
-    """The worker's side of item 2: a queue write-locked for longer than SQLite's busy timeout must
+    """The worker's side: a queue write-locked for longer than SQLite's busy timeout must
     not raise ``database is locked`` (which killed the worker and orphaned its training)."""
     db = tmp_path / "queue.db"
     q = SqliteQueue(db, busy_timeout_s=0.05, lock_patience_s=None)
@@ -239,8 +239,7 @@ def test_a_supervisor_outwaits_a_queue_locked_past_the_busy_timeout_and_finishes
     The queue is write-locked while the command runs and ends; the supervisor waits, then records."""
     from gpucloud.jobs.runner import supervise_job
     from gpucloud.jobs.supervisor import SupervisorConfig
-
-    from .conftest import Inbox
+    from helpers.notices import Inbox
 
     db, go = tmp_path / "queue.db", tmp_path / "go"
     q = SqliteQueue(db, busy_timeout_s=0.05, lock_patience_s=None)
@@ -284,8 +283,7 @@ def test_a_notice_flags_the_ranks_while_the_queue_is_write_locked(tmp_path, gpuc
     process holding the queue's write lock cannot delay it (before: it waited for the lock)."""
     from gpucloud.jobs.runner import supervise_job
     from gpucloud.jobs.supervisor import SupervisorConfig
-
-    from .conftest import Inbox, spot_notice
+    from helpers.notices import Inbox, spot_notice
 
     db = tmp_path / "queue.db"
     q = SqliteQueue(db, busy_timeout_s=0.05, lock_patience_s=None)

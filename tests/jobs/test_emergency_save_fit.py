@@ -1,5 +1,5 @@
 """At a notice the supervisor says whether the emergency save will fit, from the previous save's
-measured duration kept with the job; `job show` says so afterwards when it would not (issue 11 §2)."""
+measured duration kept with the job; `job show` says so afterwards when it would not."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ from gpucloud.jobs.supervisor import (
 )
 from gpucloud.lifecycle.model import Event, JobSpec
 from gpucloud.queue.sqlite import SqliteQueue
-
-from .conftest import Inbox, spot_notice, wait_for
+from helpers.notices import Inbox, spot_notice
+from helpers.waiting import wait_for
 
 FAST = SupervisorConfig(ack_timeout=5.0, stop_margin=1.0, exit_grace=2.0, kill_after=0.5, tick=0.02)
 

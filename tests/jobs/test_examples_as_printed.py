@@ -1,4 +1,4 @@
-"""Issue 12 item 10: examples run as printed (spot-train --job-id of a new job; a command run by a
+"""The documented examples run as printed (spot-train --job-id of a new job; a command run by a
 Python without the training API says so)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The training tree dies with its supervisor (issue 10, item 2): a worker killed with -9 must not
+"""The training tree dies with its supervisor: a worker killed with -9 must not
 leave its command, or torchrun's ranks in sessions of their own, running with parent PID 1 while
 another worker starts the next attempt."""
 
@@ -15,8 +15,7 @@ import pytest
 
 from gpucloud.jobs import guard
 from gpucloud.jobs.process_group import ProcessGroup
-
-from .conftest import wait_for
+from helpers.waiting import wait_for
 
 pytestmark = pytest.mark.skipif(not guard.available(), reason="PR_SET_PDEATHSIG is Linux only")
 

@@ -15,8 +15,8 @@ import pytest
 
 from gpucloud import lifeline
 from gpucloud.jobs import guard
+from helpers.waiting import wait_for
 
-from .conftest import wait_for
 from .test_guard import SUPERVISOR, _pids, _running
 
 pytestmark = pytest.mark.skipif(not guard.available(), reason="PR_SET_PDEATHSIG is Linux only")

@@ -1,4 +1,4 @@
-"""`gpucloud job logs` (issue 12 item 2, offline): every attempt's stdout and stderr are kept, the
+"""`gpucloud job logs`, offline: every attempt's stdout and stderr are kept, the
 crashed and the interrupted ones too, with the supervisor's lines interleaved and marked; --attempt
 picks one; --follow streams a running attempt until the job ends."""
 
@@ -14,8 +14,9 @@ from gpucloud.jobs.logs import END_MARKER, AttemptLog, LogReader, attempt_log_pa
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.lifecycle.model import Attempt, AttemptState, Event, JobSpec, JobState
 from gpucloud.queue.sqlite import SqliteQueue
+from helpers.notices import Inbox, spot_notice
+from helpers.waiting import wait_for
 
-from .conftest import Inbox, spot_notice, wait_for
 from .test_cli import one_line_error, run
 from .test_runner import FAST, script
 

@@ -1,4 +1,4 @@
-"""Issue 12 item 11, one CLI language: exit codes, flag names, error style, JSON keys and times, tables."""
+"""One CLI language across the commands: exit codes, flag names, error style, JSON keys and times, tables."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The step rate a running attempt reports (issue 12 item 5): pure, over the session's progress samples."""
+"""The step rate a running attempt reports: pure, over the session's progress samples."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`gpucloud jobs` and `gpucloud job show` follow a real `spot-train` run (issue 12 item 5): the
+"""`gpucloud jobs` and `gpucloud job show` follow a real `spot-train` run: the
 example training script under the supervisor, its step and steps/s shown while it trains, its last
 step once it ended (here cancelled, which saves a step)."""
 
@@ -11,8 +11,8 @@ import sys
 
 from gpucloud.offline.demo import EXAMPLE
 from gpucloud.queue.connect import open_queue
+from helpers.waiting import wait_for
 
-from .conftest import wait_for
 from .test_cli import run
 
 

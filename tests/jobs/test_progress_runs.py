@@ -1,4 +1,4 @@
-"""Live progress through the supervisor (issue 12 item 5): a running attempt's step and rate reach
+"""Live progress through the supervisor: a running attempt's step and rate reach
 the job record while it trains; its end leaves the last step and no rate."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ import pytest
 from gpucloud.cost.timeline import build_timeline
 from gpucloud.lifecycle.model import JobSpec, JobState
 from gpucloud.queue.sqlite import SqliteQueue
+from helpers.notices import Inbox
+from helpers.waiting import wait_for
 
-from .conftest import Inbox, wait_for
 from .test_runner import run_in_thread, script
 
 # The session's side of the progress contract: a step per 50 ms, until the test opens the gate.

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from gpucloud.cost.timeline import build_timeline, steps_lost
-from gpucloud.lifecycle.model import Attempt, AttemptState, Event, Job, JobSpec, JobState
+from gpucloud.cost.timeline import build_timeline
+from gpucloud.lifecycle.model import Event, JobSpec, steps_lost
+from helpers.job_histories import Span, interrupted_once
 
 
 def ev(attempt: int, kind: str, at: float, /, **data) -> Event:
@@ -11,50 +12,26 @@ def ev(attempt: int, kind: str, at: float, /, **data) -> Event:
 
 
 def interrupted_job(gpus: int = 8):
-    job = Job(
-        id="j",
-        spec=JobSpec(command=["x"], gpus_per_node=gpus, nodes=2),
-        state=JobState.FINISHED,
-        attempt=2,
-        created_at=0,
-        updated_at=0,
+    """Two 2-node attempts: a spot notice at 3500 s, flag, ack and commit of step 100, requeue at 3600;
+    attempt 2 starts at 3700, restores step 100 at 3760 and finishes step 200 at 7300."""
+    return interrupted_once(
+        "j",
+        JobSpec(command=["x"], gpus_per_node=gpus, nodes=2),
+        Span(started_at=0.0, ended_at=3600.0, resumed_step=0, last_step=100, committed_step=100),
+        Span(started_at=3700.0, ended_at=7300.0, resumed_step=100, last_step=200),
+        [
+            ev(1, "started", 0.0),
+            ev(1, "resume", 10.0, step=0),
+            ev(1, "notice", 3500.0, kind="spot-interruption", deadline=3620.0),
+            ev(1, "flag", 3500.1),
+            ev(1, "ack", 3501.0, step=100),
+            ev(1, "commit", 3510.0, step=100),
+            ev(1, "requeue", 3600.0, reason="checkpointed on notice"),
+            ev(2, "started", 3700.0),
+            ev(2, "resume", 3760.0, step=100),
+            ev(2, "finish", 7300.0, step=200),
+        ],
     )
-    attempts = [
-        Attempt(
-            job_id="j",
-            number=1,
-            state=AttemptState.REQUEUED,
-            created_at=0,
-            started_at=0.0,
-            ended_at=3600.0,
-            resumed_step=0,
-            last_step=100,
-            committed_step=100,
-        ),
-        Attempt(
-            job_id="j",
-            number=2,
-            state=AttemptState.FINISHED,
-            created_at=3600,
-            started_at=3700.0,
-            ended_at=7300.0,
-            resumed_step=100,
-            last_step=200,
-        ),
-    ]
-    events = [
-        ev(1, "started", 0.0),
-        ev(1, "resume", 10.0, step=0),
-        ev(1, "notice", 3500.0, kind="spot-interruption", deadline=3620.0),
-        ev(1, "flag", 3500.1),
-        ev(1, "ack", 3501.0, step=100),
-        ev(1, "commit", 3510.0, step=100),
-        ev(1, "requeue", 3600.0, reason="checkpointed on notice"),
-        ev(2, "started", 3700.0),
-        ev(2, "resume", 3760.0, step=100),
-        ev(2, "finish", 7300.0, step=200),
-    ]
-    return job, attempts, events
 
 
 def test_latencies_and_steps_lost_of_a_noticed_interruption():
@@ -96,8 +73,8 @@ def test_steps_lost_of_a_fresh_restart_is_everything():
 
 
 def test_a_resume_without_its_data_position_is_a_warning() -> None:
-    """The session says on its resume event when the data loader's position did not come back (issue
-    12 item 7): the steps are then not really kept, and job show must say so, not only 0 lost."""
+    """The session says on its resume event when the data loader's position did not come back: the
+    steps are then not really kept, and job show must say so, not only 0 lost."""
     job, attempts, events = interrupted_job()
     events[8] = ev(2, "resume", 3760.0, step=100, data_position="not restored: no extra_state holds the data loader")
     [warning] = build_timeline(job, attempts, events).warnings

@@ -1,4 +1,4 @@
-"""`gpucloud job resume` from the shell: text, JSON, one-line refusals, --help (issue 12 item 3)."""
+"""`gpucloud job resume` from the shell: text, JSON, one-line refusals, --help."""
 
 from __future__ import annotations
 

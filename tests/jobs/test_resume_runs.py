@@ -1,4 +1,4 @@
-"""`gpucloud job resume` end to end (issue 12 item 3): a real training script under the supervisor is
+"""`gpucloud job resume` end to end: a real training script under the supervisor is
 cancelled, saves its step through the training API, and its resumed attempt (same job id) restores
 that committed step and finishes; `job show` counts the cancel as an interruption that lost 0 steps."""
 
@@ -15,8 +15,9 @@ from gpucloud.jobs.runner import supervise_job
 from gpucloud.jobs.supervisor import EXIT_CANCELLED, SupervisorConfig
 from gpucloud.lifecycle.model import AttemptState, JobSpec, JobState
 from gpucloud.queue.sqlite import SqliteQueue
+from helpers.notices import Inbox
+from helpers.waiting import wait_for
 
-from .conftest import Inbox, wait_for
 from .test_cli import run
 
 CONFIG = SupervisorConfig(ack_timeout=20.0, stop_margin=1.0, exit_grace=20.0, kill_after=5.0, stop_poll=0.1)

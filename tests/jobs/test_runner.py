@@ -17,8 +17,8 @@ from gpucloud.jobs.runner import supervise_job
 from gpucloud.jobs.supervisor import SupervisorConfig
 from gpucloud.lifecycle.model import AttemptState, JobSpec, JobState
 from gpucloud.queue.sqlite import SqliteQueue
-
-from .conftest import Inbox, spot_notice, wait_for
+from helpers.notices import Inbox, spot_notice
+from helpers.waiting import wait_for
 
 FAST = SupervisorConfig(ack_timeout=0.5, stop_margin=1.0, exit_grace=2.0, kill_after=0.5, tick=0.02)
 

@@ -1,4 +1,4 @@
-"""`submit --setup CMD` (issue 12 item 6): a real virtualenv, layered on the interpreter running
+"""`submit --setup CMD`: a real virtualenv, layered on the interpreter running
 gpucloud (the image's, with its torch), where CMD runs once per node and requirements hash; the
 command sees the venv first on PATH, its own packages and the image's. Offline: the package comes
 from a wheel built here and installed with --no-index."""
@@ -20,7 +20,8 @@ from gpucloud.jobs.code.setup_env import env_key, requirement_files
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.lifecycle.model import JobSpec
 from gpucloud.queue.connect import open_queue
-from jobs.conftest import Inbox, wait_for
+from helpers.notices import Inbox
+from helpers.waiting import wait_for
 from jobs.test_cli import run
 from jobs.test_runner import FAST
 

@@ -1,4 +1,4 @@
-"""Issue 12 item 11: a successful preemption does not print torchrun's ChildFailedError traceback.
+"""A successful preemption does not print torchrun's ChildFailedError traceback.
 
 Ranks that exit 75 (saved, requeue me) make torchrun raise ChildFailedError; its report is replaced
 by one line. Any other failure report passes through whole."""

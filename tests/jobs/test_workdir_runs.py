@@ -1,4 +1,4 @@
-"""Code reaches the node (issue 12 item 6), offline: `submit --workdir DIR` stores DIR's snapshot
+"""Code reaches the node, offline: `submit --workdir DIR` stores DIR's snapshot
 beside the SQLite queue once per tree, the worker runs the command in a verified copy of it in the
 attempt's directory, and a snapshot changed after submit fails the job with one line, no crash."""
 

@@ -1,4 +1,4 @@
-"""Code reaches the node on a cluster (issue 12 item 6): `submit --workdir` to an aws:// queue puts the
+"""Code reaches the node on a cluster: `submit --workdir` to an aws:// queue puts the
 snapshot in the checkpoint bucket under code/<hash>.tar.gz (once per tree), and a node fetches it
 from there, verifies it and runs the command in it. The queue (SQS + DynamoDB) and S3 are moto's."""
 
@@ -13,8 +13,8 @@ import boto3
 from gpucloud.jobs.runner import supervise_job
 from gpucloud.lifecycle.model import JobState
 from gpucloud.queue.connect import open_queue
+from helpers.notices import Inbox
 from jobqueue.aws_fixtures import aws_job_plane  # noqa: F401  (fixture)
-from jobs.conftest import Inbox
 from jobs.test_cli import one_line_error, run
 from jobs.test_runner import FAST
 

@@ -1,4 +1,4 @@
-"""`submit --workdir` snapshots (issue 12 item 6): what goes in (.gitignore at every level, never
+"""`submit --workdir` snapshots: what goes in (.gitignore at every level, never
 .git, links only inside), the content hash and the archive (reproducible byte for byte), and the
 size limit's one-line error naming the biggest files."""
 

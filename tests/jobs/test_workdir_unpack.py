@@ -1,4 +1,4 @@
-"""A node unpacking a job's snapshot (issue 12 item 6): the hash is verified, a hostile or damaged
+"""A node unpacking a job's snapshot: the hash is verified, a hostile or damaged
 archive (path traversal, absolute names, links out of the tree, chains of links, members under a
 link, devices and hard links, an archive bigger than recorded, a corrupt gzip) is one line and
 leaves nothing behind, and a tree is unpacked once per node per hash."""

@@ -26,10 +26,11 @@ from pathlib import Path
 from gpucloud.lifecycle.model import JobSpec
 from gpucloud.offline.imds_emulator import ImdsEmulator
 from gpucloud.queue.sqlite import SqliteQueue
+from helpers.waiting import wait_for
 
 from .dcgm_fixture import NODES, FixtureExporter, recording, served_text
 from .efa_sysfs import EFA_DEVICES, write_efa_sysfs
-from .tools import NodeExporter, Prometheus, free_port, wait_until
+from .tools import NodeExporter, Prometheus, free_port
 
 CLI = [sys.executable, "-m", "gpucloud"]
 GATED_TRAIN = Path(__file__).resolve().parent.parent / "agent" / "gated_train.py"
@@ -212,7 +213,7 @@ def monitored_node(
         stack.callback(_stop, agent.proc, gate)
         dcgm = stack.enter_context(FixtureExporter(served_text(recording(NODES[instance_type]), counters_csv())))
         node_exporter = stack.enter_context(NodeExporter(sysfs, work / "node_exporter.log"))
-        port = wait_until(agent.metrics_port, 90, "the agent's metrics line", proc=None)
+        port = wait_for(agent.metrics_port, 90, "the agent's metrics line", every=0.1)
         targets = [
             StaticTarget(job=job, address=address, instance_id=INSTANCE_ID, node_group=node_group)
             for job, address in (

@@ -30,11 +30,12 @@ from pathlib import Path
 import pytest
 
 from agent.gated_train import held_marker
+from helpers.waiting import wait_for
 from node_env import NODE_ENV
 
 from .promql import selectors
 from .scenario import GATE_AFTER_STEP, INSTANCE_ID, JOB_ID, monitored_node
-from .tools import NODE_EXPORTER, PROMETHEUS, ci_requires_tools, missing_tools_reason, wait_until
+from .tools import NODE_EXPORTER, PROMETHEUS, ci_requires_tools, missing_tools_reason
 
 MISSING = missing_tools_reason(PROMETHEUS, NODE_EXPORTER)
 pytestmark = [
@@ -83,30 +84,33 @@ def test_every_dashboard_and_rule_expression_reads_what_the_node_exports(tmp_pat
     with monitored_node(tmp_path, env) as node:
         prom = node.prometheus
         agent = node.agent
-        wait_until(
+        wait_for(
             lambda: prom.query(f'gpucloud_attempt_running{{job_id="{JOB_ID}"}} == 1'),
             180,
             f"Prometheus to scrape the agent running the attempt\n{agent.output()}",
+            every=0.1,  # polling an HTTP server
         )
-        running = wait_until(
+        running = wait_for(
             lambda: held_marker(node.gate).exists() and prom.query("gpucloud_training_step > 0"),
             120,
             f"the rank at the gate (after step {GATE_AFTER_STEP}) and its step in Prometheus\n{agent.output()}",
+            every=0.1,  # polling an HTTP server
         )
         running_at = float(running[0]["value"][0])
         # The notice, and the run goes on as on the node: the rank saves, the job is requeued, the
         # agent prints its summary (exit code 75) within seconds, then keeps /metrics up (--metrics-linger).
         node.emulator.spot_interruption("terminate", lead_seconds=120)
         node.open_gate()
-        wait_until(
+        wait_for(
             lambda: any(line.get("event") == "summary" for line in agent.lines),
             120,
             f"the attempt to end and the agent to print its summary\n{agent.output()}",
+            every=0.1,  # polling an HTTP server
         )
         ended_at = time.time()
         # Prometheus still scrapes the agent after its work ended: the notice, its commit and the
         # emergency save, in one scrape taken after the summary line.
-        after = wait_until(
+        after = wait_for(
             lambda: prom.query(
                 # timestamp() of a bare selector: the scrape's time (of anything else: the query's)
                 f"timestamp(gpucloud_notice_to_commit_seconds_count) > {ended_at:.3f}"
@@ -116,6 +120,7 @@ def test_every_dashboard_and_rule_expression_reads_what_the_node_exports(tmp_pat
             ),
             60,
             f"Prometheus to scrape the notice and its commit after the attempt ended\n{agent.output()}",
+            every=0.1,  # polling an HTTP server
         )
         at = float(after[0]["value"][0])
         summary = next(line for line in agent.lines if line.get("event") == "summary")

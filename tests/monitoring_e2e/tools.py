@@ -16,7 +16,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from typing import Self
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from helpers.waiting import wait_for
 
 PROMETHEUS = "prometheus"
 NODE_EXPORTER = "prometheus-node-exporter"  # Debian's name for node_exporter
@@ -52,20 +54,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str, *, proc: subprocess.Popen | None = None) -> Any:
-    """Poll ``predicate`` until it returns something true; fail naming ``what`` (and a dead ``proc``'s output)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        if proc is not None and proc.poll() is not None:
-            out = proc.stdout.read() if proc.stdout else ""
-            raise AssertionError(f"{what}: the process exited {proc.returncode}: {str(out)[-2000:]}")
-        time.sleep(0.1)  # polling an HTTP endpoint or a file another process writes
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def http_get(url: str, timeout: float = 10) -> bytes | None:
@@ -105,7 +93,7 @@ class _Process:
                 raise AssertionError(f"{what} exited {self.proc.returncode}: {self.log.read_text()[-2000:]}")
             return http_get(url, timeout=2) is not None
 
-        wait_until(ready, timeout, f"{what} to serve {url}")
+        wait_for(ready, timeout, f"{what} to serve {url}", every=0.1)
 
     # A subclass names the URL that answers once it serves, and what it is (for the error).
     ready_url: str

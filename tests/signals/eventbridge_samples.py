@@ -1,6 +1,6 @@
-"""Events-queue bodies shaped exactly like the reference samples (spot-signals-and-emulation.md §2),
-with the placeholders filled in. Built from the AWS-documented samples, not from moto's output
-(moto drops ``account``)."""
+"""Events-queue bodies shaped exactly like the samples AWS documents for each event (spot warning,
+rebalance, lifecycle action, state change, capacity block), with the placeholders filled in. Built
+from those samples, not from moto's output (moto drops ``account``)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
-"""Test helpers: a hand-moved clock and a bounded wait for a condition."""
+"""Test helpers: a hand-moved clock."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 
 class FakeClock:
@@ -24,12 +23,3 @@ class FakeClock:
     def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
         self.advance(seconds)
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
-    """Poll ``condition`` until true or fail after ``timeout`` seconds (no fixed sleeps)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)

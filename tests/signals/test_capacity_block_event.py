@@ -1,4 +1,4 @@
-"""Issue 11 §3: EventBridge's capacity block expiration warning, read from the payload AWS documents
+"""EventBridge's capacity block expiration warning, read from the payload AWS documents
 (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-monitor.html): the page's
 example, placeholders filled in, with its ``detail_type`` spelling, and the same event in the
 ``detail-type`` envelope EventBridge delivers; under both names the page gives the event."""

@@ -10,8 +10,7 @@ import pytest
 from gpucloud.offline.emulator_control import EmulatorControl, EmulatorControlError
 from gpucloud.signals.imds import ImdsClient, ImdsUnavailable
 from gpucloud.signals.poller import ImdsPoller
-
-from .helpers import wait_for
+from helpers.waiting import wait_for
 
 
 def test_control_injects_what_the_poller_then_sees(emulator):
@@ -54,10 +53,10 @@ def test_control_faults(emulator):
     with pytest.raises(ImdsUnavailable):
         client.get("/latest/meta-data/instance-id")
     control.refuse_connections(0.3)
-    wait_for(lambda: not emulator.accepting, what="the emulator to stop listening")
+    wait_for(lambda: not emulator.accepting, timeout=5, what="the emulator to stop listening")
     with pytest.raises(ImdsUnavailable, match="refused"):
         client.get("/latest/meta-data/instance-id")
-    wait_for(lambda: emulator.accepting, what="the emulator to listen again")
+    wait_for(lambda: emulator.accepting, timeout=5, what="the emulator to listen again")
     assert client.get("/latest/meta-data/instance-id").ok
 
 

@@ -1,4 +1,4 @@
-"""Hostile events-queue bodies (issue 10, items 4 and 5): ``parse_message`` fails only with its own
+"""Hostile events-queue bodies: ``parse_message`` fails only with its own
 one-line ``UnreadableEvent``, and times are RFC 3339 only, as on the IMDS side."""
 
 from __future__ import annotations

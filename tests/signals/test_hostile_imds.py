@@ -1,4 +1,4 @@
-"""A hostile metadata service (issue 10, items 3, 5 and 13): one bad item never blinds the poller.
+"""A hostile metadata service: one bad item never blinds the poller.
 
 Every test goes through a real HTTP server (``AdversarialImds``) that serves exact bytes, so what
 is tested is the client, the poller and the interpreters together, as on a node.
@@ -21,9 +21,9 @@ from gpucloud.signals import interpret
 from gpucloud.signals.imds import ImdsClient, ImdsUnavailable
 from gpucloud.signals.interpret import InterpretRules, MalformedPayload
 from gpucloud.signals.poller import ImdsPoller
+from helpers.waiting import wait_for
 
 from .adversarial_imds import AdversarialImds
-from .helpers import wait_for
 
 DEEP = "[" * 100_000 + "]" * 100_000
 DEEP_OBJECT = '{"a":' * 5_000 + "1" + "}" * 5_000
@@ -55,7 +55,7 @@ def kinds(notices) -> list[str]:
     return sorted(n.kind for n in notices)
 
 
-# -- item 3: each item is read and interpreted on its own ------------------------------------
+# -- each item is read and interpreted on its own --------------------------------------------
 BAD_ANSWERS = {
     "instance-action year 10000": (interpret.INSTANCE_ACTION, json.dumps({"action": "terminate", "time": YEAR_10000})),
     "termination-time year 10000": (interpret.TERMINATION_TIME, YEAR_10000),
@@ -110,7 +110,7 @@ def test_a_notice_arriving_while_a_bad_item_is_served_is_seen_within_one_interva
     poller.on_notice = on_notice
     poller.start()
     try:
-        wait_for(lambda: poller.health.rounds >= 2, what="two rounds over the bad item")
+        wait_for(lambda: poller.health.rounds >= 2, timeout=5, what="two rounds over the bad item")
         rounds_done = poller.health.rounds
         server.serve(interpret.TARGET_LIFECYCLE_STATE, "Terminated")
         assert arrived.wait(10), "the lifecycle notice was never reported"
@@ -120,7 +120,7 @@ def test_a_notice_arriving_while_a_bad_item_is_served_is_seen_within_one_interva
     assert reported_after_rounds == [pytest.approx(rounds_done, abs=1)] and reported_after_rounds[0] <= rounds_done + 1
 
 
-# -- item 3: a token that cannot go back in a header -----------------------------------------
+# -- a token that cannot go back in a header -------------------------------------------------
 @pytest.mark.parametrize("token", [b"abc\ndef", b"abc\r\ndef", "t\u00f6k\u20acn".encode(), b"a" * 5000, b"   "])
 def test_a_token_that_cannot_be_a_header_is_refused_cleanly(server, token, caplog):
     server.token.body = token
@@ -137,7 +137,7 @@ def test_a_token_that_cannot_be_a_header_is_refused_cleanly(server, token, caplo
     assert len(token_lines) == 1  # rate-limited: one line, not one per request
 
 
-# -- item 3: total time per request -----------------------------------------------------------
+# -- total time per request -------------------------------------------------------------------
 def test_a_dripping_answer_is_cut_at_the_total_time(server):
     """Each byte comes within the read timeout, so only a total limit ends the request."""
     body = json.dumps({"action": "terminate", "time": stamp(time.time() + 100)})[:20]
@@ -165,7 +165,7 @@ def test_an_oversized_answer_is_refused_not_buffered(server):
     assert err.value.reason == "too-large"
 
 
-# -- item 5: only the documented time formats ---------------------------------------------------
+# -- only the documented time formats -----------------------------------------------------------
 NOT_RFC3339 = ["2026-11-25", "2030-W01-1", "20261123T203000", "2026-11-24 20:30:00Z", "2026-11-24T20:30:00"]
 
 
@@ -233,7 +233,7 @@ def test_decision_an_active_event_that_began_ten_years_ago_is_an_overdue_notice(
     assert notices[0].seconds_left(now) < 0
 
 
-# -- item 13: repeated problems are rate-limited --------------------------------------------------
+# -- repeated problems are rate-limited -----------------------------------------------------------
 def test_a_failing_token_endpoint_logs_one_line_not_one_per_request(server, caplog):
     server.token.status = 503
     server.serve(interpret.TARGET_LIFECYCLE_STATE, "InService")
@@ -364,7 +364,7 @@ def test_fuzz_imds_answers_never_hide_a_genuine_notice(server, data):
 @pytest.mark.parametrize("token", [b"abc\ndef", b"abc\r\ndef", "t\u00f6k\u20acn".encode()])
 def test_doctor_probe_reports_a_bad_token_instead_of_crashing(server, token):
     """``gpucloud doctor`` reads IMDS through this client; a token with a line break or a
-    character outside Latin-1 raised ValueError from http.client there (issue 10, item 11)."""
+    character outside Latin-1 raised ValueError from http.client there."""
     from gpucloud.doctor.collect import probe_imds
 
     server.token.body = token

@@ -12,8 +12,9 @@ from gpucloud.signals import interpret
 from gpucloud.signals.imds import ImdsClient
 from gpucloud.signals.interpret import InterpretRules
 from gpucloud.signals.poller import ImdsPoller
+from helpers.waiting import wait_for
 
-from .helpers import FakeClock, wait_for
+from .helpers import FakeClock
 
 
 @pytest.fixture
@@ -218,11 +219,11 @@ def test_thread_reports_a_notice_within_the_interval(emulator):
     poller = ImdsPoller(ImdsClient(emulator.endpoint), interval=0.05, on_notice=on_notice)
     poller.start()
     try:
-        wait_for(lambda: poller.health.rounds >= 2, what="two quiet rounds")
+        wait_for(lambda: poller.health.rounds >= 2, timeout=5, what="two quiet rounds")
         emulator.spot_interruption()
         assert arrived.wait(5)
         rounds = poller.health.rounds
-        wait_for(lambda: poller.health.rounds >= rounds + 3, what="three more rounds")
+        wait_for(lambda: poller.health.rounds >= rounds + 3, timeout=5, what="three more rounds")
         assert len(got) == 1  # the notice is still served, but reported once
     finally:
         poller.stop()

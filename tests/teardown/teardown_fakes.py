@@ -10,7 +10,7 @@ from typing import Any
 from gpucloud.infra.automation import StackOperationFailed, StackResource
 from gpucloud.lifecycle.model import AttemptEnd, AttemptState, Job, JobSpec
 from gpucloud.queue.protocol import JobQueue
-from jobs.conftest import wait_for
+from helpers.waiting import wait_for
 
 SPEC = JobSpec(command=["python", "train.py"])
 STACK = "ci-smoke-42"

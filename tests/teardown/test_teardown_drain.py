@@ -16,7 +16,7 @@ from gpucloud.queue.connect import open_queue
 from gpucloud.queue.protocol import JobQueue
 from gpucloud.queue.sqlite import SqliteQueue
 from gpucloud.teardown.drain import TEARDOWN_SOURCE, drain
-from jobs.conftest import wait_for
+from helpers.waiting import wait_for
 
 FAST = {"poll_s": 0.05}
 
@@ -130,7 +130,7 @@ def test_a_real_supervisor_saves_its_step_and_requeues_on_the_drain(tmp_path: Pa
     from gpucloud.jobs.runner import supervise_job
     from gpucloud.jobs.supervisor import SupervisorConfig
     from gpucloud.lifecycle.model import JobSpec
-    from jobs.conftest import Inbox
+    from helpers.notices import Inbox
     from jobs.test_runner import COOPERATIVE
 
     fast = SupervisorConfig(ack_timeout=5.0, stop_margin=1.0, exit_grace=5.0, kill_after=1.0, tick=0.02, stop_poll=0.1)

@@ -11,7 +11,7 @@ import pytest
 
 from cli_run import run_cli as run
 from gpucloud.lifecycle.model import JobSpec, JobState
-from gpucloud.queue import locations
+from gpucloud.queue import connect
 from gpucloud.queue.protocol import JobQueue
 from gpucloud.queue.sqlite import SqliteQueue
 from jobqueue.aws_fixtures import aws_job_plane  # noqa: F401  (fixture: the job plane on the session moto server)
@@ -29,7 +29,7 @@ def count_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every read the command's queue makes once open: each SELECT on the SQLite file, each
     DynamoDB request (a page of a paginated call is a request)."""
     reads: list[str] = []
-    real_open = locations.open_queue
+    real_open = connect.open_queue
 
     def open_counted(uri: str | None = None) -> JobQueue:
         queue = real_open(uri)
@@ -39,7 +39,7 @@ def count_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             queue._ddb.meta.events.register("before-call.dynamodb", lambda model, **_: reads.append(model.name))
         return queue
 
-    monkeypatch.setattr(locations, "open_queue", open_counted)
+    monkeypatch.setattr(connect, "open_queue", open_counted)
     return reads
 
 
@@ -51,7 +51,7 @@ def reads_to_list(capsys, reads: list[str], uri: str, *args: str) -> tuple[int, 
 
 
 def add_jobs(uri: str, n: int, record: Callable[[JobQueue], str] = record_interrupted_job) -> None:
-    queue = locations.open_queue(uri)  # counted too: the count is cleared before each listing
+    queue = connect.open_queue(uri)  # counted too: the count is cleared before each listing
     try:
         for _ in range(n):
             record(queue)
@@ -75,7 +75,7 @@ def test_jobs_prices_every_listed_job_in_as_many_reads_for_six_jobs_as_for_two(
 
 @pytest.mark.parametrize("states", [None, [JobState.FINISHED], [JobState.QUEUED, JobState.RUNNING]])
 def test_histories_are_what_list_jobs_attempts_and_events_read_one_job_at_a_time(queue_uri, states):
-    queue = locations.open_queue(queue_uri)
+    queue = connect.open_queue(queue_uri)
     try:
         record_interrupted_job(queue)
         queue.submit(JobSpec(command=["queued"]))

@@ -117,7 +117,7 @@ def test_bad_durations(text: str) -> None:
 
 def test_hourly_cost_of_what_was_found_comes_from_the_catalog() -> None:
     from gpucloud.catalog.pricing import hourly_price
-    from gpucloud.teardown.cost import hourly_usd
+    from gpucloud.teardown.hourly_cost import hourly_usd
 
     def instance(itype: str, lifecycle: str) -> Found:
         return Found(f"{A}:instance/i-1", "ec2:instance", "i-1", {}, instance_type=itype, lifecycle=lifecycle)

@@ -7,9 +7,9 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
-from gpucloud.teardown.cost import hourly_usd
 from gpucloud.teardown.delete import Deleter
 from gpucloud.teardown.discover import Discovery, created_times
+from gpucloud.teardown.hourly_cost import hourly_usd
 from gpucloud.teardown.plan import Decision, Selection, plan_sweep
 
 

@@ -14,8 +14,8 @@ from gpucloud.lifecycle.model import JobSpec, JobState
 from gpucloud.queue import connect
 from gpucloud.queue.protocol import JobQueue
 from gpucloud.queue.sqlite import SqliteQueue
+from helpers.job_histories import record_history, spot_then_on_demand
 from jobqueue.aws_fixtures import aws_job_plane  # noqa: F401  (fixture: the job plane on the session moto server)
-from jobqueue.test_job_cost_contract import record_interrupted_job
 
 
 @pytest.fixture(params=["sqlite", "aws"])
@@ -50,7 +50,11 @@ def reads_to_list(capsys, reads: list[str], uri: str, *args: str) -> tuple[int, 
     return len(reads), json.loads(out)
 
 
-def add_jobs(uri: str, n: int, record: Callable[[JobQueue], str] = record_interrupted_job) -> None:
+def _interrupted_job(queue: JobQueue) -> str:
+    return record_history(queue, spot_then_on_demand())
+
+
+def add_jobs(uri: str, n: int, record: Callable[[JobQueue], str] = _interrupted_job) -> None:
     queue = connect.open_queue(uri)  # counted too: the count is cleared before each listing
     try:
         for _ in range(n):
@@ -77,7 +81,7 @@ def test_jobs_prices_every_listed_job_in_as_many_reads_for_six_jobs_as_for_two(
 def test_histories_are_what_list_jobs_attempts_and_events_read_one_job_at_a_time(queue_uri, states):
     queue = connect.open_queue(queue_uri)
     try:
-        record_interrupted_job(queue)
+        record_history(queue, spot_then_on_demand())
         queue.submit(JobSpec(command=["queued"]))
         running = queue.submit(JobSpec(command=["running"]))
         queue.claim("w", lease_seconds=60, job_id=running.id)

@@ -16,11 +16,15 @@ from gpucloud.signals.interpret import parse_rfc3339
 
 RESERVATION = "cr-0123456789abcdef0"
 OTHER = "cr-0fedcba9876543210"  # a block of another cluster in the same account
-# EC2 sends the warning 40 minutes before the block ends; an end already past would be a stale event.
-DETAIL = {
-    "capacity-reservation-id": RESERVATION,
-    "end-date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 40 * 60)),
-}
+
+
+def warning_detail() -> dict[str, str]:
+    """EC2 sends the warning 40 minutes before the block ends: the end is taken from the clock when the
+    event is sent (a time fixed at import is long past on a loaded machine, and the event then stale)."""
+    return {
+        "capacity-reservation-id": RESERVATION,
+        "end-date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 40 * 60)),
+    }
 
 
 def test_the_expiration_warning_reaches_the_events_queue_and_is_read_as_one(fresh_aws_account):
@@ -28,6 +32,7 @@ def test_the_expiration_warning_reaches_the_events_queue_and_is_read_as_one(fres
     url = sqs.create_queue(QueueName="events")["QueueUrl"]
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     block = capacity_block_pattern([RESERVATION])
+    detail = warning_detail()
     for name, pattern in {"capacity-block-expiry": block, "rebalance": REBALANCE}.items():
         events.put_rule(Name=name, EventPattern=json.dumps(pattern), State="ENABLED")
         events.put_targets(Rule=name, Targets=[{"Id": "events-queue", "Arn": arn}])
@@ -36,16 +41,16 @@ def test_the_expiration_warning_reaches_the_events_queue_and_is_read_as_one(fres
             {
                 "Source": "aws.ec2",
                 "DetailType": "Capacity Block Reservation Expiration Warning",
-                "Detail": json.dumps(DETAIL),
+                "Detail": json.dumps(detail),
                 "Resources": [f"arn:aws:ec2:us-east-1:123456789012:capacity-reservation/{RESERVATION}"],
             },
             # a capacity-block event the agents need not hear about: matched by no rule
-            {"Source": "aws.ec2", "DetailType": "Capacity Block Delivered", "Detail": json.dumps(DETAIL)},
+            {"Source": "aws.ec2", "DetailType": "Capacity Block Delivered", "Detail": json.dumps(detail)},
             # another cluster's block ending (the event is account-wide): not this cluster's business
             {
                 "Source": "aws.ec2",
                 "DetailType": "Capacity Block Reservation Expiration Warning",
-                "Detail": json.dumps({**DETAIL, "capacity-reservation-id": OTHER}),
+                "Detail": json.dumps({**detail, "capacity-reservation-id": OTHER}),
             },
         ]
     )
@@ -56,4 +61,4 @@ def test_the_expiration_warning_reaches_the_events_queue_and_is_read_as_one(fres
     event_time = parse_rfc3339(json.loads(body)["time"])
     parsed = parse_message(body, now=event_time + 1)
     assert isinstance(parsed, ReservationExpiring) and parsed.reservation_id == RESERVATION
-    assert parsed.deadline == min(event_time + 600, parse_rfc3339(DETAIL["end-date"]) - 1800)
+    assert parsed.deadline == min(event_time + 600, parse_rfc3339(detail["end-date"]) - 1800)

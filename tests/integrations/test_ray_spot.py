@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,8 +18,8 @@ import ray
 import torch
 from tests.integrations import ray_cluster as rc
 
-# One cluster for the module, so its tests run on one xdist worker: the group is what
-# tests/conftest.py moves to the front of the collection (worksteal never splits a worker's head).
+# One cluster for the module, so its tests belong on one xdist worker: tests/conftest.py moves the
+# group to the head of the collection, where worksteal's initial split keeps it together.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray-cluster")]
 
 
@@ -35,36 +34,13 @@ def nodes():
     cluster.shutdown()
 
 
-class Reference:
-    """An uninterrupted run of the same function, trained in the background on two nodes of its
-    own, so it overlaps the first test's run instead of preceding it; ``weights()`` waits for it."""
-
-    def __init__(self, nodes: rc.RayNodes, base: Path) -> None:
-        for _ in range(2):
-            nodes.add()
-        self.logdir = base / "log"
-        cfg = rc.config(self.logdir, base / "ckpt", integration=True, pause_at=None)
-        self.run = rc.Run(rc.trainer(cfg, base / "ray", "reference", max_failures=0))
-        self.run.start()
-        self._weights: dict[str, torch.Tensor] | None = None
-
-    def make_room(self, nodes: rc.RayNodes, free: int) -> None:
-        """Enough nodes for a run of the test's that needs ``free`` of them, next to this one."""
-        while len(nodes.nodes) < free + (2 if self.run.is_alive() else 0):
-            nodes.add()
-
-    def weights(self) -> dict[str, torch.Tensor]:
-        if self._weights is None:
-            self.run.outcome(timeout=600)
-            self._weights = _final(self.logdir)
-        return self._weights
-
-
 @pytest.fixture(scope="module")
-def reference(nodes, tmp_path_factory) -> Iterator[Reference]:
-    ref = Reference(nodes, tmp_path_factory.mktemp("ray-reference"))
-    yield ref
-    ref.run.join(timeout=600)  # never leave a fit() running into the cluster's shutdown
+def reference(nodes, tmp_path_factory) -> dict[str, torch.Tensor]:
+    """The final weights of an uninterrupted run of the same function."""
+    base = tmp_path_factory.mktemp("ray-reference")
+    cfg = rc.config(base / "log", base / "ckpt", integration=True, pause_at=None)
+    rc.Run(rc.trainer(cfg, base / "ray", "reference", max_failures=0)).start()
+    return _final(base / "log")
 
 
 def _final(logdir: Path, timeout: float = 300) -> dict[str, torch.Tensor]:
@@ -77,7 +53,6 @@ def _bitwise_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bo
 
 
 def test_a_notice_on_one_node_saves_the_agreed_step_and_the_group_restarts_from_it(nodes, reference, tmp_path):
-    reference.make_room(nodes, free=3)  # two workers and the spare the restarted group moves to
     run = rc.interrupted_run(nodes, tmp_path, lead_seconds=15)
     preempted = run.of("preempted")
     assert sorted(e["rank"] for e in preempted) == [0, 1], f"not every worker handled the preemption: {preempted}"
@@ -87,11 +62,10 @@ def test_a_notice_on_one_node_saves_the_agreed_step_and_the_group_restarts_from_
     assert {e["committed"] for e in preempted} == {step}, preempted
     assert {e["step"] for e in run.restarts} == {step}, f"restarted from {run.restarts}, committed {step}"
     assert run.trained_before_restart - step <= 1, f"trained to {run.trained_before_restart}, resumed at {step}"
-    assert _bitwise_equal(_final(run.logdir), reference.weights())
+    assert _bitwise_equal(_final(run.logdir), reference)
 
 
 def test_a_notice_with_too_little_time_left_uses_the_last_committed_checkpoint(nodes, reference, tmp_path):
-    reference.make_room(nodes, free=3)
     run = rc.interrupted_run(nodes, tmp_path, lead_seconds=1)
     preempted = run.of("preempted")
     assert sorted(e["rank"] for e in preempted) == [0, 1], f"not every worker handled the preemption: {preempted}"
@@ -104,7 +78,7 @@ def test_a_notice_with_too_little_time_left_uses_the_last_committed_checkpoint(n
     # nothing is lost; otherwise the run goes back to the last periodic save before the notice.
     assert 0 < resumed_at <= step and resumed_at % 4 == 0, f"resumed at {resumed_at}, preempted at {step}"
     assert resumed_at >= max(e["last_committed"] or 0 for e in preempted)
-    assert _bitwise_equal(_final(run.logdir), reference.weights())
+    assert _bitwise_equal(_final(run.logdir), reference)
 
 
 def _spot_train(home: Path, ray_address: str, *args: str, **settings) -> subprocess.Popen:
@@ -149,9 +123,8 @@ def test_a_lost_cluster_requeues_the_run_and_it_resumes_from_the_same_checkpoint
     finally:
         doomed.shutdown()  # every node, head included: the whole cluster is gone
     assert first.wait(timeout=120) == 75, "a lost cluster must requeue the run (spot-train exits 75)"
-    reference.make_room(nodes, free=2)
     second = _spot_train(tmp_path, nodes.cluster.address, "--job-id", "ray-lost", **settings)
     assert second.wait(timeout=400) == 0
     resumed = [e for e in rc.events(logdir) if e["event"] == "start" and e["step"] > 0]
     assert {e["step"] for e in resumed} == {committed}, resumed
-    assert _bitwise_equal(_final(logdir), reference.weights())
+    assert _bitwise_equal(_final(logdir), reference)

@@ -104,20 +104,3 @@ def fresh_aws_account(moto_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
         monkeypatch.delenv(name, raising=False)
     reset_account(moto_server)  # every test starts from an empty account
     return moto_server
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked ``xdist_group`` (a module that shares one costly resource, such as the Ray
-    cluster of tests/integrations/test_ray_spot.py) go first, group by group, the rest keep their
-    order. ``--dist worksteal`` hands each worker a contiguous run of the collection and steals
-    only from the tail of a worker's queue, so a group at the head of the first run stays on one
-    worker (the resource is built once), and the suite's longest module starts at once instead of
-    wherever its name falls."""
-
-    def group(item: pytest.Item) -> str | None:
-        marker = item.get_closest_marker("xdist_group")
-        return None if marker is None else str(marker.args[0] if marker.args else marker.kwargs.get("name"))
-
-    firsts = [g for g in dict.fromkeys(group(item) for item in items) if g is not None]
-    rank = {g: i for i, g in enumerate(firsts)}
-    items.sort(key=lambda item: rank.get(group(item), len(rank)))  # stable: order kept within each

@@ -18,9 +18,7 @@ import ray
 import torch
 from tests.integrations import ray_cluster as rc
 
-# One cluster for the module, so its tests belong on one xdist worker: tests/conftest.py moves the
-# group to the head of the collection, where worksteal's initial split keeps it together.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray-cluster")]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

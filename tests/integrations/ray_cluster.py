@@ -20,8 +20,13 @@ from gpucloud.offline.imds_emulator import ImdsEmulator
 from gpucloud.signals.hub import SignalHub
 
 ROOT = Path(__file__).resolve().parents[2]
-# Ray Train's watcher polls draining nodes every 5 s by default; the tests poll faster.
-RAY_ENV = {"RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S": "0.5", "RAY_DEDUP_LOGS": "0"}
+# Ray Train's watcher polls draining nodes every 5 s by default, and its controller polls the
+# worker group (finished, failed, preempted) every 2 s; the tests poll both faster.
+RAY_ENV = {
+    "RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S": "0.5",
+    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
+    "RAY_DEDUP_LOGS": "0",
+}
 
 
 def wait_for(what: str, condition: Callable[[], Any], timeout: float = 120.0, every: float = 0.05) -> Any:

@@ -18,7 +18,7 @@ def test_check_shipped_matrix_passes(capsys):
 
 
 def test_check_json_lists_every_rule(capsys):
-    code, out, _ = run(capsys, "image", "check", str(SHIPPED_MATRIX), "--output", "json")
+    code, out, _ = run(capsys, "image", "check", "--matrix", str(SHIPPED_MATRIX), "--output", "json")
     report = json.loads(out)
     assert code == 0 and report["failed"] == 0 and len(report["rules"]) == 18
     assert {r["status"] for r in report["rules"]} == {"pass"}
@@ -40,7 +40,7 @@ def test_check_broken_matrix_exits_1_and_names_the_clash(capsys, tmp_path):
 def test_unreadable_matrix_is_a_one_line_error(capsys, tmp_path):
     bad = tmp_path / "versions.yaml"
     bad.write_text("schema_version: 1\nversions: [\n")
-    code, out, err = run(capsys, "image", "check", str(bad))
+    code, out, err = run(capsys, "image", "check", "--matrix", str(bad))
     assert code == 2 and out == ""
     assert err.startswith("gpucloud: error: ") and err.count("\n") == 1 and "not valid YAML" in err
 
@@ -49,7 +49,7 @@ def test_check_catches_a_malformed_component_document(capsys, tmp_path):
     images = tmp_path / "images"
     shutil.copytree(REPO / "images", images)
     (images / "components" / "30-cuda.yaml").write_text("name: gpucloud-30-cuda\nschemaVersion: 1.0\nphases: []\n")
-    code, _, err = run(capsys, "image", "check", str(SHIPPED_MATRIX), "--images-dir", str(images))
+    code, _, err = run(capsys, "image", "check", "--matrix", str(SHIPPED_MATRIX), "--images-dir", str(images))
     assert code == 2 and "30-cuda.yaml: phases must be a non-empty list" in err
 
 
@@ -83,7 +83,7 @@ def test_hostile_matrix_is_a_one_line_error(capsys, tmp_path, text, expected):
     # deep YAML once gave a RecursionError traceback from `image check`
     bad = tmp_path / "versions.yaml"
     bad.write_text(text)
-    code, out, err = run(capsys, "image", "check", str(bad))
+    code, out, err = run(capsys, "image", "check", "--matrix", str(bad))
     assert code == 2 and out == "" and "Traceback" not in err
     assert err.count("\n") == 1 and expected in err and "at line" in err
 
@@ -92,5 +92,5 @@ def test_deep_component_document_is_a_one_line_error(capsys, tmp_path):
     images = tmp_path / "images"
     shutil.copytree(REPO / "images", images)
     (images / "components" / "30-cuda.yaml").write_text("phases: " + "[" * 3000 + "]" * 3000 + "\n")
-    code, _, err = run(capsys, "image", "check", str(SHIPPED_MATRIX), "--images-dir", str(images))
+    code, _, err = run(capsys, "image", "check", "--matrix", str(SHIPPED_MATRIX), "--images-dir", str(images))
     assert code == 2 and err.count("\n") == 1 and "30-cuda.yaml: not valid component document YAML" in err

@@ -1,6 +1,6 @@
 """The example training script (``examples/train_spot.py``), held before a step boundary until the
-test opens a gate: the fleet simulation's attempt 1 then cannot finish before its notice comes,
-however slowly a loaded machine starts the standby agent.
+test opens a gate: attempt 1 of the fleet simulation (and of the lost-member test) then cannot finish
+before its notice comes (or its node dies), however slowly a loaded machine starts the standby agent.
 
 ``GPUCLOUD_TEST_GATE``: the gate file; while it is absent, ``step_done(n)`` for n past
 ``GPUCLOUD_TEST_GATE_AFTER`` waits for it, and a rank that waits says so in ``<gate>.held`` (the
@@ -18,6 +18,9 @@ from pathlib import Path
 
 from gpucloud.checkpoint import TrainingSession
 from gpucloud.offline.demo import EXAMPLE
+
+# This script, run in place of the example
+GATED_EXAMPLE = Path(__file__).resolve()
 
 
 def held_marker(gate: Path) -> Path:

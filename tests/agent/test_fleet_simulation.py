@@ -22,11 +22,9 @@ from gpucloud.queue.sqlite import SqliteQueue
 from jobqueue.aws_fixtures import aws_job_plane  # noqa: F401  (fixture: the job plane on the session moto server)
 
 from .conftest import CLI
-from .gated_train import held_marker
+from .gated_train import GATED_EXAMPLE, held_marker
 
 STEPS = 30
-# The example, held at a step boundary until the notice is out (run_noticed_gang opens the gate).
-GATED_EXAMPLE = Path(__file__).with_name("gated_train.py")
 
 
 def train(*, out: Path, nproc: int, standalone: bool, step_seconds: float) -> list[str]:

@@ -18,14 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud import control
 from gpucloud.lifecycle.model import AttemptState, JobSpec, JobState
-from gpucloud.offline.demo import EXAMPLE
 from gpucloud.offline.local_fleet import free_port
 from gpucloud.queue.sqlite import SqliteQueue
 from helpers.waiting import wait_for
 
 from .conftest import CLI
+from .gated_train import GATED_EXAMPLE, held_marker
 
 
 def descendants(pid: int) -> list[int]:
@@ -80,7 +79,7 @@ def test_a_killed_member_fails_the_attempt_over_once_and_the_job_finishes(tmp_pa
         "-m",
         "torch.distributed.run",
         "--nproc-per-node=1",
-        str(EXAMPLE),
+        str(GATED_EXAMPLE),
         "--steps",
         "20",
         "--seed",
@@ -95,22 +94,22 @@ def test_a_killed_member_fails_the_attempt_over_once_and_the_job_finishes(tmp_pa
     job = queue.submit(
         JobSpec(command=command, checkpoint_uri=str(tmp_path / "durable"), nodes=2, max_attempts=3), job_id="lost"
     )
+    # Training holds past step 4 until the gate opens: attempt 1 cannot finish before node b dies, however
+    # slowly a loaded machine starts the standby (gated_train.py).
+    gate = tmp_path / "b-killed"
+    env = {**env, "GPUCLOUD_TEST_GATE": str(gate), "GPUCLOUD_TEST_GATE_AFTER": "4"}
     port = free_port()
     procs = {"a": start_agent(env, tmp_path, "a", port), "b": start_agent(env, tmp_path, "b", port)}
     try:
         wait_for(lambda: queue.get(job.id).state is JobState.RUNNING, 60, "the gang to start")
-        progress = tmp_path / "b" / "run" / job.id / "attempt-1" / "control"
-        wait_for(
-            lambda: (p := control.read(progress, control.PROGRESS)) is not None and p["step"] >= 4,
-            90,
-            "attempt 1 to reach step 4",
-        )
+        wait_for(held_marker(gate).exists, 90, "attempt 1 to reach step 4")
         procs["standby"] = start_agent(env, tmp_path, "standby", port)
         wait_for(lambda: len(queue.nodes()) == 3, 60, "the standby to report itself")
         # Node b dies: its agent, torchrun and ranks, all at once, with no chance to clean up.
         victims = [procs["b"].pid, *descendants(procs["b"].pid)]
         for pid in victims:
             os.kill(pid, signal.SIGKILL)
+        gate.touch()  # rank a cannot pass a step without b; attempt 2 must not be held
         outputs = {name: procs[name].communicate(timeout=180) for name in ("a", "standby")}
     finally:
         for proc in procs.values():

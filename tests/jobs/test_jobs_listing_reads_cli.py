@@ -64,9 +64,11 @@ def add_jobs(uri: str, n: int, record: Callable[[JobQueue], str] = _interrupted_
 
 
 @pytest.mark.parametrize("state_args", [(), ("--state", "finished", "--state", "running")])
-def test_jobs_prices_every_listed_job_in_as_many_reads_for_six_jobs_as_for_two(
+def test_jobs_prices_every_listed_job_without_reading_the_queue_per_job_twice(
     capsys, monkeypatch, queue_uri, state_args
 ):
+    """Reads do not grow with the jobs listed, except on DynamoDB with --state: there one Query per
+    listed job reads its attempts and events together (a Scan would read the table's whole history)."""
     reads = count_reads(monkeypatch)
     add_jobs(queue_uri, 2)
     few, listed = reads_to_list(capsys, reads, queue_uri, *state_args)
@@ -74,7 +76,8 @@ def test_jobs_prices_every_listed_job_in_as_many_reads_for_six_jobs_as_for_two(
     add_jobs(queue_uri, 4)
     many, listed = reads_to_list(capsys, reads, queue_uri, *state_args)
     assert len(listed) == 6 and all(row["cost_usd"] is not None for row in listed)
-    assert many == few, f"{few} reads for 2 jobs, {many} for 6: reads per listed job"
+    per_job = 1 if state_args and queue_uri.startswith("aws://") else 0
+    assert many - few == 4 * per_job, f"{few} reads for 2 jobs, {many} for 6"
 
 
 @pytest.mark.parametrize("states", [None, [JobState.FINISHED], [JobState.QUEUED, JobState.RUNNING]])

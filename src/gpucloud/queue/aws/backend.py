@@ -658,7 +658,9 @@ class AwsQueue:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def _partition(self, job_id: str, prefix: str) -> list[dict[str, Any]]:
+    def _partition(self, job_id: str, prefix: str | None = None) -> list[dict[str, Any]]:
+        """The items of one job's partition whose sort key starts with ``prefix`` (None: all of them),
+        in one paginated, strongly consistent Query."""
         items: list[dict[str, Any]] = []
         for page in self._ddb.get_paginator("query").paginate(
             **aws_ops.key_condition(self.table, job_pk(job_id), prefix)
@@ -681,18 +683,25 @@ class AwsQueue:
 
     @_aws_call("reading the jobs with their attempts and timelines")
     def histories(self, states: Iterable[JobState] | None = None) -> list[tuple[Job, list[Attempt], list[Event]]]:
-        """One Scan of the table (paginated: a request per MB of items), not a GetItem and a Query
-        of attempts and of events per job: DynamoDB has no Query across the jobs' partitions. A
-        consistent Scan holds every write that completed before it began; its filter drops node
-        records and slot items after they are read (API_Scan: ConsistentRead, FilterExpression,
-        https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Scan.html).
-        Needs ``dynamodb:Scan`` on the table (the node role grants it, ``infra/iam.py``)."""
+        """Every listed job with its attempts and events, in reads that do not grow twice per job.
+
+        All states: one Scan of the table (paginated: a request per MB of items), not a GetItem and
+        a Query of attempts and of events per job: DynamoDB has no Query across the jobs'
+        partitions. A consistent Scan holds every write that completed before it began; its filter
+        drops node records and slot items after they are read (API_Scan: ConsistentRead,
+        FilterExpression, https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Scan.html).
+        Needs ``dynamodb:Scan`` on the table (the node role grants it, ``infra/iam.py``).
+
+        Some states (``jobs --state running``): the ``by-state`` index lists them, then one Query of
+        each listed job's partition reads its attempts and events together; a Scan would read the
+        whole history of the table to find a few running jobs."""
+        wanted = {JobState(s) for s in (states if states is not None else JobState)}
+        if wanted != set(JobState):
+            return [self._history(job, self._partition(job.id)) for job in self.list_jobs(wanted)]
         from gpucloud.queue.aws.schema import RANGE_KEY
 
-        wanted = {JobState(s).value for s in (states if states is not None else JobState)}
         metas: list[dict[str, Any]] = []
-        attempts: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-        events: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        partitions: dict[str, list[dict[str, Any]]] = {}
         params: dict[str, Any] = {
             "TableName": self.table,
             "ConsistentRead": True,
@@ -706,22 +715,23 @@ class AwsQueue:
         }
         for page in self._ddb.get_paginator("scan").paginate(**params):
             for item in page.get("Items", []):
-                pk, sk = str(item[HASH_KEY].get("S")), str(item[RANGE_KEY].get("S"))
-                if sk == META:
-                    if item.get(STATE_INDEX_HASH_KEY, {}).get("S") in wanted:
-                        metas.append(item)
-                elif sk.startswith(ATTEMPT_PREFIX):
-                    attempts.setdefault(pk, []).append((sk, item))
+                if str(item[RANGE_KEY].get("S")) == META:
+                    metas.append(item)
                 else:
-                    events.setdefault(pk, []).append((sk, item))
-        found: list[tuple[Job, list[Attempt], list[Event]]] = []
-        for job in sorted(self._readable_jobs(metas), key=lambda j: (j.created_at, j.id)):
-            pk = job_pk(job.id)
-            tried = [item_to_attempt(i, self.table) for _, i in sorted(attempts.get(pk, []), key=lambda p: p[0])]
-            timeline = [item_to_event(i, self.table) for _, i in sorted(events.get(pk, []), key=lambda p: p[0])]
-            order = sorted(range(len(timeline)), key=lambda i: (timeline[i].at, i))  # as ``events``: by time
-            found.append((job, tried, [timeline[i] for i in order]))
-        return found
+                    partitions.setdefault(str(item[HASH_KEY].get("S")), []).append(item)
+        jobs = sorted(self._readable_jobs(metas), key=lambda j: (j.created_at, j.id))
+        return [self._history(job, partitions.get(job_pk(job.id), [])) for job in jobs]
+
+    def _history(self, job: Job, items: Iterable[dict[str, Any]]) -> tuple[Job, list[Attempt], list[Event]]:
+        """``job`` with the attempts and events among ``items`` (its partition's), ordered as
+        ``attempts`` and ``events`` order them; meta, slot and other items are left out."""
+        from gpucloud.queue.aws.schema import RANGE_KEY
+
+        keyed = sorted(((str(i[RANGE_KEY].get("S")), i) for i in items), key=lambda p: p[0])
+        tried = [item_to_attempt(i, self.table) for sk, i in keyed if sk.startswith(ATTEMPT_PREFIX)]
+        timeline = [item_to_event(i, self.table) for sk, i in keyed if sk.startswith(EVENT_PREFIX)]
+        order = sorted(range(len(timeline)), key=lambda i: (timeline[i].at, i))  # as ``events``: by time
+        return job, tried, [timeline[i] for i in order]
 
     # -- gang slots and node records (GangStore) ----------------------------------------------
     # A slot claim is an item of its own (``slot#<attempt>#<slot>`` in the job's partition), taken

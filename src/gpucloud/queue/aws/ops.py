@@ -99,8 +99,17 @@ def _guard(condition: str, values: Mapping[str, Any] | None) -> dict[str, Any]:
     return guard
 
 
-def key_condition(table: str, pk: str, sk_prefix: str) -> dict[str, Any]:
-    """``Query`` parameters for the items of one partition whose sort key starts with ``sk_prefix``."""
+def key_condition(table: str, pk: str, sk_prefix: str | None) -> dict[str, Any]:
+    """``Query`` parameters for the items of one partition whose sort key starts with ``sk_prefix``
+    (None: every item of the partition)."""
+    if sk_prefix is None:
+        return {
+            "TableName": table,
+            "KeyConditionExpression": "#pk = :pk",
+            "ExpressionAttributeNames": {"#pk": HASH_KEY},
+            "ExpressionAttributeValues": {":pk": {"S": pk}},
+            "ConsistentRead": True,
+        }
     return {
         "TableName": table,
         "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :prefix)",

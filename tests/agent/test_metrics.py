@@ -11,7 +11,6 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from checkpoint.conftest import TinyJob
 from gpucloud import control
 from gpucloud.agent.identity import NodeIdentity, NodeLabels
 from gpucloud.agent.metrics import (
@@ -26,6 +25,7 @@ from gpucloud.agent.metrics import (
 from gpucloud.errors import UserError
 from gpucloud.lifecycle.model import NodeState
 from gpucloud.training_metrics import STEP_SECONDS_BUCKETS, Histogram, SessionMeter, Snapshot
+from helpers.tiny_job import TinyJob
 
 from .conftest import CLI
 

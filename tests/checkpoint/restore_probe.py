@@ -9,10 +9,10 @@ import logging
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/, for the shared helpers
 
-from conftest import TinyJob
 from gpucloud.errors import UserError
+from helpers.tiny_job import TinyJob
 
 
 def probe(uri: str) -> dict:

@@ -14,10 +14,11 @@ import torch
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader  # the train extra: setup.sh installs it
 
-from conftest import REPO, Counter
+from conftest import REPO
 from gpucloud import control, jobenv
 from gpucloud.checkpoint import TrainingSession
 from gpucloud.errors import UserError
+from helpers.tiny_job import Counter
 
 # torchdata 0.11 calls an API torch 2.13 deprecated, once per loader (examples/train_data.py filters it too)
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")

@@ -34,7 +34,7 @@ class States(dict):
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """A pristine job directory (steps 2 and 4 committed) and the state saved at each step."""
-    from conftest import TinyJob
+    from helpers.tiny_job import TinyJob
 
     base = tmp_path_factory.mktemp("fuzz")
     job = TinyJob(str(base / "ck"), every_steps=2, keep_last=5)
@@ -129,7 +129,7 @@ latest_text = st.one_of(
 @fuzz_settings(40)
 @given(ops=damage, latest=latest_text)
 def test_damaged_checkpoint_restores_a_saved_step_or_says_why(saved, tmp_path_factory, ops, latest):
-    from conftest import TinyJob
+    from helpers.tiny_job import TinyJob
 
     pristine, states = saved
     root = tmp_path_factory.mktemp("case")

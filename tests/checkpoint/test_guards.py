@@ -216,7 +216,7 @@ def test_load_errors_are_one_line(tmp_path, tiny_job):
 
 
 def test_load_with_optimizer_and_extra_state_puts_them_back(tmp_path, tiny_job):
-    from conftest import Counter
+    from helpers.tiny_job import Counter
 
     ck = tmp_path / "ck"
     job = tiny_job(str(ck), every_steps=3)

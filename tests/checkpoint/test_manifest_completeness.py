@@ -41,7 +41,7 @@ def identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 def job_15_20(tmp_path_factory):
     """Committed steps 15 and 20 of a job whose shards are mostly tensor bytes (width 64), the
     state saved at step 15, and the largest shard of step 20."""
-    from conftest import TinyJob
+    from helpers.tiny_job import TinyJob
 
     base = tmp_path_factory.mktemp("job")
     uri = str(base / "ck")
@@ -85,7 +85,7 @@ def test_unlisted_flipped_shard_falls_back_at_every_offset(job_15_20, variant, l
 
 
 def test_the_fallback_is_bitwise_what_step_15_saved(job_15_20, tmp_path):
-    from conftest import TinyJob
+    from helpers.tiny_job import TinyJob
 
     uri, job_dir, saved_15, shard = job_15_20
     manifest_path = job_dir / "step-20" / "manifest.json"

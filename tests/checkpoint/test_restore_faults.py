@@ -28,7 +28,7 @@ def committed_job(tmp_path_factory, tiny_job_module):
 
 @pytest.fixture(scope="module")
 def tiny_job_module():
-    from conftest import TinyJob
+    from helpers.tiny_job import TinyJob
 
     return TinyJob
 

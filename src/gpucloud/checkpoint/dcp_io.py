@@ -36,8 +36,8 @@ from torch.distributed.checkpoint.metadata import Metadata
 
 from gpucloud.checkpoint.manifest import DCP_METADATA, FileEntry, ManifestError, file_digest, new_hasher, os_reason
 
-# DCP's default of one writer thread is 2-3x slower than the disk (checkpoint-performance.md
-# §1.3); 8 threads reached raw-write speed there.
+# DCP's default of one writer thread is 2-3x slower than the disk (benchmarks/bench_checkpoint.py
+# measures it); 8 threads reached raw-write speed.
 DEFAULT_WRITER_THREADS = 8
 
 # Without a process group we pass no_dist=True on purpose (one process, its own files); torch still
@@ -266,7 +266,7 @@ class StagingCache:
     """Copies state into CPU buffers that are reused from save to save.
 
     Fresh allocation per save (what ``clone()`` does) is ~7x slower than copying into existing
-    buffers (checkpoint-performance.md §1.3); on GPU hosts the buffers are pinned so the
+    buffers; on GPU hosts the buffers are pinned so the
     device-to-host copy runs at full PCIe speed.
     """
 

@@ -1,6 +1,6 @@
 """The launch template's network interfaces: a pure function of the instance type and the layout.
 
-Two layouts (``p4d-p5-clusters`` reference, §2):
+Two layouts, as the EC2 User Guide documents them:
 
 ``efa-only`` (the current EC2 guide, "Maximize network bandwidth on Amazon EC2 instances with
 multiple network cards", https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html):

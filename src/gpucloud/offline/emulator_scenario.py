@@ -1,7 +1,7 @@
 """The IMDS emulator's state and its answers, without any sockets.
 
-``EmulatorScenario.answer(method, path, headers)`` is the whole IMDS contract of
-``reference/spot-signals-and-emulation.md`` §1 and §4.4 (AEMM's design, fixed where AEMM strays
+``EmulatorScenario.answer(method, path, headers)`` is the whole IMDS contract as the EC2 User Guide
+documents it ("Use the Instance Metadata Service"; AWS's own emulator, AEMM, fixed where it strays
 from AWS): token PUT rules (TTL 1..21600 else 400, ``X-Forwarded-For`` or a versioned path -> 403,
 GET on the token path -> 405), 401 for a missing, unknown or expired token, ``text/plain``
 bodies, 404 for an item that is not there, ``[]`` for no scheduled events, a *fixed* notice time

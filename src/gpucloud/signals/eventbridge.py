@@ -1,6 +1,6 @@
 """Pure functions: one events-queue message body -> a ``Notice`` about one instance, or a skip.
 
-What arrives on the events queue (reference: spot-signals-and-emulation.md §2):
+What arrives on the events queue (the EventBridge event shapes EC2 and EC2 Auto Scaling document):
 
 - EventBridge ``EC2 Spot Instance Interruption Warning`` -> ``spot-interruption``. The event's
   ``time`` is when EC2 *emitted* the warning, and unlike IMDS's ``spot/instance-action`` the event

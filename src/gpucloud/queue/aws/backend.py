@@ -92,7 +92,7 @@ from gpucloud.queue.aws.items import (
     slot_sk_prefix,
 )
 from gpucloud.queue.aws.messages import Action, Decision, Holder, MalformedMessage, decide, parse_slot_message
-from gpucloud.queue.aws.schema import HASH_KEY, STATE_INDEX, STATE_INDEX_HASH_KEY
+from gpucloud.queue.aws.schema import HASH_KEY, RANGE_KEY, STATE_INDEX, STATE_INDEX_HASH_KEY
 from gpucloud.queue.aws.slot_box import ReceivedMessage, SlotMessageBox, held_slot_message
 from gpucloud.queue.aws.uri import AwsQueueAddress
 from gpucloud.queue.gang import gang_worker, view
@@ -698,8 +698,6 @@ class AwsQueue:
         wanted = {JobState(s) for s in (states if states is not None else JobState)}
         if wanted != set(JobState):
             return [self._history(job, self._partition(job.id)) for job in self.list_jobs(wanted)]
-        from gpucloud.queue.aws.schema import RANGE_KEY
-
         metas: list[dict[str, Any]] = []
         partitions: dict[str, list[dict[str, Any]]] = {}
         params: dict[str, Any] = {
@@ -725,8 +723,6 @@ class AwsQueue:
     def _history(self, job: Job, items: Iterable[dict[str, Any]]) -> tuple[Job, list[Attempt], list[Event]]:
         """``job`` with the attempts and events among ``items`` (its partition's), ordered as
         ``attempts`` and ``events`` order them; meta, slot and other items are left out."""
-        from gpucloud.queue.aws.schema import RANGE_KEY
-
         keyed = sorted(((str(i[RANGE_KEY].get("S")), i) for i in items), key=lambda p: p[0])
         tried = [item_to_attempt(i, self.table) for sk, i in keyed if sk.startswith(ATTEMPT_PREFIX)]
         timeline = [item_to_event(i, self.table) for sk, i in keyed if sk.startswith(EVENT_PREFIX)]
